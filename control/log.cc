@@ -1,0 +1,55 @@
+#include "control/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+
+namespace xdpq::log {
+
+namespace {
+std::atomic<int> g_level{static_cast<int>(Level::info)};
+// systemd's <N> prefixes: err=3, warning=4, info=6, debug=7.
+constexpr const char *PREFIX[] = {"<3>error", "<4>warn", "<6>info", "<7>debug"};
+} // namespace
+
+void set_level(Level l) { g_level.store(static_cast<int>(l), std::memory_order_relaxed); }
+Level level() { return static_cast<Level>(g_level.load(std::memory_order_relaxed)); }
+
+std::optional<Level> parse_level(std::string_view t) {
+  if (t == "error") return Level::error;
+  if (t == "warn" || t == "warning") return Level::warn;
+  if (t == "info") return Level::info;
+  if (t == "debug") return Level::debug;
+  return std::nullopt;
+}
+
+void write(Level l, const char *fmt, ...) {
+  char buf[1024];
+  int off;
+  const char *prefix = PREFIX[static_cast<int>(l)];
+  static const bool journal = getenv("JOURNAL_STREAM") != nullptr;
+  if (!journal) prefix += 3; // plain "error"/"info" on a terminal
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  if (journal) {
+    off = snprintf(buf, sizeof(buf), "%s: ", prefix);
+  } else {
+    off = snprintf(buf, sizeof(buf), "%02d:%02d:%02d.%03ld xdpqd %s: ", tm.tm_hour, tm.tm_min,
+                   tm.tm_sec, ts.tv_nsec / 1000000, prefix);
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + off, sizeof(buf) - static_cast<size_t>(off) - 1, fmt, ap);
+  va_end(ap);
+  size_t len = static_cast<size_t>(off) +
+               (n < 0 ? 0 : std::min(static_cast<size_t>(n), sizeof(buf) - static_cast<size_t>(off) - 2));
+  buf[len++] = '\n';
+  // One write(2) per line keeps lines from different threads whole.
+  [[maybe_unused]] auto r = ::write(STDERR_FILENO, buf, len);
+}
+
+} // namespace xdpq::log

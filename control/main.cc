@@ -1,0 +1,43 @@
+// xdpqd: the xdpq daemon.
+
+#include "control/log.h"
+#include "control/options.h"
+#include "control/server.h"
+
+#include <cstdio>
+
+#include "xdpq_version.h"
+
+int main(int argc, char **argv) {
+  using namespace xdpq::control;
+  block_server_signals();
+  Options opts;
+  try {
+    opts = parse_options(argc, argv);
+  } catch (const UsageError &e) {
+    std::fprintf(stderr, "xdpqd: %s\n", e.what());
+    return 2;
+  }
+  if (opts.help) {
+    std::fputs(usage_text(), stdout);
+    return 0;
+  }
+  if (opts.version) {
+    std::printf("xdpqd %s\n", XDPQ_VERSION);
+    return 0;
+  }
+  try {
+    Server server(opts);
+    if (opts.check_config) {
+      std::printf("xdpqd: configuration OK\n");
+      return 0;
+    }
+    return server.run();
+  } catch (const UsageError &e) {
+    std::fprintf(stderr, "xdpqd: %s\n", e.what());
+    return 2;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "xdpqd: %s\n", e.what());
+    return 1;
+  }
+}

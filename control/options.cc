@@ -1,0 +1,181 @@
+#include "control/options.h"
+
+#include "control/log.h"
+#include "dataplane/cpu.h"
+
+#include <charconv>
+#include <cstring>
+
+namespace xdpq::control {
+
+const char *usage_text() {
+  return R"(Usage: xdpqd [OPTIONS]
+
+xdpq: an HTTP/3 server (QUIC on ngtcp2, HTTP/3 on nghttp3).
+
+Listening and dataplane:
+  --listen ADDR:PORT      Address to serve QUIC on; repeatable. IPv6 in
+                          brackets: [::1]:4433. Default: 0.0.0.0:4433 and
+                          [::]:4433.
+  --dataplane socket      Datagram path: 'socket' (kernel UDP sockets with
+                          GSO/GRO). 'afxdp' is not built yet.
+  --workers N             Number of worker threads (one UDP socket per
+                          listen address each, SO_REUSEPORT). Default: one
+                          per CPU in --cpus, or per available CPU.
+  --cpus LIST             Pin worker i to the i-th CPU of LIST ("0-3,6").
+
+TLS and content:
+  --cert FILE             Certificate chain (PEM). Without --cert/--key a
+                          self-signed certificate is generated at start-up
+                          and its SHA-256 fingerprint logged.
+  --key FILE              Private key (PEM) for --cert.
+  --docroot DIR           Serve files under DIR. Default: an embedded page.
+  --secrets FILE          Keys for stateless reset, address-validation
+                          tokens and session tickets; created (mode 0600)
+                          if missing and reused across restarts. Default:
+                          generated in memory for this run only.
+
+QUIC behaviour and limits:
+  --retry off|on|auto     Address validation with Retry: never, always, or
+                          (auto, default) while more than
+                          --retry-threshold handshakes are in progress.
+  --retry-threshold N     Handshakes in progress per worker before auto
+                          Retry starts (default 128).
+  --idle-timeout MS       Idle timeout in milliseconds (default 30000).
+  --max-streams N         Concurrent request streams per connection
+                          (default 100).
+  --max-header-size N     Largest request header section in bytes, enforced
+                          with 431 (default 16384).
+  --max-header-fields N   Most request header fields, enforced with 431
+                          (default 128).
+  --max-connections N     Connections per worker (default 65536).
+  --no-early-data         Refuse 0-RTT.
+
+Operation:
+  --log-level LEVEL       error, warn, info (default) or debug.
+  --check-config          Validate the options (files readable, addresses
+                          valid), print the result and exit.
+  --help                  This text.
+  --version               Version.
+
+Built-in routes on every protocol: /healthz, /bytes/N (N bytes, up to
+64 MiB), POST /echo; everything else from the document root.
+
+Exit status: 0 on clean shutdown (SIGINT/SIGTERM), 1 on a runtime failure,
+2 for a usage or configuration error (the reason on stderr).
+)";
+}
+
+namespace {
+
+uint64_t parse_number(std::string_view flag, std::string_view v, uint64_t min, uint64_t max) {
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || n < min || n > max) {
+    throw UsageError(std::string(flag) + ": expected a number from " + std::to_string(min) +
+                     " to " + std::to_string(max) + ", got '" + std::string(v) + "'");
+  }
+  return n;
+}
+
+} // namespace
+
+Options parse_options(int argc, const char *const *argv) {
+  Options o;
+  bool listen_given = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::string_view value;
+    bool has_inline = false;
+    if (arg.starts_with("--") && arg.find('=') != std::string_view::npos) {
+      auto eq = arg.find('=');
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_inline = true;
+    }
+    auto need = [&]() -> std::string_view {
+      if (has_inline) return value;
+      if (i + 1 >= argc) throw UsageError(std::string(arg) + ": missing value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+    } else if (arg == "--version") {
+      o.version = true;
+    } else if (arg == "--check-config") {
+      o.check_config = true;
+    } else if (arg == "--no-early-data") {
+      o.early_data = false;
+    } else if (arg == "--listen") {
+      auto v = need();
+      std::string why;
+      auto a = dataplane::parse_address(v, &why);
+      if (!a) throw UsageError("--listen " + std::string(v) + ": " + why);
+      if (!listen_given) o.listen.clear();
+      listen_given = true;
+      o.listen.push_back(*a);
+    } else if (arg == "--dataplane") {
+      auto v = need();
+      if (v == "afxdp") {
+        throw UsageError("--dataplane afxdp: the AF_XDP dataplane is not built yet; use "
+                         "--dataplane socket");
+      }
+      if (v != "socket") throw UsageError("--dataplane: expected 'socket', got '" + std::string(v) + "'");
+      o.dataplane = v;
+    } else if (arg == "--cert") {
+      o.cert_file = need();
+    } else if (arg == "--key") {
+      o.key_file = need();
+    } else if (arg == "--docroot") {
+      o.docroot = need();
+    } else if (arg == "--secrets") {
+      o.secrets_file = need();
+    } else if (arg == "--workers") {
+      o.workers = static_cast<int>(parse_number(arg, need(), 1, 255));
+    } else if (arg == "--cpus") {
+      auto v = need();
+      std::string why;
+      auto cpus = dataplane::parse_cpu_list(v, &why);
+      if (!cpus) throw UsageError("--cpus " + std::string(v) + ": " + why);
+      o.cpus = *cpus;
+    } else if (arg == "--retry") {
+      auto v = need();
+      if (v == "off") o.retry = quic::RetryMode::off;
+      else if (v == "on") o.retry = quic::RetryMode::on;
+      else if (v == "auto") o.retry = quic::RetryMode::automatic;
+      else throw UsageError("--retry: expected off, on or auto, got '" + std::string(v) + "'");
+    } else if (arg == "--retry-threshold") {
+      o.retry_threshold = parse_number(arg, need(), 0, 1u << 20);
+    } else if (arg == "--log-level") {
+      auto v = need();
+      if (!log::parse_level(v)) {
+        throw UsageError("--log-level: expected error, warn, info or debug, got '" +
+                         std::string(v) + "'");
+      }
+      o.log_level = v;
+    } else if (arg == "--idle-timeout") {
+      o.idle_timeout_ms = parse_number(arg, need(), 100, 3600'000);
+    } else if (arg == "--max-streams") {
+      o.max_streams = parse_number(arg, need(), 1, 1u << 16);
+    } else if (arg == "--max-header-size") {
+      o.max_header_size = parse_number(arg, need(), 256, 1u << 20);
+    } else if (arg == "--max-header-fields") {
+      o.max_header_fields = parse_number(arg, need(), 8, 4096);
+    } else if (arg == "--max-connections") {
+      o.max_connections = parse_number(arg, need(), 1, 1u << 24);
+    } else {
+      throw UsageError("unknown option '" + std::string(argv[i]) + "' (see --help)");
+    }
+  }
+  if (o.listen.empty()) {
+    o.listen.push_back(*dataplane::parse_address("0.0.0.0:4433"));
+    o.listen.push_back(*dataplane::parse_address("[::]:4433"));
+  }
+  if (o.cert_file.empty() != o.key_file.empty()) {
+    throw UsageError("--cert and --key go together: give both, or neither for a "
+                     "self-signed certificate");
+  }
+  return o;
+}
+
+} // namespace xdpq::control

@@ -1,0 +1,47 @@
+#pragma once
+// xdpqd's command line. Parsing never exits: errors come back as
+// UsageError (exit status 2 in main) naming the flag and what was expected.
+
+#include "dataplane/address.h"
+#include "quic/endpoint.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace xdpq::control {
+
+class UsageError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::vector<dataplane::Address> listen; // default: 0.0.0.0:4433 and [::]:4433
+  std::string dataplane = "socket";
+  std::string cert_file;
+  std::string key_file;
+  std::string docroot; // empty: the embedded page
+  std::string secrets_file; // empty: secrets live in memory only
+  int workers = 0;          // 0: one per CPU in cpus (or per available CPU)
+  std::vector<int> cpus;    // pin worker i to cpus[i % size]
+  quic::RetryMode retry = quic::RetryMode::automatic;
+  size_t retry_threshold = 128;
+  std::string log_level = "info";
+  uint64_t idle_timeout_ms = 30000;
+  uint64_t max_streams = 100;
+  uint64_t max_header_size = 16384;
+  size_t max_header_fields = 128;
+  size_t max_connections = 65536;
+  bool early_data = true;
+  bool help = false;
+  bool version = false;
+  bool check_config = false;
+};
+
+// Parses argv (argv[0] is skipped). Throws UsageError.
+Options parse_options(int argc, const char *const *argv);
+
+const char *usage_text();
+
+} // namespace xdpq::control

@@ -1,0 +1,267 @@
+#include "control/server.h"
+
+#include "control/log.h"
+#include "control/self_signed.h"
+#include "dataplane/cpu.h"
+#include "dataplane/event_loop.h"
+#include "dataplane/udp_socket_port.h"
+#include "http/router.h"
+#include "quic/endpoint.h"
+#include "quic/secrets.h"
+#include "quic/tls_context.h"
+
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "xdpq_version.h"
+
+namespace xdpq::control {
+
+namespace {
+
+std::string read_file(const std::string &flag, const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw UsageError(flag + " " + path + ": cannot read: " + std::strerror(errno));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+} // namespace
+
+// One shard: its sockets, TLS context, QUIC endpoint and timer wheel, all
+// used by one pinned thread only.
+class Worker final : public dataplane::LoopHandler {
+public:
+  Worker(int id, int cpu, std::unique_ptr<dataplane::UdpSocketPort> port,
+         const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
+         std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg)
+      : id_(id), cpu_(cpu), port_(std::move(port)), tls_(tls_cfg, secrets),
+        endpoint_(ecfg, tls_, secrets, std::move(router), loop_.timers(), clock_, *port_) {
+    for (int fd : port_->fds()) loop_.watch(fd);
+  }
+
+  void start() {
+    thread_ = std::thread([this] {
+      if (cpu_ >= 0) {
+        int rv = dataplane::pin_current_thread(cpu_);
+        if (rv != 0) LOG_WARN("worker %d: cannot pin to CPU %d: %s", id_, cpu_, strerror(rv));
+      }
+      loop_.run(*this);
+    });
+  }
+
+  void request_stop() {
+    stop_requested_.store(true, std::memory_order_release);
+    loop_.wake();
+  }
+
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  dataplane::UdpSocketPort &port() { return *port_; }
+
+  void log_stats() const {
+    const auto &p = port_->stats();
+    const auto &e = endpoint_.stats();
+    const auto &h = endpoint_.h3_stats();
+    LOG_INFO("worker %d: rx %llu datagrams %llu bytes, tx %llu datagrams %llu bytes in %llu sends "
+             "(%llu GSO), tx dropped %llu, rx truncated %llu",
+             id_, ull(p.rx_datagrams), ull(p.rx_bytes), ull(p.tx_datagrams), ull(p.tx_bytes),
+             ull(p.tx_sends), ull(p.tx_gso_batches), ull(p.tx_dropped), ull(p.rx_truncated));
+    LOG_INFO("worker %d: handshakes %llu started %llu completed %llu failed, %llu resumed, "
+             "%llu with 0-RTT, %llu retries, %llu version negotiations, %llu stateless resets, "
+             "%llu closed (%llu idle, %llu errors)",
+             id_, ull(e.handshakes_started), ull(e.handshakes_completed),
+             ull(e.handshakes_failed), ull(e.sessions_resumed), ull(e.early_data_accepted),
+             ull(e.retries_sent), ull(e.version_negotiations), ull(e.stateless_resets_sent),
+             ull(e.conns_closed), ull(e.conns_idle_closed), ull(e.conn_errors));
+    LOG_INFO("worker %d: dropped: unparsable %llu, small initial %llu, unknown packet %llu, "
+             "bad token %llu, connection limit %llu, amplification %llu, reset rate %llu, "
+             "closing %llu",
+             id_, ull(e.drop_unparsable), ull(e.drop_small_initial), ull(e.drop_unknown_packet),
+             ull(e.drop_bad_token), ull(e.drop_conn_limit), ull(e.drop_amplification),
+             ull(e.drop_reset_rate), ull(e.drop_closing));
+    LOG_INFO("worker %d: requests %llu (2xx %llu, 3xx %llu, 4xx %llu, 5xx %llu), header limit "
+             "%llu, body limit %llu",
+             id_, ull(h.requests), ull(h.responses_by_class[2]), ull(h.responses_by_class[3]),
+             ull(h.responses_by_class[4]), ull(h.responses_by_class[5]),
+             ull(h.header_limit_rejects), ull(h.body_limit_rejects));
+  }
+
+  // dataplane::LoopHandler
+  void on_ready() override {
+    // Bounded work per wakeup so timers and writes get their turn.
+    for (int round = 0; round < 16; ++round) {
+      size_t n = port_->receive(batch_);
+      if (n == 0) break;
+      for (size_t i = 0; i < n; ++i) endpoint_.on_datagram(batch_[i]);
+    }
+  }
+
+  void on_iteration_end() override {
+    bool drained = true;
+    for (int round = 0; round < 8; ++round) {
+      endpoint_.end_of_pass();
+      drained = port_->flush();
+      if (!drained || !endpoint_.write_blocked()) break;
+    }
+    if (drained == want_write_) {
+      want_write_ = !drained;
+      for (int fd : port_->fds()) loop_.set_want_write(fd, want_write_);
+    }
+  }
+
+  void on_wake() override {
+    if (stop_requested_.load(std::memory_order_acquire)) {
+      endpoint_.close_all();
+      loop_.stop(); // after this iteration, which flushes the closes
+    }
+  }
+
+private:
+  static unsigned long long ull(uint64_t v) { return v; }
+
+  int id_;
+  int cpu_;
+  quic::SystemClock clock_;
+  dataplane::EventLoop loop_;
+  std::unique_ptr<dataplane::UdpSocketPort> port_;
+  quic::TlsContext tls_;
+  quic::Endpoint endpoint_;
+  std::array<dataplane::RxDatagram, 64> batch_{};
+  std::thread thread_;
+  std::atomic<bool> stop_requested_{false};
+  bool want_write_ = false;
+};
+
+void block_server_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+Server::Server(const Options &opts) : opts_(opts) {
+  log::set_level(*log::parse_level(opts_.log_level));
+
+  quic::TlsConfig tls_cfg;
+  tls_cfg.early_data = opts_.early_data;
+  if (!opts_.cert_file.empty()) {
+    tls_cfg.cert_pem = read_file("--cert", opts_.cert_file);
+    tls_cfg.key_pem = read_file("--key", opts_.key_file);
+    LOG_INFO("certificate %s, SHA-256 fingerprint %s", opts_.cert_file.c_str(),
+             certificate_fingerprint(tls_cfg.cert_pem).c_str());
+  } else {
+    auto pair = make_self_signed();
+    tls_cfg.cert_pem = pair.cert_pem;
+    tls_cfg.key_pem = pair.key_pem;
+    LOG_INFO("no --cert/--key: generated a self-signed certificate, SHA-256 fingerprint %s",
+             pair.sha256_fingerprint.c_str());
+  }
+
+  quic::Secrets secrets;
+  if (!opts_.secrets_file.empty()) {
+    try {
+      secrets = quic::Secrets::load_or_create(opts_.secrets_file);
+    } catch (const std::exception &e) {
+      throw UsageError(std::string("--secrets: ") + e.what());
+    }
+  } else {
+    secrets = quic::Secrets::generate();
+    LOG_INFO("no --secrets file: stateless reset, token and ticket keys last for this run only");
+  }
+
+  std::shared_ptr<const http::Router> router;
+  try {
+    router = http::make_default_router(http::RouterConfig{opts_.docroot});
+  } catch (const std::exception &e) {
+    throw UsageError(std::string("--docroot: ") + e.what());
+  }
+
+  // Validate the certificate once up front, for a clear error.
+  try {
+    quic::TlsContext probe(tls_cfg, secrets);
+  } catch (const std::exception &e) {
+    throw UsageError(std::string("--cert/--key: ") + e.what());
+  }
+  if (opts_.check_config) return;
+
+  int nworkers = opts_.workers;
+  if (nworkers == 0) {
+    nworkers = opts_.cpus.empty() ? dataplane::available_cpus() : static_cast<int>(opts_.cpus.size());
+  }
+  if (nworkers > 255) nworkers = 255;
+
+  quic::EndpointConfig ecfg;
+  ecfg.retry = opts_.retry;
+  ecfg.retry_threshold = opts_.retry_threshold;
+  ecfg.idle_timeout = opts_.idle_timeout_ms * 1'000'000ull;
+  ecfg.max_streams_bidi = opts_.max_streams;
+  ecfg.max_connections = opts_.max_connections;
+  ecfg.early_data = opts_.early_data;
+  ecfg.h3.max_field_section_size = opts_.max_header_size;
+  ecfg.h3.max_header_fields = opts_.max_header_fields;
+
+  std::vector<dataplane::Address> listen = opts_.listen;
+  for (int i = 0; i < nworkers; ++i) {
+    dataplane::UdpSocketOptions popts;
+    popts.check_in_use = i == 0;
+    std::unique_ptr<dataplane::UdpSocketPort> port;
+    try {
+      port = std::make_unique<dataplane::UdpSocketPort>(listen, popts);
+    } catch (const dataplane::PortError &e) {
+      throw UsageError(e.what());
+    }
+    if (i == 0) listen = port->bound_addresses(); // resolve port 0 once
+    int cpu = opts_.cpus.empty() ? -1 : opts_.cpus[static_cast<size_t>(i) % opts_.cpus.size()];
+    ecfg.worker_id = static_cast<uint8_t>(i);
+    workers_.push_back(std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets, router, ecfg));
+  }
+  if (nworkers > 1 && !workers_[0]->port().steer_by_connection_id()) {
+    LOG_WARN("cannot attach the connection-ID steering filter (%s): migrating clients may "
+             "reach the wrong worker and be reset", strerror(errno));
+  }
+  std::string where;
+  for (const auto &a : listen) where += " " + a.to_string();
+  const auto &p = workers_[0]->port();
+  LOG_INFO("xdpqd %s ready: HTTP/3 on%s, %d worker%s, dataplane socket (GSO %s, GRO %s)",
+           XDPQ_VERSION, where.c_str(), nworkers, nworkers == 1 ? "" : "s",
+           p.gso_enabled() ? "on" : "off", p.gro_enabled() ? "on" : "off");
+}
+
+Server::~Server() = default;
+
+int Server::run() {
+  for (auto &w : workers_) w->start();
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      LOG_WARN("SIGHUP: configuration reload is not implemented yet; ignoring");
+      continue;
+    }
+    LOG_INFO("%s: closing connections and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    break;
+  }
+  for (auto &w : workers_) w->request_stop();
+  for (auto &w : workers_) w->join();
+  for (auto &w : workers_) w->log_stats();
+  return 0;
+}
+
+} // namespace xdpq::control

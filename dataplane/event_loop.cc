@@ -1,0 +1,103 @@
+#include "dataplane/event_loop.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace xdpq::dataplane {
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+EventLoop::EventLoop() : now_(monotonic_ns()), wheel_(now_) {
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epfd_ < 0 || wakefd_ < 0) {
+    throw std::runtime_error(std::string("event loop: ") + std::strerror(errno));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wakefd_;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev);
+}
+
+EventLoop::~EventLoop() {
+  close(wakefd_);
+  close(epfd_);
+}
+
+void EventLoop::watch(int fd, bool want_write) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
+  ev.data.fd = fd;
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
+  }
+}
+
+void EventLoop::set_want_write(int fd, bool want_write) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
+  ev.data.fd = fd;
+  epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+}
+
+void EventLoop::run(LoopHandler &handler) {
+  constexpr int MAX_EVENTS = 16;
+  epoll_event events[MAX_EVENTS];
+  while (!stopping()) {
+    now_ = monotonic_ns();
+    uint64_t next = wheel_.next_expiry();
+    timespec ts{};
+    timespec *timeout = nullptr;
+    if (next != TimerWheel::NEVER) {
+      uint64_t wait = next > now_ ? next - now_ : 0;
+      ts.tv_sec = static_cast<time_t>(wait / 1000000000ull);
+      ts.tv_nsec = static_cast<long>(wait % 1000000000ull);
+      timeout = &ts;
+    }
+    int n = epoll_pwait2(epfd_, events, MAX_EVENTS, timeout, nullptr);
+    if (n < 0 && errno != EINTR) {
+      throw std::runtime_error(std::string("epoll_pwait2: ") + std::strerror(errno));
+    }
+    now_ = monotonic_ns();
+    bool woken = false;
+    bool ready = false;
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == wakefd_) {
+        uint64_t v;
+        while (read(wakefd_, &v, sizeof(v)) > 0) {
+        }
+        woken = true;
+      } else {
+        ready = true;
+      }
+    }
+    if (woken) handler.on_wake();
+    if (ready) handler.on_ready();
+    now_ = monotonic_ns();
+    wheel_.run(now_);
+    handler.on_iteration_end();
+  }
+}
+
+void EventLoop::stop() {
+  stop_.store(true, std::memory_order_release);
+  wake();
+}
+
+void EventLoop::wake() {
+  uint64_t one = 1;
+  [[maybe_unused]] auto r = write(wakefd_, &one, sizeof(one));
+}
+
+} // namespace xdpq::dataplane

@@ -1,0 +1,76 @@
+#pragma once
+// A hashed timing wheel, one per worker, with timers embedded in their
+// owners (intrusive lists: scheduling never allocates). Time is in
+// nanoseconds of the worker's clock; resolution is one tick (~131 us),
+// and a timer never fires early. Timers further out than one revolution
+// stay in their slot until their round comes.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+namespace xdpq::dataplane {
+
+class TimerWheel;
+
+class Timer {
+public:
+  using Callback = void (*)(Timer &);
+  explicit Timer(Callback cb = nullptr, void *owner = nullptr) : cb_(cb), owner_(owner) {}
+  ~Timer();
+  Timer(const Timer &) = delete;
+  Timer &operator=(const Timer &) = delete;
+
+  void set_callback(Callback cb, void *owner) {
+    cb_ = cb;
+    owner_ = owner;
+  }
+  void *owner() const { return owner_; }
+  bool scheduled() const { return wheel_ != nullptr; }
+  uint64_t expiry() const { return expiry_; }
+
+private:
+  friend class TimerWheel;
+  Callback cb_;
+  void *owner_;
+  TimerWheel *wheel_ = nullptr;
+  Timer *prev_ = nullptr;
+  Timer *next_ = nullptr;
+  uint64_t expiry_ = 0;
+  size_t slot_ = 0;
+};
+
+class TimerWheel {
+public:
+  static constexpr unsigned TICK_SHIFT = 17; // 131072 ns per tick
+  static constexpr size_t SLOTS = 8192;       // ~1.07 s per revolution
+  static constexpr uint64_t NEVER = std::numeric_limits<uint64_t>::max();
+
+  explicit TimerWheel(uint64_t now_ns);
+  ~TimerWheel();
+  TimerWheel(const TimerWheel &) = delete;
+  TimerWheel &operator=(const TimerWheel &) = delete;
+
+  // (Re)schedules t to fire at or after at_ns.
+  void schedule(Timer &t, uint64_t at_ns);
+  void cancel(Timer &t);
+  // Fires every timer due at now_ns. Callbacks may (re)schedule timers.
+  size_t run(uint64_t now_ns);
+  // Earliest time a timer could be due (an upper bound on the wait), or
+  // NEVER when nothing is scheduled.
+  uint64_t next_expiry() const;
+  size_t size() const { return count_; }
+
+private:
+  static uint64_t tick_of(uint64_t ns) { return ns >> TICK_SHIFT; }
+  void link(Timer &t);
+  void unlink(Timer &t);
+
+  std::array<Timer *, SLOTS> slots_{};
+  std::array<uint64_t, SLOTS / 64> occupied_{};
+  uint64_t current_tick_; // every tick before this one has been run
+  size_t count_ = 0;
+};
+
+} // namespace xdpq::dataplane

@@ -1,0 +1,362 @@
+#include "dataplane/udp_socket_port.h"
+
+#include <linux/filter.h>
+#include <netinet/ip.h>
+#include <netinet/udp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+namespace xdpq::dataplane {
+
+namespace {
+
+constexpr size_t RX_BUF_SIZE = 65536;  // one GRO train
+constexpr size_t CMSG_PER_MSG = 128;
+constexpr size_t GSO_MAX_SEGMENTS = 64; // UDP_MAX_SEGMENTS on 6.x kernels
+constexpr size_t GSO_MAX_BYTES = 65000;
+constexpr size_t TX_SLOT = 2048;
+
+std::string why(const Address &a, const char *what) {
+  return "listen " + a.to_string() + ": " + what + ": " + std::strerror(errno);
+}
+
+void set_int(int fd, int level, int name, int value) {
+  setsockopt(fd, level, name, &value, sizeof(value));
+}
+
+// True when another socket already holds the address: SO_REUSEPORT would
+// otherwise let us silently share a port with another process of ours.
+bool address_taken(const Address &a) {
+  if (a.port() == 0) return false;
+  int fd = socket(a.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  if (a.family() == AF_INET6) set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1);
+  bool taken = bind(fd, &a.u.sa, a.len) != 0 && errno == EADDRINUSE;
+  close(fd);
+  return taken;
+}
+
+} // namespace
+
+UdpSocketPort::UdpSocketPort(const std::vector<Address> &listen, const UdpSocketOptions &opts)
+    : opts_(opts) {
+  if (listen.empty()) throw PortError("no listen address");
+  gso_ = opts_.gso;
+  gro_ = opts_.gro;
+  for (const auto &addr : listen) {
+    if ((opts_.check_in_use || !opts_.reuseport) && address_taken(addr)) {
+      errno = EADDRINUSE;
+      throw PortError(why(addr, "bind"));
+    }
+    int fd = socket(addr.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw PortError(why(addr, "socket"));
+    sockets_.push_back(Socket{fd, addr});
+    fds_.push_back(fd);
+    if (opts_.reuseport) set_int(fd, SOL_SOCKET, SO_REUSEPORT, 1);
+    set_int(fd, SOL_SOCKET, SO_RCVBUF, opts_.socket_buffer);
+    set_int(fd, SOL_SOCKET, SO_SNDBUF, opts_.socket_buffer);
+    if (addr.family() == AF_INET6) {
+      set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1);
+      set_int(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1);
+      set_int(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1);
+      set_int(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE);
+    } else {
+      set_int(fd, IPPROTO_IP, IP_PKTINFO, 1);
+      set_int(fd, IPPROTO_IP, IP_RECVTOS, 1);
+      // QUIC does its own path MTU discovery: never fragment.
+      set_int(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE);
+    }
+    if (gro_) {
+      int one = 1;
+      if (setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) != 0) gro_ = false;
+    }
+    if (gso_) {
+      int seg = 1200; // probe only: the real size goes in each sendmsg
+      if (setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof(seg)) != 0) {
+        gso_ = false;
+      } else {
+        seg = 0;
+        setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof(seg));
+      }
+    }
+    if (bind(fd, &addr.u.sa, addr.len) != 0) throw PortError(why(addr, "bind"));
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl);
+    sockets_.back().bound = Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
+  }
+
+  size_t n = opts_.rx_batch;
+  rx_buf_.resize(n * RX_BUF_SIZE);
+  rx_msgs_.resize(n);
+  rx_iov_.resize(n);
+  rx_names_.resize(n);
+  rx_cmsg_.resize(n * CMSG_PER_MSG);
+  rx_pending_.reserve(n * GSO_MAX_SEGMENTS);
+  tx_buf_.resize(opts_.tx_capacity * TX_SLOT);
+  tx_entries_.reserve(opts_.tx_capacity);
+  tx_msgs_.resize(opts_.tx_capacity);
+  tx_iov_.resize(opts_.tx_capacity);
+  tx_cmsg_.resize(opts_.tx_capacity * CMSG_PER_MSG);
+}
+
+UdpSocketPort::~UdpSocketPort() {
+  for (auto &s : sockets_) close(s.fd);
+}
+
+bool UdpSocketPort::steer_by_connection_id() {
+  // Classic BPF runs with skb->data at the UDP payload.
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0),           // A = first byte
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x80, 2, 0), // long header?
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 1),           // A = DCID[0]
+      BPF_STMT(BPF_RET | BPF_A, 0),                    // socket index
+      BPF_STMT(BPF_RET | BPF_K, 0xffffffffu),          // out of range: hash
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), code};
+  for (const auto &s : sockets_) {
+    if (setsockopt(s.fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<Address> UdpSocketPort::bound_addresses() const {
+  std::vector<Address> v;
+  for (const auto &s : sockets_) v.push_back(s.bound);
+  return v;
+}
+
+int UdpSocketPort::socket_for(const Address &local) const {
+  for (size_t i = 0; i < sockets_.size(); ++i) {
+    const auto &b = sockets_[i].bound;
+    if (b.family() == local.family() && b.port() == local.port() &&
+        (b.is_unspecified() || b == local)) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+size_t UdpSocketPort::drain_socket(size_t sock, std::span<RxDatagram> out) {
+  const Socket &s = sockets_[sock];
+  size_t batch = rx_msgs_.size();
+  for (size_t i = 0; i < batch; ++i) {
+    rx_iov_[i] = {rx_buf_.data() + i * RX_BUF_SIZE, RX_BUF_SIZE};
+    auto &h = rx_msgs_[i].msg_hdr;
+    h = {};
+    h.msg_name = &rx_names_[i];
+    h.msg_namelen = sizeof(sockaddr_storage);
+    h.msg_iov = &rx_iov_[i];
+    h.msg_iovlen = 1;
+    h.msg_control = rx_cmsg_.data() + i * CMSG_PER_MSG;
+    h.msg_controllen = CMSG_PER_MSG;
+  }
+  int n = recvmmsg(s.fd, rx_msgs_.data(), static_cast<unsigned>(batch), MSG_DONTWAIT, nullptr);
+  if (n <= 0) {
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      stats_.rx_errors += 1;
+    }
+    return 0;
+  }
+  rx_pending_.clear();
+  rx_pending_pos_ = 0;
+  for (int i = 0; i < n; ++i) {
+    auto &h = rx_msgs_[i].msg_hdr;
+    size_t len = rx_msgs_[i].msg_len;
+    if (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+      stats_.rx_truncated += 1;
+      continue;
+    }
+    Path path;
+    path.remote = Address::from(static_cast<sockaddr *>(h.msg_name), h.msg_namelen);
+    path.local = s.bound;
+    uint8_t ecn = 0;
+    size_t gso = 0;
+    for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+        in_pktinfo pi;
+        std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+        path.local.u.in.sin_addr = pi.ipi_addr;
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+        in6_pktinfo pi;
+        std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+        path.local.u.in6.sin6_addr = pi.ipi6_addr;
+      } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+        ecn = *CMSG_DATA(c) & 0x3;
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+        int tc;
+        std::memcpy(&tc, CMSG_DATA(c), sizeof(tc));
+        ecn = static_cast<uint8_t>(tc & 0x3);
+      } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+        int g;
+        std::memcpy(&g, CMSG_DATA(c), sizeof(g));
+        gso = static_cast<size_t>(g);
+      }
+    }
+    uint8_t *base = static_cast<uint8_t *>(rx_iov_[i].iov_base);
+    if (gso == 0 || gso >= len) gso = len;
+    for (size_t off = 0; off < len; off += gso) {
+      size_t seg = len - off < gso ? len - off : gso;
+      rx_pending_.push_back(RxDatagram{base + off, seg, path, ecn});
+      stats_.rx_datagrams += 1;
+      stats_.rx_bytes += seg;
+    }
+  }
+  size_t k = 0;
+  while (k < out.size() && rx_pending_pos_ < rx_pending_.size()) {
+    out[k++] = rx_pending_[rx_pending_pos_++];
+  }
+  return k;
+}
+
+size_t UdpSocketPort::receive(std::span<RxDatagram> out) {
+  size_t k = 0;
+  // Hand out what is left of the last GRO split before reading again: its
+  // buffers must not be overwritten while still queued.
+  while (k < out.size() && rx_pending_pos_ < rx_pending_.size()) {
+    out[k++] = rx_pending_[rx_pending_pos_++];
+  }
+  if (k > 0) return k;
+  for (size_t tries = 0; tries < sockets_.size() && k == 0; ++tries) {
+    size_t sock = next_rx_socket_;
+    next_rx_socket_ = (next_rx_socket_ + 1) % sockets_.size();
+    k = drain_socket(sock, out);
+  }
+  return k;
+}
+
+std::span<uint8_t> UdpSocketPort::tx_alloc(size_t max_len) {
+  if (tx_entries_.size() >= opts_.tx_capacity || tx_used_ + max_len > tx_buf_.size()) {
+    return {};
+  }
+  return {tx_buf_.data() + tx_used_, max_len};
+}
+
+void UdpSocketPort::tx_commit(const Path &path, uint8_t ecn, size_t len) {
+  if (len == 0) return;
+  tx_datagrams_ += 1;
+  if (gso_ && tx_entries_.size() > tx_sent_entries_) {
+    TxEntry &last = tx_entries_.back();
+    bool open_train = last.len == last.segment * last.count; // no short tail yet
+    if (open_train && last.ecn == ecn && len <= last.segment &&
+        last.count < GSO_MAX_SEGMENTS && last.len + len <= GSO_MAX_BYTES &&
+        last.offset + last.len == tx_used_ && last.path == path) {
+      last.len += len;
+      last.count += 1;
+      tx_used_ += len;
+      return;
+    }
+  }
+  tx_entries_.push_back(TxEntry{path, ecn, tx_used_, len, len, 1});
+  tx_used_ += len;
+}
+
+bool UdpSocketPort::flush() {
+  while (tx_sent_entries_ < tx_entries_.size()) {
+    // One sendmmsg per run of entries that leave through the same socket.
+    size_t first = tx_sent_entries_;
+    int sock = socket_for(tx_entries_[first].path.local);
+    if (sock < 0) {
+      stats_.tx_dropped += tx_entries_[first].count;
+      tx_sent_entries_ += 1;
+      continue;
+    }
+    const Socket &s = sockets_[sock];
+    size_t n = 0;
+    for (size_t i = first; i < tx_entries_.size(); ++i, ++n) {
+      TxEntry &e = tx_entries_[i];
+      if (socket_for(e.path.local) != sock) break;
+      tx_iov_[n] = {tx_buf_.data() + e.offset, e.len};
+      auto &h = tx_msgs_[n].msg_hdr;
+      h = {};
+      h.msg_name = const_cast<sockaddr *>(&e.path.remote.u.sa);
+      h.msg_namelen = e.path.remote.len;
+      h.msg_iov = &tx_iov_[n];
+      h.msg_iovlen = 1;
+      uint8_t *cbuf = tx_cmsg_.data() + n * CMSG_PER_MSG;
+      std::memset(cbuf, 0, CMSG_PER_MSG);
+      h.msg_control = cbuf;
+      h.msg_controllen = CMSG_PER_MSG;
+      size_t used = 0;
+      cmsghdr *c = CMSG_FIRSTHDR(&h);
+      if (s.bound.is_unspecified()) {
+        if (e.path.local.family() == AF_INET) {
+          c->cmsg_level = IPPROTO_IP;
+          c->cmsg_type = IP_PKTINFO;
+          c->cmsg_len = CMSG_LEN(sizeof(in_pktinfo));
+          in_pktinfo pi{};
+          pi.ipi_spec_dst = e.path.local.u.in.sin_addr;
+          std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+          used += CMSG_SPACE(sizeof(in_pktinfo));
+        } else {
+          c->cmsg_level = IPPROTO_IPV6;
+          c->cmsg_type = IPV6_PKTINFO;
+          c->cmsg_len = CMSG_LEN(sizeof(in6_pktinfo));
+          in6_pktinfo pi{};
+          pi.ipi6_addr = e.path.local.u.in6.sin6_addr;
+          std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+          used += CMSG_SPACE(sizeof(in6_pktinfo));
+        }
+        c = CMSG_NXTHDR(&h, c);
+      }
+      if (e.ecn != 0) {
+        int tos = e.ecn;
+        c->cmsg_level = e.path.local.family() == AF_INET ? IPPROTO_IP : IPPROTO_IPV6;
+        c->cmsg_type = e.path.local.family() == AF_INET ? IP_TOS : IPV6_TCLASS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &tos, sizeof(tos));
+        used += CMSG_SPACE(sizeof(int));
+        c = CMSG_NXTHDR(&h, c);
+      }
+      if (e.count > 1) {
+        uint16_t seg = static_cast<uint16_t>(e.segment);
+        c->cmsg_level = IPPROTO_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+        used += CMSG_SPACE(sizeof(uint16_t));
+      }
+      h.msg_controllen = used;
+      if (used == 0) h.msg_control = nullptr;
+    }
+    int sent = sendmmsg(s.fd, tx_msgs_.data(), static_cast<unsigned>(n), MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+        return false;
+      }
+      if (errno == EINTR) continue;
+      // The first message failed for good (unreachable, too big, GSO not
+      // supported by the route): drop it and go on with the rest.
+      TxEntry &e = tx_entries_[first];
+      if (errno == EIO && e.count > 1) gso_ = false;
+      stats_.tx_dropped += e.count;
+      tx_sent_entries_ += 1;
+      continue;
+    }
+    stats_.tx_sends += 1;
+    for (int i = 0; i < sent; ++i) {
+      const TxEntry &e = tx_entries_[first + static_cast<size_t>(i)];
+      stats_.tx_datagrams += e.count;
+      stats_.tx_bytes += e.len;
+      if (e.count > 1) stats_.tx_gso_batches += 1;
+    }
+    tx_sent_entries_ += static_cast<size_t>(sent);
+  }
+  tx_entries_.clear();
+  tx_sent_entries_ = 0;
+  tx_used_ = 0;
+  return true;
+}
+
+} // namespace xdpq::dataplane

@@ -1,0 +1,328 @@
+#include "http/h3_session.h"
+
+#include <charconv>
+#include <stdexcept>
+
+namespace xdpq::http {
+
+struct H3Session::Stream {
+  int64_t id = -1;
+  Request req;
+  Response resp;
+  uint64_t body_offset = 0; // response bytes handed to nghttp3
+  uint64_t header_bytes = 0;
+  size_t header_fields = 0;
+  bool headers_too_large = false;
+  bool body_too_large = false;
+  bool responded = false;
+
+  void reset(int64_t stream_id) {
+    id = stream_id;
+    req.reset();
+    resp.reset();
+    body_offset = 0;
+    header_bytes = 0;
+    header_fields = 0;
+    headers_too_large = false;
+    body_too_large = false;
+    responded = false;
+  }
+};
+
+namespace {
+
+H3Session &session_of(void *conn_user_data) { return *static_cast<H3Session *>(conn_user_data); }
+
+int cb_begin_headers(nghttp3_conn *, int64_t stream_id, void *ud, void *) {
+  return session_of(ud).on_begin_headers(stream_id);
+}
+
+int cb_recv_header(nghttp3_conn *, int64_t, int32_t token, nghttp3_rcbuf *name,
+                   nghttp3_rcbuf *value, uint8_t, void *ud, void *sud) {
+  if (!sud) return 0;
+  return session_of(ud).on_header(*static_cast<H3Session::Stream *>(sud), token, name, value);
+}
+
+int cb_end_headers(nghttp3_conn *, int64_t, int fin, void *ud, void *sud) {
+  if (!sud) return 0;
+  return session_of(ud).on_end_headers(*static_cast<H3Session::Stream *>(sud), fin != 0);
+}
+
+int cb_recv_data(nghttp3_conn *, int64_t stream_id, const uint8_t *data, size_t len, void *ud,
+                 void *sud) {
+  auto &s = session_of(ud);
+  // DATA payload is ours to credit: we copy it out at once.
+  s.transport().h3_consume(stream_id, len);
+  if (!sud) return 0;
+  return s.on_data(*static_cast<H3Session::Stream *>(sud), data, len);
+}
+
+int cb_deferred_consume(nghttp3_conn *, int64_t stream_id, size_t consumed, void *ud, void *) {
+  session_of(ud).transport().h3_consume(stream_id, consumed);
+  return 0;
+}
+
+int cb_end_stream(nghttp3_conn *, int64_t, void *ud, void *sud) {
+  if (!sud) return 0;
+  return session_of(ud).on_end_stream(*static_cast<H3Session::Stream *>(sud));
+}
+
+int cb_stream_close(nghttp3_conn *, int64_t stream_id, uint64_t, void *ud, void *) {
+  session_of(ud).on_stream_close(stream_id);
+  return 0;
+}
+
+int cb_stop_sending(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *) {
+  session_of(ud).transport().h3_stop_reading(stream_id, app_error);
+  return 0;
+}
+
+int cb_reset_stream(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *) {
+  session_of(ud).transport().h3_reset_writing(stream_id, app_error);
+  return 0;
+}
+
+nghttp3_ssize cb_read_body(nghttp3_conn *, int64_t, nghttp3_vec *vec, size_t veccnt,
+                           uint32_t *flags, void *ud, void *sud) {
+  if (!sud) {
+    *flags |= NGHTTP3_DATA_FLAG_EOF;
+    return 0;
+  }
+  return session_of(ud).on_read_body(*static_cast<H3Session::Stream *>(sud), vec, veccnt, flags);
+}
+
+std::string_view view(nghttp3_rcbuf *b) {
+  auto v = nghttp3_rcbuf_get_buf(b);
+  return {reinterpret_cast<const char *>(v.base), v.len};
+}
+
+nghttp3_nv make_nv(std::string_view name, std::string_view value) {
+  return nghttp3_nv{reinterpret_cast<uint8_t *>(const_cast<char *>(name.data())),
+                    reinterpret_cast<uint8_t *>(const_cast<char *>(value.data())), name.size(),
+                    value.size(), NGHTTP3_NV_FLAG_NONE};
+}
+
+} // namespace
+
+H3Session::H3Session(H3Transport &transport, std::shared_ptr<const Router> router,
+                     const H3Limits &limits, H3Stats &stats)
+    : transport_(transport), router_(std::move(router)), limits_(limits), stats_(stats) {
+  nghttp3_callbacks cbs{};
+  cbs.stream_close = cb_stream_close;
+  cbs.recv_data = cb_recv_data;
+  cbs.deferred_consume = cb_deferred_consume;
+  cbs.begin_headers = cb_begin_headers;
+  cbs.recv_header = cb_recv_header;
+  cbs.end_headers = cb_end_headers;
+  cbs.stop_sending = cb_stop_sending;
+  cbs.end_stream = cb_end_stream;
+  cbs.reset_stream = cb_reset_stream;
+  nghttp3_settings settings;
+  nghttp3_settings_default(&settings);
+  settings.max_field_section_size = limits_.max_field_section_size;
+  settings.qpack_max_dtable_capacity = 4096;
+  settings.qpack_blocked_streams = 100;
+  if (nghttp3_conn_server_new(&conn_, &cbs, &settings, nullptr, this) != 0) {
+    throw std::bad_alloc();
+  }
+}
+
+H3Session::~H3Session() { nghttp3_conn_del(conn_); }
+
+int H3Session::start(int64_t control_id, int64_t qenc_id, int64_t qdec_id) {
+  int rv = nghttp3_conn_bind_control_stream(conn_, control_id);
+  if (rv != 0) return rv;
+  return nghttp3_conn_bind_qpack_streams(conn_, qenc_id, qdec_id);
+}
+
+int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin) {
+  return nghttp3_conn_read_stream(conn_, stream_id, data, len, fin ? 1 : 0);
+}
+
+int64_t H3Session::writev_stream(int64_t &stream_id, int &fin, nghttp3_vec *vec, size_t veccnt) {
+  return nghttp3_conn_writev_stream(conn_, &stream_id, &fin, vec, veccnt);
+}
+
+int H3Session::add_write_offset(int64_t stream_id, size_t n) {
+  return nghttp3_conn_add_write_offset(conn_, stream_id, n);
+}
+
+int H3Session::add_ack_offset(int64_t stream_id, uint64_t n) {
+  return nghttp3_conn_add_ack_offset(conn_, stream_id, n);
+}
+
+void H3Session::block_stream(int64_t stream_id) { nghttp3_conn_block_stream(conn_, stream_id); }
+
+int H3Session::unblock_stream(int64_t stream_id) {
+  return nghttp3_conn_unblock_stream(conn_, stream_id);
+}
+
+void H3Session::shutdown_stream_write(int64_t stream_id) {
+  nghttp3_conn_shutdown_stream_write(conn_, stream_id);
+}
+
+int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
+  return nghttp3_conn_close_stream(conn_, stream_id, app_error);
+}
+
+void H3Session::shutdown_stream_read(int64_t stream_id) {
+  nghttp3_conn_shutdown_stream_read(conn_, stream_id);
+}
+
+void H3Session::set_max_client_streams_bidi(uint64_t n) {
+  nghttp3_conn_set_max_client_streams_bidi(conn_, n);
+}
+
+int H3Session::submit_shutdown_notice() { return nghttp3_conn_submit_shutdown_notice(conn_); }
+
+int H3Session::shutdown() { return nghttp3_conn_shutdown(conn_); }
+
+H3Session::Stream *H3Session::acquire(int64_t stream_id) {
+  Stream *s;
+  if (!free_.empty()) {
+    s = free_.back();
+    free_.pop_back();
+  } else {
+    pool_.push_back(std::make_unique<Stream>());
+    s = pool_.back().get();
+  }
+  s->reset(stream_id);
+  return s;
+}
+
+int H3Session::on_begin_headers(int64_t stream_id) {
+  auto [it, inserted] = streams_.try_emplace(stream_id, nullptr);
+  if (inserted) {
+    it->second = acquire(stream_id);
+  }
+  nghttp3_conn_set_stream_user_data(conn_, stream_id, it->second);
+  return 0;
+}
+
+int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_rcbuf *value) {
+  auto n = view(name);
+  auto v = view(value);
+  s.header_bytes += n.size() + v.size() + 32;
+  s.header_fields += 1;
+  if (s.header_bytes > limits_.max_field_section_size ||
+      s.header_fields > limits_.max_header_fields) {
+    // Keep decoding (QPACK state must stay in sync) but store nothing more.
+    s.headers_too_large = true;
+    return 0;
+  }
+  switch (token) {
+  case NGHTTP3_QPACK_TOKEN__METHOD: s.req.method.assign(v); break;
+  case NGHTTP3_QPACK_TOKEN__SCHEME: s.req.scheme.assign(v); break;
+  case NGHTTP3_QPACK_TOKEN__AUTHORITY: s.req.authority.assign(v); break;
+  case NGHTTP3_QPACK_TOKEN__PATH: s.req.path.assign(v); break;
+  default:
+    if (!n.empty() && n.front() != ':') {
+      s.req.headers.push_back(Header{std::string(n), std::string(v)});
+    }
+  }
+  return 0;
+}
+
+int H3Session::on_end_headers(Stream &s, bool fin) {
+  stats_.requests += 1;
+  if (s.headers_too_large) {
+    stats_.header_limit_rejects += 1;
+    make_error(s.resp, 431, s.req.method == "HEAD");
+    respond(s);
+    if (!fin) {
+      // RFC 9114 4.1: a complete response may precede the request's end.
+      transport_.h3_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
+    }
+    return 0;
+  }
+  if (fin) {
+    router_->route(s.req, s.resp);
+    respond(s);
+  }
+  return 0;
+}
+
+int H3Session::on_data(Stream &s, const uint8_t *data, size_t len) {
+  if (s.responded) return 0;
+  if (s.req.body.size() + len > limits_.max_request_body) {
+    s.body_too_large = true;
+    stats_.body_limit_rejects += 1;
+    make_error(s.resp, 413);
+    respond(s);
+    transport_.h3_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
+    return 0;
+  }
+  s.req.body.append(reinterpret_cast<const char *>(data), len);
+  return 0;
+}
+
+int H3Session::on_end_stream(Stream &s) {
+  if (!s.responded) {
+    router_->route(s.req, s.resp);
+    respond(s);
+  }
+  return 0;
+}
+
+void H3Session::on_stream_close(int64_t stream_id) {
+  auto it = streams_.find(stream_id);
+  if (it == streams_.end()) return;
+  Stream *s = it->second;
+  streams_.erase(it);
+  s->req.reset();
+  s->resp.reset(); // releases the body (and a file mapping) now
+  free_.push_back(s);
+}
+
+void H3Session::respond(Stream &s) {
+  s.responded = true;
+  const auto &resp = s.resp;
+  int cls = resp.status / 100;
+  if (cls >= 1 && cls <= 5) stats_.responses_by_class[cls] += 1;
+
+  char status[4];
+  std::to_chars(status, status + 3, resp.status);
+  status[3] = '\0';
+  content_length_ = std::to_string(resp.content_length);
+  nva_.clear();
+  nva_.push_back(make_nv(":status", std::string_view(status, 3)));
+  nva_.push_back(make_nv("server", "xdpq"));
+  if (resp.status != 304 && resp.status != 204) {
+    nva_.push_back(make_nv("content-length", content_length_));
+  }
+  for (const auto &h : resp.headers) {
+    nva_.push_back(make_nv(h.name, h.value));
+  }
+  nghttp3_data_reader dr{cb_read_body};
+  bool has_body = resp.body && resp.body->size() > 0;
+  int rv = nghttp3_conn_submit_response(conn_, s.id, nva_.data(), nva_.size(),
+                                        has_body ? &dr : nullptr);
+  if (rv != 0) {
+    stats_.stream_errors += 1;
+    transport_.h3_reset_writing(s.id, NGHTTP3_H3_INTERNAL_ERROR);
+  }
+}
+
+nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt,
+                                      uint32_t *flags) {
+  const Body *body = s.resp.body.get();
+  if (!body) {
+    *flags |= NGHTTP3_DATA_FLAG_EOF;
+    return 0;
+  }
+  size_t n = 0;
+  uint64_t size = body->size();
+  while (n < veccnt && s.body_offset < size) {
+    auto c = body->chunk(s.body_offset);
+    vec[n].base = const_cast<uint8_t *>(c.data());
+    vec[n].len = c.size();
+    s.body_offset += c.size();
+    ++n;
+  }
+  if (s.body_offset >= size) {
+    *flags |= NGHTTP3_DATA_FLAG_EOF;
+  }
+  return static_cast<nghttp3_ssize>(n);
+}
+
+} // namespace xdpq::http

@@ -1,0 +1,111 @@
+#pragma once
+// The HTTP/3 server session of one QUIC connection, on nghttp3. It turns
+// request streams into Requests for the Router and feeds Responses back to
+// nghttp3. It knows nothing of the transport or dataplane under it: the
+// QUIC connection implements H3Transport and moves bytes in and out.
+
+#include "http/message.h"
+#include "http/router.h"
+
+#include <nghttp3/nghttp3.h>
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace xdpq::http {
+
+// What the session needs from the QUIC connection under it.
+class H3Transport {
+public:
+  // The application consumed n bytes of stream data (flow-control credit).
+  virtual void h3_consume(int64_t stream_id, uint64_t n) = 0;
+  // Ask the peer to stop sending on the stream (STOP_SENDING).
+  virtual void h3_stop_reading(int64_t stream_id, uint64_t app_error) = 0;
+  // Abandon our side of the stream (RESET_STREAM).
+  virtual void h3_reset_writing(int64_t stream_id, uint64_t app_error) = 0;
+
+protected:
+  ~H3Transport() = default;
+};
+
+struct H3Limits {
+  // Largest request header section (RFC 9114 4.2.2 size: name + value + 32
+  // per field). Advertised in SETTINGS and enforced: 431 when exceeded.
+  uint64_t max_field_section_size = 16384;
+  size_t max_header_fields = 128; // enforced: 431 when exceeded
+  size_t max_request_body = 16u << 20; // 413 when exceeded
+};
+
+// Per-worker counters; plain fields, one writer (the worker).
+struct H3Stats {
+  uint64_t requests = 0;
+  uint64_t responses_by_class[6] = {}; // index status / 100
+  uint64_t header_limit_rejects = 0;
+  uint64_t body_limit_rejects = 0;
+  uint64_t stream_errors = 0;
+};
+
+class H3Session {
+public:
+  H3Session(H3Transport &transport, std::shared_ptr<const Router> router,
+            const H3Limits &limits, H3Stats &stats);
+  ~H3Session();
+  H3Session(const H3Session &) = delete;
+  H3Session &operator=(const H3Session &) = delete;
+
+  // Binds our unidirectional control and QPACK streams (already opened by
+  // the transport). Returns 0 or an nghttp3 error code.
+  int start(int64_t control_id, int64_t qenc_id, int64_t qdec_id);
+
+  // Feeds stream bytes. Returns bytes consumed outside DATA payload (the
+  // transport credits them), or a negative nghttp3 error that is fatal to
+  // the connection when nghttp3_err_is_fatal() says so.
+  int64_t read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin);
+
+  // Thin pass-throughs to nghttp3 used by the transport's write loop.
+  int64_t writev_stream(int64_t &stream_id, int &fin, nghttp3_vec *vec, size_t veccnt);
+  int add_write_offset(int64_t stream_id, size_t n);
+  int add_ack_offset(int64_t stream_id, uint64_t n);
+  void block_stream(int64_t stream_id);
+  int unblock_stream(int64_t stream_id);
+  void shutdown_stream_write(int64_t stream_id);
+  int close_stream(int64_t stream_id, uint64_t app_error);
+  void shutdown_stream_read(int64_t stream_id);
+  void set_max_client_streams_bidi(uint64_t n);
+
+  // Graceful shutdown: GOAWAY with the largest id, then the final one.
+  int submit_shutdown_notice();
+  int shutdown();
+
+  size_t active_streams() const { return streams_.size(); }
+
+  // nghttp3 callbacks, public for the C trampolines only.
+  struct Stream;
+  int on_begin_headers(int64_t stream_id);
+  int on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
+  int on_end_headers(Stream &s, bool fin);
+  int on_data(Stream &s, const uint8_t *data, size_t len);
+  int on_end_stream(Stream &s);
+  void on_stream_close(int64_t stream_id);
+  nghttp3_ssize on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
+  H3Transport &transport() { return transport_; }
+
+private:
+  void respond(Stream &s);
+  Stream *acquire(int64_t stream_id);
+
+  H3Transport &transport_;
+  std::shared_ptr<const Router> router_;
+  H3Limits limits_;
+  H3Stats &stats_;
+  nghttp3_conn *conn_ = nullptr;
+  std::unordered_map<int64_t, Stream *> streams_;
+  std::vector<std::unique_ptr<Stream>> pool_; // every Stream ever made
+  std::vector<Stream *> free_;                // reusable ones
+  std::vector<nghttp3_nv> nva_;               // scratch for submit_response
+  std::string content_length_;
+};
+
+} // namespace xdpq::http

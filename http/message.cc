@@ -1,0 +1,112 @@
+#include "http/message.h"
+
+#include <array>
+
+namespace xdpq::http {
+
+const std::string *Request::find(std::string_view name) const {
+  for (const auto &h : headers) {
+    if (h.name == name) {
+      return &h.value;
+    }
+  }
+  return nullptr;
+}
+
+void Request::reset() {
+  method.clear();
+  scheme.clear();
+  authority.clear();
+  path.clear();
+  headers.clear();
+  body.clear();
+}
+
+std::span<const uint8_t> MemoryBody::chunk(uint64_t offset) const {
+  auto *p = reinterpret_cast<const uint8_t *>(data_.data());
+  return {p + offset, data_.size() - offset};
+}
+
+std::span<const uint8_t> StaticBody::chunk(uint64_t offset) const {
+  auto *p = reinterpret_cast<const uint8_t *>(data_.data());
+  return {p + offset, data_.size() - offset};
+}
+
+namespace {
+constexpr size_t PATTERN_PERIOD = 26;
+// 64 KiB of whole periods plus one period of slack, so a chunk can start at
+// any phase and still be 64 KiB long.
+constexpr size_t PATTERN_CHUNK = 65536;
+constexpr size_t PATTERN_BUF = PATTERN_CHUNK + PATTERN_PERIOD;
+
+constexpr std::array<uint8_t, PATTERN_BUF> make_pattern() {
+  std::array<uint8_t, PATTERN_BUF> a{};
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<uint8_t>('a' + i % PATTERN_PERIOD);
+  }
+  return a;
+}
+constexpr auto PATTERN = make_pattern();
+} // namespace
+
+std::span<const uint8_t> PatternBody::chunk(uint64_t offset) const {
+  size_t phase = offset % PATTERN_PERIOD;
+  uint64_t left = size_ - offset;
+  size_t n = left < PATTERN_CHUNK ? static_cast<size_t>(left) : PATTERN_CHUNK;
+  return {PATTERN.data() + phase, n};
+}
+
+void Response::set(int s, std::string_view content_type, std::unique_ptr<Body> b) {
+  status = s;
+  content_length = b ? b->size() : 0;
+  body = std::move(b);
+  if (!content_type.empty()) {
+    add_header("content-type", content_type);
+  }
+}
+
+void Response::add_header(std::string_view name, std::string_view value) {
+  headers.push_back(Header{std::string(name), std::string(value)});
+}
+
+void Response::reset() {
+  status = 200;
+  headers.clear();
+  body.reset();
+  content_length = 0;
+}
+
+std::string_view reason_phrase(int status) {
+  switch (status) {
+  case 200: return "OK";
+  case 204: return "No Content";
+  case 206: return "Partial Content";
+  case 304: return "Not Modified";
+  case 400: return "Bad Request";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 413: return "Content Too Large";
+  case 416: return "Range Not Satisfiable";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 503: return "Service Unavailable";
+  default: return "Unknown";
+  }
+}
+
+void make_error(Response &resp, int status, bool head_only) {
+  std::string text = std::to_string(status);
+  text += ' ';
+  text += reason_phrase(status);
+  text += '\n';
+  resp.reset();
+  resp.status = status;
+  resp.add_header("content-type", "text/plain; charset=utf-8");
+  resp.content_length = text.size();
+  if (!head_only) {
+    resp.body = std::make_unique<MemoryBody>(std::move(text));
+  }
+}
+
+} // namespace xdpq::http

@@ -1,0 +1,97 @@
+#pragma once
+// Protocol-neutral HTTP request and response. HTTP/3 (h3_session) and the
+// TCP side build a Request, hand it to the Router, and serialise the
+// Response in their own framing. Objects are reused across requests on a
+// stream slot (reset() keeps string capacity), so steady state reuses memory.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xdpq::http {
+
+struct Header {
+  std::string name; // lower case
+  std::string value;
+};
+
+struct Request {
+  std::string method;
+  std::string scheme;
+  std::string authority;
+  std::string path; // as sent, including the query
+  std::vector<Header> headers;
+  std::string body;
+
+  // Returns the first header with this (lower-case) name, or nullptr.
+  const std::string *find(std::string_view name) const;
+  void reset();
+};
+
+// A response body: a byte sequence readable at any offset. The memory a
+// chunk points to stays valid for the lifetime of the Body, so transports
+// can keep references until the peer acknowledges the bytes (nghttp3 does).
+class Body {
+public:
+  virtual ~Body() = default;
+  virtual uint64_t size() const = 0;
+  // Largest contiguous chunk starting at offset (offset < size()).
+  virtual std::span<const uint8_t> chunk(uint64_t offset) const = 0;
+};
+
+// Body held in memory (error pages, /echo, /healthz).
+class MemoryBody final : public Body {
+public:
+  explicit MemoryBody(std::string data) : data_(std::move(data)) {}
+  uint64_t size() const override { return data_.size(); }
+  std::span<const uint8_t> chunk(uint64_t offset) const override;
+
+private:
+  std::string data_;
+};
+
+// Body pointing at memory that outlives every request (embedded pages).
+class StaticBody final : public Body {
+public:
+  explicit StaticBody(std::string_view data) : data_(data) {}
+  uint64_t size() const override { return data_.size(); }
+  std::span<const uint8_t> chunk(uint64_t offset) const override;
+
+private:
+  std::string_view data_;
+};
+
+// N bytes of the repeating alphabet "abc...z": byte i is 'a' + i % 26.
+// Served from one static buffer, so a 64 MiB body costs no memory.
+class PatternBody final : public Body {
+public:
+  explicit PatternBody(uint64_t n) : size_(n) {}
+  uint64_t size() const override { return size_; }
+  std::span<const uint8_t> chunk(uint64_t offset) const override;
+
+private:
+  uint64_t size_;
+};
+
+struct Response {
+  int status = 200;
+  std::vector<Header> headers; // without content-length; transports add it
+  std::unique_ptr<Body> body;  // may be null: no body
+  // Content-Length to announce. For HEAD this is the length a GET would
+  // have returned, while body stays null.
+  uint64_t content_length = 0;
+
+  void set(int status, std::string_view content_type, std::unique_ptr<Body> body);
+  void add_header(std::string_view name, std::string_view value);
+  void reset();
+};
+
+// Fills resp with a short text/plain error page for status.
+void make_error(Response &resp, int status, bool head_only = false);
+std::string_view reason_phrase(int status);
+
+} // namespace xdpq::http

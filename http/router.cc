@@ -1,0 +1,62 @@
+#include "http/router.h"
+
+#include "http/handlers.h"
+#include "http/static_files.h"
+
+namespace xdpq::http {
+
+std::string_view path_only(std::string_view target) {
+  auto q = target.find_first_of("?#");
+  return q == std::string_view::npos ? target : target.substr(0, q);
+}
+
+void Router::add_exact(std::string path, std::shared_ptr<const Handler> h) {
+  routes_.push_back(Route{std::move(path), false, std::move(h)});
+}
+
+void Router::add_prefix(std::string prefix, std::shared_ptr<const Handler> h) {
+  routes_.push_back(Route{std::move(prefix), true, std::move(h)});
+}
+
+void Router::set_fallback(std::shared_ptr<const Handler> h) { fallback_ = std::move(h); }
+
+void Router::route(const Request &req, Response &resp) const {
+  resp.reset();
+  auto path = path_only(req.path);
+  const Handler *best = nullptr;
+  size_t best_len = 0;
+  for (const auto &r : routes_) {
+    if (r.prefix) {
+      if (path.starts_with(r.path) && r.path.size() >= best_len) {
+        best = r.handler.get();
+        best_len = r.path.size();
+      }
+    } else if (path == r.path) {
+      best = r.handler.get();
+      break;
+    }
+  }
+  if (!best) {
+    best = fallback_.get();
+  }
+  if (!best) {
+    make_error(resp, 404);
+  } else {
+    best->handle(req, resp);
+  }
+  // HEAD: same headers and Content-Length as GET, no body.
+  if (req.method == "HEAD") {
+    resp.body.reset();
+  }
+}
+
+std::shared_ptr<const Router> make_default_router(const RouterConfig &cfg) {
+  auto r = std::make_shared<Router>();
+  r->add_exact("/healthz", std::make_shared<HealthHandler>());
+  r->add_exact("/echo", std::make_shared<EchoHandler>());
+  r->add_prefix("/bytes/", std::make_shared<BytesHandler>(cfg.max_bytes));
+  r->set_fallback(std::make_shared<StaticFiles>(cfg.docroot));
+  return r;
+}
+
+} // namespace xdpq::http

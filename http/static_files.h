@@ -1,0 +1,39 @@
+#pragma once
+// Static files under a document root: content type, Content-Length, strong
+// ETag with If-None-Match, HEAD, one byte range. The target path is decoded
+// and checked segment by segment, and files are opened with openat2()
+// RESOLVE_BENEATH, so neither ".." nor a symlink can leave the root.
+
+#include "http/router.h"
+
+namespace xdpq::http {
+
+class StaticFiles final : public Handler {
+public:
+  // docroot empty: serve the embedded demo page at "/" and "/index.html".
+  // Throws std::runtime_error if docroot is not an openable directory.
+  explicit StaticFiles(const std::string &docroot);
+  ~StaticFiles() override;
+  StaticFiles(const StaticFiles &) = delete;
+  StaticFiles &operator=(const StaticFiles &) = delete;
+
+  void handle(const Request &req, Response &resp) const override;
+
+private:
+  void serve_embedded(const Request &req, Response &resp, std::string_view rel) const;
+  int root_fd_ = -1;
+};
+
+// Decodes %XX and normalises target into a path relative to the root
+// ("" for the root itself). Returns false for a path that is malformed or
+// tries to climb out (".." segments, NUL bytes, bad escapes).
+bool normalize_path(std::string_view target, std::string &out);
+
+std::string_view content_type_for(std::string_view path);
+
+// Parses a single "bytes=" range against size. Returns 0 when the header
+// should be ignored (multiple ranges, other units, garbage), 1 on success
+// with [first, last] filled, -1 when the range is unsatisfiable.
+int parse_range(std::string_view header, uint64_t size, uint64_t &first, uint64_t &last);
+
+} // namespace xdpq::http

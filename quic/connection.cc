@@ -1,0 +1,536 @@
+#include "quic/connection.h"
+
+#include "control/log.h"
+#include "quic/endpoint.h"
+
+#include <gnutls/crypto.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+#include <nghttp3/nghttp3.h>
+
+#include <random>
+
+namespace xdpq::quic {
+
+namespace {
+
+Connection &self(void *user_data) { return *static_cast<Connection *>(user_data); }
+
+ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref) {
+  return static_cast<Connection *>(ref->user_data)->conn();
+}
+
+int cb_recv_stream_data(ngtcp2_conn *, uint32_t flags, int64_t stream_id, uint64_t,
+                        const uint8_t *data, size_t len, void *ud, void *) {
+  return self(ud).on_recv_stream_data(flags, stream_id, data, len);
+}
+
+int cb_acked_stream_data_offset(ngtcp2_conn *, int64_t stream_id, uint64_t, uint64_t len,
+                                void *ud, void *) {
+  return self(ud).on_acked_stream_data(stream_id, len);
+}
+
+int cb_stream_close(ngtcp2_conn *, uint32_t flags, int64_t stream_id, uint64_t app_error,
+                    void *ud, void *) {
+  return self(ud).on_stream_close(flags, stream_id, app_error);
+}
+
+int cb_stream_reset(ngtcp2_conn *, int64_t stream_id, uint64_t, uint64_t, void *ud, void *) {
+  return self(ud).on_stream_reset(stream_id);
+}
+
+int cb_stream_stop_sending(ngtcp2_conn *, int64_t stream_id, uint64_t, void *ud, void *) {
+  return self(ud).on_stream_reset(stream_id);
+}
+
+int cb_extend_max_stream_data(ngtcp2_conn *, int64_t stream_id, uint64_t, void *ud, void *) {
+  return self(ud).on_extend_max_stream_data(stream_id);
+}
+
+int cb_extend_max_remote_streams_bidi(ngtcp2_conn *, uint64_t max_streams, void *ud) {
+  return self(ud).on_extend_max_remote_streams_bidi(max_streams);
+}
+
+int cb_handshake_completed(ngtcp2_conn *, void *ud) { return self(ud).on_handshake_completed(); }
+
+int cb_get_new_connection_id(ngtcp2_conn *, ngtcp2_cid *cid, uint8_t *token, size_t cidlen,
+                             void *ud) {
+  return self(ud).on_new_cid(cid, token, cidlen);
+}
+
+int cb_remove_connection_id(ngtcp2_conn *, const ngtcp2_cid *cid, void *ud) {
+  return self(ud).on_remove_cid(cid);
+}
+
+int cb_recv_tx_key(ngtcp2_conn *, ngtcp2_crypto_level level, void *ud) {
+  return self(ud).on_recv_tx_key(level);
+}
+
+void cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *) {
+  // Padding and packet-number skips: not secret, so a fast per-thread PRNG.
+  thread_local std::mt19937_64 rng = [] {
+    uint64_t seed;
+    gnutls_rnd(GNUTLS_RND_NONCE, &seed, sizeof(seed));
+    return std::mt19937_64(seed);
+  }();
+  for (size_t i = 0; i < len; ++i) dest[i] = static_cast<uint8_t>(rng());
+}
+
+ngtcp2_path make_path(const dataplane::Path &p) {
+  ngtcp2_path np{};
+  np.local.addr = const_cast<sockaddr *>(&p.local.u.sa);
+  np.local.addrlen = p.local.len;
+  np.remote.addr = const_cast<sockaddr *>(&p.remote.u.sa);
+  np.remote.addrlen = p.remote.len;
+  return np;
+}
+
+dataplane::Path from_ngtcp2(const ngtcp2_path &np) {
+  dataplane::Path p;
+  p.local = dataplane::Address::from(np.local.addr, np.local.addrlen);
+  p.remote = dataplane::Address::from(np.remote.addr, np.remote.addrlen);
+  return p;
+}
+
+} // namespace
+
+Connection::Connection(Endpoint &ep) : ep_(ep), timer_(timer_fired, this) {
+  conn_ref_.get_conn = get_conn;
+  conn_ref_.user_data = this;
+  ngtcp2_connection_close_error_default(&last_error_);
+}
+
+Connection::~Connection() {
+  ep_.timers().cancel(timer_);
+  h3_.reset();
+  if (conn_) ngtcp2_conn_del(conn_);
+  if (tls_) gnutls_deinit(tls_);
+}
+
+int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
+                     const ngtcp2_cid *odcid, const ngtcp2_vec &token) {
+  const auto &cfg = ep_.config();
+  started_at_ = ep_.clock().now();
+
+  ngtcp2_callbacks cb{};
+  cb.recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
+  cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+  cb.handshake_completed = cb_handshake_completed;
+  cb.encrypt = ngtcp2_crypto_encrypt_cb;
+  cb.decrypt = ngtcp2_crypto_decrypt_cb;
+  cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
+  cb.recv_stream_data = cb_recv_stream_data;
+  cb.acked_stream_data_offset = cb_acked_stream_data_offset;
+  cb.stream_close = cb_stream_close;
+  cb.rand = cb_rand;
+  cb.get_new_connection_id = cb_get_new_connection_id;
+  cb.remove_connection_id = cb_remove_connection_id;
+  cb.update_key = ngtcp2_crypto_update_key_cb;
+  cb.stream_reset = cb_stream_reset;
+  cb.extend_max_remote_streams_bidi = cb_extend_max_remote_streams_bidi;
+  cb.extend_max_stream_data = cb_extend_max_stream_data;
+  cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+  cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
+  cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
+  cb.stream_stop_sending = cb_stream_stop_sending;
+  cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+  cb.recv_tx_key = cb_recv_tx_key;
+
+  ngtcp2_settings settings;
+  ngtcp2_settings_default(&settings);
+  settings.initial_ts = started_at_;
+  settings.max_tx_udp_payload_size = cfg.max_udp_payload;
+  settings.no_tx_udp_payload_size_shaping = 1;
+  settings.no_pmtud = 1;
+  settings.handshake_timeout = cfg.handshake_timeout;
+  settings.max_window = cfg.max_conn_window;
+  settings.max_stream_window = cfg.max_stream_window;
+  settings.cc_algo = NGTCP2_CC_ALGO_CUBIC;
+  settings.token = token; // ngtcp2 copies it; a validated token lifts the 3x limit
+
+  ngtcp2_transport_params params;
+  ngtcp2_transport_params_default(&params);
+  params.initial_max_stream_data_bidi_local = cfg.stream_window;
+  params.initial_max_stream_data_bidi_remote = cfg.stream_window;
+  params.initial_max_stream_data_uni = cfg.stream_window;
+  params.initial_max_data = cfg.conn_window;
+  params.initial_max_streams_bidi = cfg.max_streams_bidi;
+  params.initial_max_streams_uni = 3;
+  params.max_idle_timeout = cfg.idle_timeout;
+  params.active_connection_id_limit = 7;
+  if (odcid) {
+    params.original_dcid = *odcid;
+    params.retry_scid = hd.dcid;
+    params.retry_scid_present = 1;
+  } else {
+    params.original_dcid = hd.dcid;
+  }
+
+  ngtcp2_cid scid;
+  ep_.make_cid(scid, Endpoint::SCID_LEN);
+  params.stateless_reset_token_present = 1;
+  ngtcp2_crypto_generate_stateless_reset_token(params.stateless_reset_token,
+                                               ep_.secrets().reset_key.data(),
+                                               ep_.secrets().reset_key.size(), &scid);
+
+  ngtcp2_path np = make_path(path);
+  if (ngtcp2_conn_server_new(&conn_, &hd.scid, &scid, &np, hd.version, &cb, &settings, &params,
+                             nullptr, this) != 0) {
+    return -1;
+  }
+  tls_ = ep_.tls().new_session(&conn_ref_);
+  if (!tls_) return -1;
+  ngtcp2_conn_set_tls_native_handle(conn_, tls_);
+  ep_.add_cid(scid, this);
+  return 0;
+}
+
+void Connection::on_datagram(const dataplane::Path &path, uint8_t ecn, const uint8_t *data,
+                             size_t len) {
+  if (state_ == State::closing) {
+    // Repeat our CONNECTION_CLOSE, exponentially less often (RFC 9000 10.2.1).
+    ++close_received_;
+    if ((close_received_ & (close_received_ - 1)) == 0) send_close_packet();
+    ep_.mutable_stats().drop_closing += 1;
+    return;
+  }
+  if (state_ != State::active) {
+    ep_.mutable_stats().drop_closing += 1;
+    return;
+  }
+  ngtcp2_path np = make_path(path);
+  ngtcp2_pkt_info pi{ecn};
+  int rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ep_.clock().now());
+  if (rv != 0) {
+    switch (rv) {
+    case NGTCP2_ERR_DRAINING:
+      enter_draining();
+      return;
+    case NGTCP2_ERR_DROP_CONN:
+    case NGTCP2_ERR_RETRY:
+      retire();
+      return;
+    case NGTCP2_ERR_CRYPTO:
+      if (last_error_.error_code == 0) {
+        ngtcp2_connection_close_error_set_transport_error_tls_alert(
+            &last_error_, ngtcp2_conn_get_tls_alert(conn_), nullptr, 0);
+      }
+      fail();
+      return;
+    default:
+      if (last_error_.error_code == 0) {
+        ngtcp2_connection_close_error_set_transport_error_liberr(&last_error_, rv, nullptr, 0);
+      }
+      fail();
+      return;
+    }
+  }
+  ep_.want_write(this);
+}
+
+bool Connection::write() {
+  if (state_ != State::active) return true;
+  auto &tx = ep_.tx();
+  const uint64_t ts = ep_.clock().now();
+  const size_t max_udp = ngtcp2_conn_get_max_tx_udp_payload_size(conn_);
+  size_t max_pkts = ngtcp2_conn_get_send_quantum(conn_) / max_udp;
+  if (max_pkts == 0) max_pkts = 1;
+  if (max_pkts > 64) max_pkts = 64;
+
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  ngtcp2_pkt_info pi{};
+  std::span<uint8_t> buf;
+  size_t written = 0;
+  bool ok = true;
+  for (;;) {
+    int64_t stream_id = -1;
+    int fin = 0;
+    nghttp3_vec vec[16];
+    nghttp3_ssize nvec = 0;
+    if (h3_ && ngtcp2_conn_get_max_data_left(conn_)) {
+      nvec = h3_->writev_stream(stream_id, fin, vec, 16);
+      if (nvec < 0) {
+        ngtcp2_connection_close_error_set_application_error(
+            &last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(nvec)),
+            nullptr, 0);
+        fail();
+        return true;
+      }
+    }
+    if (buf.empty()) {
+      buf = tx.tx_alloc(max_udp);
+      if (buf.empty()) {
+        // Out of room: the endpoint retries after the sink drains. Any
+        // stream data nghttp3 offered is offered again then.
+        ok = false;
+        break;
+      }
+    }
+    uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
+    if (fin) flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
+    ngtcp2_ssize ndatalen = -1;
+    ngtcp2_ssize nwrite = ngtcp2_conn_writev_stream(
+        conn_, &ps.path, &pi, buf.data(), max_udp, &ndatalen, flags, stream_id,
+        reinterpret_cast<const ngtcp2_vec *>(vec), static_cast<size_t>(nvec), ts);
+    if (nwrite < 0) {
+      switch (nwrite) {
+      case NGTCP2_ERR_STREAM_DATA_BLOCKED:
+        h3_->block_stream(stream_id);
+        continue;
+      case NGTCP2_ERR_STREAM_SHUT_WR:
+        h3_->shutdown_stream_write(stream_id);
+        continue;
+      case NGTCP2_ERR_WRITE_MORE:
+        h3_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
+        continue;
+      default:
+        ngtcp2_connection_close_error_set_transport_error_liberr(
+            &last_error_, static_cast<int>(nwrite), nullptr, 0);
+        fail();
+        return true;
+      }
+    }
+    if (ndatalen >= 0 && h3_) {
+      h3_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
+    }
+    if (nwrite == 0) break; // nothing more, or congestion/pacing limited
+    tx.tx_commit(from_ngtcp2(ps.path), static_cast<uint8_t>(pi.ecn),
+                 static_cast<size_t>(nwrite));
+    buf = {};
+    ep_.mutable_stats().packets_out += 1;
+    if (++written >= max_pkts) break;
+  }
+  ngtcp2_conn_update_pkt_tx_time(conn_, ts);
+  update_timer();
+  return ok;
+}
+
+void Connection::close(uint64_t app_error) {
+  if (state_ != State::active) return;
+  ngtcp2_connection_close_error_set_application_error(&last_error_, app_error, nullptr, 0);
+  fail();
+}
+
+bool Connection::fail() {
+  if (state_ != State::active) return false;
+  if (last_error_.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT_IDLE_CLOSE) {
+    ep_.mutable_stats().conns_idle_closed += 1;
+    retire();
+    return false;
+  }
+  if (!(last_error_.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION &&
+        last_error_.error_code == NGHTTP3_H3_NO_ERROR)) {
+    ep_.mutable_stats().conn_errors += 1;
+    LOG_DEBUG("connection closed: error type %d code 0x%llx", static_cast<int>(last_error_.type),
+              static_cast<unsigned long long>(last_error_.error_code));
+  }
+  close_packet_.resize(ep_.config().max_udp_payload);
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  ngtcp2_pkt_info pi{};
+  ngtcp2_ssize n = ngtcp2_conn_write_connection_close(
+      conn_, &ps.path, &pi, close_packet_.data(), close_packet_.size(), &last_error_,
+      ep_.clock().now());
+  if (n <= 0) {
+    retire();
+    return false;
+  }
+  close_packet_.resize(static_cast<size_t>(n));
+  close_path_ = from_ngtcp2(ps.path);
+  state_ = State::closing;
+  send_close_packet();
+  ep_.timers().schedule(timer_, ep_.clock().now() + 3 * ngtcp2_conn_get_pto(conn_));
+  return false;
+}
+
+void Connection::send_close_packet() {
+  auto buf = ep_.tx().tx_alloc(close_packet_.size());
+  if (buf.empty()) return; // lost like any packet; the peer retransmits
+  std::copy(close_packet_.begin(), close_packet_.end(), buf.begin());
+  ep_.tx().tx_commit(close_path_, 0, close_packet_.size());
+  ep_.mutable_stats().packets_out += 1;
+}
+
+void Connection::enter_draining() {
+  state_ = State::draining;
+  ep_.timers().schedule(timer_, ep_.clock().now() + 3 * ngtcp2_conn_get_pto(conn_));
+}
+
+std::vector<ngtcp2_cid> Connection::cids() const {
+  std::vector<ngtcp2_cid> v;
+  if (!conn_) return v;
+  v.resize(ngtcp2_conn_get_num_scid(conn_));
+  v.resize(ngtcp2_conn_get_scid(conn_, v.data()));
+  v.push_back(*ngtcp2_conn_get_client_initial_dcid(conn_));
+  return v;
+}
+
+void Connection::retire() {
+  if (state_ == State::dead) return;
+  state_ = State::dead;
+  ep_.timers().cancel(timer_);
+  if (!handshake_done_) {
+    ep_.mutable_stats().handshakes_failed += 1;
+    ep_.handshake_done(this);
+  }
+  ep_.retire(this);
+}
+
+void Connection::timer_fired(dataplane::Timer &t) {
+  static_cast<Connection *>(t.owner())->on_timer();
+}
+
+void Connection::on_timer() {
+  if (state_ == State::closing || state_ == State::draining) {
+    retire(); // end of the closing/draining period
+    return;
+  }
+  if (state_ != State::active) return;
+  int rv = ngtcp2_conn_handle_expiry(conn_, ep_.clock().now());
+  if (rv != 0) {
+    ngtcp2_connection_close_error_set_transport_error_liberr(&last_error_, rv, nullptr, 0);
+    fail();
+    return;
+  }
+  ep_.want_write(this);
+}
+
+void Connection::update_timer() {
+  if (state_ != State::active) return;
+  ngtcp2_tstamp expiry = ngtcp2_conn_get_expiry(conn_);
+  if (expiry == UINT64_MAX) {
+    ep_.timers().cancel(timer_);
+  } else {
+    ep_.timers().schedule(timer_, expiry);
+  }
+}
+
+int Connection::setup_h3() {
+  if (h3_) return 0;
+  if (ngtcp2_conn_get_streams_uni_left(conn_) < 3) return NGTCP2_ERR_CALLBACK_FAILURE;
+  h3_ = std::make_unique<http::H3Session>(*this, ep_.router(), ep_.config().h3,
+                                          ep_.mutable_h3_stats());
+  h3_->set_max_client_streams_bidi(ep_.config().max_streams_bidi);
+  int64_t ctrl, qenc, qdec;
+  if (ngtcp2_conn_open_uni_stream(conn_, &ctrl, nullptr) != 0 ||
+      ngtcp2_conn_open_uni_stream(conn_, &qenc, nullptr) != 0 ||
+      ngtcp2_conn_open_uni_stream(conn_, &qdec, nullptr) != 0 ||
+      h3_->start(ctrl, qenc, qdec) != 0) {
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
+  return 0;
+}
+
+int Connection::on_recv_tx_key(ngtcp2_crypto_level level) {
+  if (level != NGTCP2_CRYPTO_LEVEL_APPLICATION) return 0;
+  return setup_h3() == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+int Connection::on_recv_stream_data(uint32_t flags, int64_t stream_id, const uint8_t *data,
+                                    size_t len) {
+  if (!h3_ && setup_h3() != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  if ((flags & NGTCP2_STREAM_DATA_FLAG_EARLY) && !handshake_done_) {
+    // Request bytes that arrived in 0-RTT (counted once per connection).
+    if (!early_counted_) {
+      early_counted_ = true;
+      ep_.mutable_stats().early_data_accepted += 1;
+    }
+  }
+  auto n = h3_->read_stream(stream_id, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+  if (n < 0) {
+    ngtcp2_connection_close_error_set_application_error(
+        &last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(n)), nullptr, 0);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
+  ngtcp2_conn_extend_max_stream_offset(conn_, stream_id, static_cast<uint64_t>(n));
+  ngtcp2_conn_extend_max_offset(conn_, static_cast<uint64_t>(n));
+  return 0;
+}
+
+int Connection::on_acked_stream_data(int64_t stream_id, uint64_t len) {
+  if (h3_ && h3_->add_ack_offset(stream_id, len) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  return 0;
+}
+
+int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_error) {
+  if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET)) app_error = NGHTTP3_H3_NO_ERROR;
+  if (h3_) {
+    int rv = h3_->close_stream(stream_id, app_error);
+    if (rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND) {
+      ngtcp2_connection_close_error_set_application_error(
+          &last_error_, nghttp3_err_infer_quic_app_error_code(rv), nullptr, 0);
+      return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+  }
+  // A finished client request stream frees a slot for the next one.
+  if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1)) {
+    ngtcp2_conn_extend_max_streams_bidi(conn_, 1);
+  }
+  return 0;
+}
+
+int Connection::on_stream_reset(int64_t stream_id) {
+  if (h3_) h3_->shutdown_stream_read(stream_id);
+  return 0;
+}
+
+int Connection::on_extend_max_stream_data(int64_t stream_id) {
+  if (h3_ && h3_->unblock_stream(stream_id) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  return 0;
+}
+
+int Connection::on_extend_max_remote_streams_bidi(uint64_t max_streams) {
+  if (h3_) h3_->set_max_client_streams_bidi(max_streams);
+  return 0;
+}
+
+int Connection::on_handshake_completed() {
+  handshake_done_ = true;
+  ep_.handshake_done(this);
+  auto &st = ep_.mutable_stats();
+  st.handshakes_completed += 1;
+  if (gnutls_session_is_resumed(tls_)) st.sessions_resumed += 1;
+  // Tickets are sent by hand (GNUTLS_NO_AUTO_SEND_TICKET): only after the
+  // handshake, so a client always gets one.
+  if (gnutls_session_ticket_send(tls_, 1, 0) != 0) {
+    LOG_DEBUG("could not send a session ticket");
+  }
+  uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
+  const ngtcp2_path *path = ngtcp2_conn_get_path(conn_);
+  auto n = ngtcp2_crypto_generate_regular_token(
+      token, ep_.secrets().token_key.data(), ep_.secrets().token_key.size(), path->remote.addr,
+      path->remote.addrlen, ep_.clock().wall());
+  if (n > 0) ngtcp2_conn_submit_new_token(conn_, token, static_cast<size_t>(n));
+  LOG_DEBUG("handshake completed in %llu us (resumed=%d)",
+            static_cast<unsigned long long>((ep_.clock().now() - started_at_) / 1000),
+            gnutls_session_is_resumed(tls_) ? 1 : 0);
+  return 0;
+}
+
+int Connection::on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t cidlen) {
+  ep_.make_cid(*cid, cidlen);
+  ngtcp2_crypto_generate_stateless_reset_token(token, ep_.secrets().reset_key.data(),
+                                               ep_.secrets().reset_key.size(), cid);
+  ep_.add_cid(*cid, this);
+  return 0;
+}
+
+int Connection::on_remove_cid(const ngtcp2_cid *cid) {
+  ep_.remove_cid(*cid);
+  return 0;
+}
+
+void Connection::h3_consume(int64_t stream_id, uint64_t n) {
+  ngtcp2_conn_extend_max_stream_offset(conn_, stream_id, n);
+  ngtcp2_conn_extend_max_offset(conn_, n);
+}
+
+void Connection::h3_stop_reading(int64_t stream_id, uint64_t app_error) {
+  ngtcp2_conn_shutdown_stream_read(conn_, stream_id, app_error);
+}
+
+void Connection::h3_reset_writing(int64_t stream_id, uint64_t app_error) {
+  ngtcp2_conn_shutdown_stream_write(conn_, stream_id, app_error);
+}
+
+} // namespace xdpq::quic

@@ -1,0 +1,99 @@
+#pragma once
+// One QUIC connection: ngtcp2 state, its GnuTLS session and its HTTP/3
+// session. It reads datagrams the endpoint routes to it and writes packets
+// into the endpoint's TxSink, at most a send quantum per pass; its timer
+// lives in the worker's wheel.
+
+#include "dataplane/datagram_port.h"
+#include "dataplane/timer_wheel.h"
+#include "http/h3_session.h"
+
+#include <gnutls/gnutls.h>
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+
+#include <memory>
+#include <vector>
+
+namespace xdpq::quic {
+
+class Endpoint;
+
+class Connection final : public http::H3Transport {
+public:
+  explicit Connection(Endpoint &ep);
+  ~Connection();
+  Connection(const Connection &) = delete;
+  Connection &operator=(const Connection &) = delete;
+
+  // Sets up ngtcp2 for a client's first Initial. odcid is set when the
+  // client came back with a valid Retry token; token is a validated
+  // NEW_TOKEN or Retry token (empty otherwise). Returns 0 or -1.
+  int init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path, const ngtcp2_cid *odcid,
+           const ngtcp2_vec &token);
+
+  // Feeds one datagram. A connection that finishes retires itself.
+  void on_datagram(const dataplane::Path &path, uint8_t ecn, const uint8_t *data, size_t len);
+
+  // Writes pending packets. Returns false if the sink ran out of room.
+  bool write();
+
+  // Sends CONNECTION_CLOSE with H3_NO_ERROR and enters the closing period.
+  void close(uint64_t app_error);
+
+  bool pending_write = false; // queued in the endpoint's write list
+  bool retired = false;
+
+  ngtcp2_conn *conn() const { return conn_; }
+  // Every CID the endpoint may route to this connection.
+  std::vector<ngtcp2_cid> cids() const;
+  bool handshake_done() const { return handshake_done_; }
+
+  // ngtcp2 callbacks (called from the C trampolines).
+  int on_recv_stream_data(uint32_t flags, int64_t stream_id, const uint8_t *data, size_t len);
+  int on_acked_stream_data(int64_t stream_id, uint64_t len);
+  int on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_error);
+  int on_stream_reset(int64_t stream_id);
+  int on_extend_max_stream_data(int64_t stream_id);
+  int on_extend_max_remote_streams_bidi(uint64_t max_streams);
+  int on_handshake_completed();
+  int on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t cidlen);
+  int on_remove_cid(const ngtcp2_cid *cid);
+  int on_recv_tx_key(ngtcp2_crypto_level level);
+
+  // http::H3Transport
+  void h3_consume(int64_t stream_id, uint64_t n) override;
+  void h3_stop_reading(int64_t stream_id, uint64_t app_error) override;
+  void h3_reset_writing(int64_t stream_id, uint64_t app_error) override;
+
+private:
+  enum class State { active, closing, draining, dead };
+
+  static void timer_fired(dataplane::Timer &t);
+  void on_timer();
+  void update_timer();
+  int setup_h3();
+  // Enters the closing period with last_error_ (or retires silently for an
+  // idle close). Returns false: the caller's "connection finished" value.
+  bool fail();
+  void enter_draining();
+  void send_close_packet();
+  void retire();
+
+  Endpoint &ep_;
+  ngtcp2_conn *conn_ = nullptr;
+  gnutls_session_t tls_ = nullptr;
+  ngtcp2_crypto_conn_ref conn_ref_{};
+  std::unique_ptr<http::H3Session> h3_;
+  dataplane::Timer timer_;
+  State state_ = State::active;
+  bool handshake_done_ = false;
+  bool early_counted_ = false;
+  ngtcp2_connection_close_error last_error_{};
+  std::vector<uint8_t> close_packet_;
+  dataplane::Path close_path_;
+  uint64_t close_received_ = 0; // datagrams received while closing
+  uint64_t started_at_ = 0;
+};
+
+} // namespace xdpq::quic

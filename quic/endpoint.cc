@@ -1,0 +1,302 @@
+#include "quic/endpoint.h"
+
+#include "control/log.h"
+#include "quic/connection.h"
+
+#include <gnutls/crypto.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+
+#include <cstring>
+
+namespace xdpq::quic {
+
+namespace {
+constexpr size_t MIN_INITIAL_DATAGRAM = 1200;
+// Shortest datagram a stateless reset may answer: it must look like a short
+// header packet with our CID length, and be longer than the reset we send.
+constexpr size_t MIN_RESET_TRIGGER = Endpoint::SCID_LEN + 22;
+} // namespace
+
+CidKey CidKey::from(const uint8_t *p, size_t n) {
+  CidKey k;
+  k.len = static_cast<uint8_t>(n > NGTCP2_MAX_CIDLEN ? NGTCP2_MAX_CIDLEN : n);
+  std::memcpy(k.data, p, k.len);
+  return k;
+}
+
+bool CidKey::operator==(const CidKey &o) const {
+  return len == o.len && std::memcmp(data, o.data, len) == 0;
+}
+
+size_t CidKeyHash::operator()(const CidKey &k) const {
+  // CIDs are random after the worker byte: FNV-1a over them is plenty.
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < k.len; ++i) {
+    h ^= k.data[i];
+    h *= 1099511628211ull;
+  }
+  return static_cast<size_t>(h);
+}
+
+Endpoint::Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &secrets,
+                   std::shared_ptr<const http::Router> router, dataplane::TimerWheel &timers,
+                   const Clock &clock, dataplane::TxSink &tx)
+    : cfg_(cfg), tls_(tls), secrets_(secrets), router_(std::move(router)), timers_(timers),
+      clock_(clock), tx_(tx), reset_tokens_(cfg.stateless_resets_per_second),
+      reset_refill_at_(clock.now()) {
+  scratch_.resize(MIN_INITIAL_DATAGRAM);
+}
+
+Endpoint::~Endpoint() {
+  // Connections unregister from the wheel in their destructors.
+  conns_.clear();
+}
+
+void Endpoint::make_cid(ngtcp2_cid &cid, size_t len) {
+  if (len > NGTCP2_MAX_CIDLEN) len = NGTCP2_MAX_CIDLEN;
+  cid.datalen = len;
+  cid.data[0] = cfg_.worker_id;
+  gnutls_rnd(GNUTLS_RND_NONCE, cid.data + 1, len - 1);
+}
+
+void Endpoint::add_cid(const ngtcp2_cid &cid, Connection *c) { cids_[CidKey::from(cid)] = c; }
+
+void Endpoint::remove_cid(const ngtcp2_cid &cid) { cids_.erase(CidKey::from(cid)); }
+
+void Endpoint::want_write(Connection *c) {
+  if (!c->pending_write && !c->retired) {
+    c->pending_write = true;
+    pending_writes_.push_back(c);
+  }
+}
+
+void Endpoint::retire(Connection *c) {
+  if (c->retired) return;
+  c->retired = true;
+  retired_.push_back(c);
+}
+
+void Endpoint::handshake_done(Connection *) {
+  if (handshakes_in_progress_ > 0) --handshakes_in_progress_;
+}
+
+void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
+  stats_.datagrams_in += 1;
+  stats_.bytes_in += dg.len;
+  ngtcp2_version_cid vc;
+  int rv = ngtcp2_pkt_decode_version_cid(&vc, dg.data, dg.len, SCID_LEN);
+  if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
+    send_version_negotiation(dg, vc);
+    return;
+  }
+  if (rv != 0) {
+    stats_.drop_unparsable += 1;
+    return;
+  }
+  auto it = cids_.find(CidKey::from(vc.dcid, vc.dcidlen));
+  if (it != cids_.end()) {
+    it->second->on_datagram(dg.path, dg.ecn, dg.data, dg.len);
+    return;
+  }
+  if (dg.data[0] & 0x80) {
+    accept(dg, vc);
+  } else {
+    send_stateless_reset(dg, vc);
+  }
+}
+
+void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid &) {
+  if (dg.len < MIN_INITIAL_DATAGRAM) {
+    // RFC 9000 14.1: Initials ride in datagrams of at least 1200 bytes.
+    stats_.drop_small_initial += 1;
+    return;
+  }
+  ngtcp2_pkt_hd hd;
+  if (ngtcp2_accept(&hd, dg.data, dg.len) != 0) {
+    // 0-RTT or Handshake for a connection we do not know, or junk.
+    stats_.drop_unknown_packet += 1;
+    return;
+  }
+  if (conns_.size() >= cfg_.max_connections) {
+    stats_.drop_conn_limit += 1;
+    send_close_without_state(dg, hd, NGTCP2_CONNECTION_REFUSED);
+    return;
+  }
+
+  ngtcp2_cid odcid;
+  const ngtcp2_cid *podcid = nullptr;
+  ngtcp2_vec token{};
+  const uint64_t wall = clock_.wall();
+  if (hd.token.len > 0) {
+    if (hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
+      if (ngtcp2_crypto_verify_retry_token(
+              &odcid, hd.token.base, hd.token.len, secrets_.token_key.data(),
+              secrets_.token_key.size(), hd.version, &dg.path.remote.u.sa, dg.path.remote.len,
+              &hd.dcid, cfg_.retry_token_lifetime, wall) != 0) {
+        stats_.drop_bad_token += 1;
+        send_close_without_state(dg, hd, NGTCP2_INVALID_TOKEN);
+        return;
+      }
+      podcid = &odcid;
+      token = hd.token;
+    } else if (hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR &&
+               ngtcp2_crypto_verify_regular_token(
+                   hd.token.base, hd.token.len, secrets_.token_key.data(),
+                   secrets_.token_key.size(), &dg.path.remote.u.sa, dg.path.remote.len,
+                   cfg_.new_token_lifetime, wall) == 0) {
+      stats_.new_tokens_accepted += 1;
+      token = hd.token;
+    }
+  }
+  bool validated = token.len > 0;
+  bool need_retry =
+      cfg_.retry == RetryMode::on ||
+      (cfg_.retry == RetryMode::automatic && handshakes_in_progress_ >= cfg_.retry_threshold);
+  if (need_retry && !validated) {
+    send_retry(dg, hd);
+    return;
+  }
+
+  auto conn = std::make_unique<Connection>(*this);
+  Connection *c = conn.get();
+  if (c->init(hd, dg.path, podcid, token) != 0) {
+    stats_.drop_unparsable += 1;
+    return;
+  }
+  conns_.emplace(c, std::move(conn));
+  stats_.handshakes_started += 1;
+  ++handshakes_in_progress_;
+  // The client's DCID routes its further Initials until it switches CIDs.
+  cids_[CidKey::from(hd.dcid)] = c;
+  c->on_datagram(dg.path, dg.ecn, dg.data, dg.len);
+}
+
+bool Endpoint::send_stateless(const dataplane::RxDatagram &dg, const uint8_t *data, size_t len) {
+  if (len > 3 * dg.len) {
+    stats_.drop_amplification += 1;
+    return false;
+  }
+  auto buf = tx_.tx_alloc(len);
+  if (buf.empty()) return false;
+  std::memcpy(buf.data(), data, len);
+  dataplane::Path back{dg.path.local, dg.path.remote};
+  tx_.tx_commit(back, 0, len);
+  stats_.packets_out += 1;
+  return true;
+}
+
+void Endpoint::send_version_negotiation(const dataplane::RxDatagram &dg,
+                                        const ngtcp2_version_cid &vc) {
+  if (dg.len < MIN_INITIAL_DATAGRAM) {
+    // RFC 9000 6.1: no Version Negotiation for datagrams a client could
+    // not have sent as a first Initial (and no cheap reflection).
+    stats_.drop_small_initial += 1;
+    return;
+  }
+  uint8_t grease;
+  gnutls_rnd(GNUTLS_RND_NONCE, &grease, 1);
+  uint32_t versions[] = {0x1a2a3a4au | ((grease & 0x70u) << 24), NGTCP2_PROTO_VER_V1};
+  auto n = ngtcp2_pkt_write_version_negotiation(scratch_.data(), scratch_.size(), grease,
+                                                vc.scid, vc.scidlen, vc.dcid, vc.dcidlen,
+                                                versions, 2);
+  if (n > 0 && send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
+    stats_.version_negotiations += 1;
+  }
+}
+
+void Endpoint::send_retry(const dataplane::RxDatagram &dg, const ngtcp2_pkt_hd &hd) {
+  ngtcp2_cid scid;
+  make_cid(scid, SCID_LEN);
+  uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
+  auto tokenlen = ngtcp2_crypto_generate_retry_token(
+      token, secrets_.token_key.data(), secrets_.token_key.size(), hd.version,
+      &dg.path.remote.u.sa, dg.path.remote.len, &scid, &hd.dcid, clock_.wall());
+  if (tokenlen < 0) return;
+  auto n = ngtcp2_crypto_write_retry(scratch_.data(), scratch_.size(), hd.version, &hd.scid, &scid,
+                                     &hd.dcid, token, static_cast<size_t>(tokenlen));
+  if (n > 0 && send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
+    stats_.retries_sent += 1;
+  }
+}
+
+void Endpoint::send_close_without_state(const dataplane::RxDatagram &dg, const ngtcp2_pkt_hd &hd,
+                                        uint64_t error_code) {
+  auto n = ngtcp2_crypto_write_connection_close(scratch_.data(), scratch_.size(), hd.version,
+                                                &hd.scid, &hd.dcid, error_code, nullptr, 0);
+  if (n > 0) send_stateless(dg, scratch_.data(), static_cast<size_t>(n));
+}
+
+void Endpoint::send_stateless_reset(const dataplane::RxDatagram &dg,
+                                    const ngtcp2_version_cid &vc) {
+  if (dg.len < MIN_RESET_TRIGGER) {
+    stats_.drop_unparsable += 1;
+    return;
+  }
+  // Token bucket: a flood of junk must not turn us into a reset cannon.
+  uint64_t now = clock_.now();
+  double rate = cfg_.stateless_resets_per_second;
+  reset_tokens_ += static_cast<double>(now - reset_refill_at_) * rate / 1e9;
+  if (reset_tokens_ > rate) reset_tokens_ = rate;
+  reset_refill_at_ = now;
+  if (reset_tokens_ < 1.0) {
+    stats_.drop_reset_rate += 1;
+    return;
+  }
+  reset_tokens_ -= 1.0;
+  ngtcp2_cid dcid;
+  ngtcp2_cid_init(&dcid, vc.dcid, vc.dcidlen);
+  uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
+  if (ngtcp2_crypto_generate_stateless_reset_token(token, secrets_.reset_key.data(),
+                                                   secrets_.reset_key.size(), &dcid) != 0) {
+    return;
+  }
+  // Always shorter than the trigger (RFC 9000 10.3.3), so resets cannot loop.
+  size_t randlen = dg.len - 1 - NGTCP2_STATELESS_RESET_TOKENLEN;
+  if (randlen > 41) randlen = 41;
+  uint8_t rand[41];
+  gnutls_rnd(GNUTLS_RND_NONCE, rand, randlen);
+  auto n = ngtcp2_pkt_write_stateless_reset(scratch_.data(), scratch_.size(), token, rand,
+                                            randlen);
+  if (n > 0 && send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
+    stats_.stateless_resets_sent += 1;
+  }
+}
+
+void Endpoint::end_of_pass() {
+  write_blocked_ = false;
+  // Connections may queue themselves again while we write (timers): swap.
+  size_t i = 0;
+  for (; i < pending_writes_.size(); ++i) {
+    Connection *c = pending_writes_[i];
+    if (c->retired) {
+      c->pending_write = false;
+      continue;
+    }
+    if (!c->write()) {
+      write_blocked_ = true;
+      break;
+    }
+    c->pending_write = false;
+  }
+  pending_writes_.erase(pending_writes_.begin(), pending_writes_.begin() + static_cast<long>(i));
+  for (Connection *c : retired_) {
+    for (const auto &cid : c->cids()) {
+      auto it = cids_.find(CidKey::from(cid));
+      if (it != cids_.end() && it->second == c) cids_.erase(it);
+    }
+    if (c->pending_write) {
+      std::erase(pending_writes_, c);
+    }
+    stats_.conns_closed += 1;
+    conns_.erase(c);
+  }
+  retired_.clear();
+}
+
+void Endpoint::close_all() {
+  for (auto &[c, owner] : conns_) {
+    c->close(NGHTTP3_H3_NO_ERROR);
+  }
+}
+
+} // namespace xdpq::quic

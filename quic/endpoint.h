@@ -1,0 +1,166 @@
+#pragma once
+// The QUIC server endpoint of one worker: it is handed datagrams, routes
+// them by connection ID, accepts new connections, and answers what has no
+// connection (version negotiation, Retry, stateless reset). It does no I/O:
+// every packet leaves through the TxSink it was given, and time comes from
+// an injected Clock and the worker's TimerWheel.
+
+#include "dataplane/datagram_port.h"
+#include "dataplane/timer_wheel.h"
+#include "http/h3_session.h"
+#include "http/router.h"
+#include "quic/clock.h"
+#include "quic/secrets.h"
+#include "quic/tls_context.h"
+
+#include <ngtcp2/ngtcp2.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace xdpq::quic {
+
+class Connection;
+
+enum class RetryMode { off, on, automatic };
+
+struct EndpointConfig {
+  uint8_t worker_id = 0; // first byte of every CID we issue (steering)
+  RetryMode retry = RetryMode::automatic;
+  // automatic: require Retry while this many handshakes are in progress.
+  size_t retry_threshold = 128;
+  uint64_t idle_timeout = 30'000'000'000ull;
+  uint64_t handshake_timeout = 10'000'000'000ull;
+  uint64_t retry_token_lifetime = 10'000'000'000ull;
+  uint64_t new_token_lifetime = 3600'000'000'000ull;
+  uint64_t max_streams_bidi = 100; // concurrent request streams per connection
+  uint64_t stream_window = 256 * 1024;
+  uint64_t conn_window = 1024 * 1024;
+  uint64_t max_stream_window = 6 * 1024 * 1024; // auto-tuning ceiling
+  uint64_t max_conn_window = 16 * 1024 * 1024;
+  size_t max_udp_payload = 1452;
+  size_t max_connections = 65536;
+  uint32_t stateless_resets_per_second = 1000;
+  bool early_data = true;
+  http::H3Limits h3;
+};
+
+struct EndpointStats {
+  uint64_t datagrams_in = 0;
+  uint64_t bytes_in = 0;
+  // Dropped before reaching a connection, by reason.
+  uint64_t drop_unparsable = 0;      // not a QUIC header we can read
+  uint64_t drop_small_initial = 0;   // Initial in a datagram under 1200 bytes
+  uint64_t drop_unknown_packet = 0;  // long header for no connection, not an Initial
+  uint64_t drop_bad_token = 0;       // Retry token failed validation
+  uint64_t drop_conn_limit = 0;      // refused: too many connections
+  uint64_t drop_amplification = 0;   // stateless reply over 3x the datagram
+  uint64_t drop_reset_rate = 0;      // stateless reset suppressed by rate limit
+  uint64_t drop_closing = 0;         // for a connection in closing/draining
+  uint64_t version_negotiations = 0;
+  uint64_t retries_sent = 0;
+  uint64_t stateless_resets_sent = 0;
+  uint64_t handshakes_started = 0;
+  uint64_t handshakes_completed = 0;
+  uint64_t handshakes_failed = 0;
+  uint64_t sessions_resumed = 0;
+  uint64_t early_data_accepted = 0;
+  uint64_t new_tokens_accepted = 0;
+  uint64_t conns_closed = 0;
+  uint64_t conns_idle_closed = 0;
+  uint64_t conn_errors = 0;          // closed by a protocol or TLS error
+  uint64_t packets_out = 0;
+};
+
+struct CidKey {
+  uint8_t len = 0;
+  uint8_t data[NGTCP2_MAX_CIDLEN] = {};
+  static CidKey from(const uint8_t *p, size_t n);
+  static CidKey from(const ngtcp2_cid &c) { return from(c.data, c.datalen); }
+  bool operator==(const CidKey &o) const;
+};
+struct CidKeyHash {
+  size_t operator()(const CidKey &k) const;
+};
+
+class Endpoint {
+public:
+  static constexpr size_t SCID_LEN = 18;
+
+  Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &secrets,
+           std::shared_ptr<const http::Router> router, dataplane::TimerWheel &timers,
+           const Clock &clock, dataplane::TxSink &tx);
+  ~Endpoint();
+  Endpoint(const Endpoint &) = delete;
+  Endpoint &operator=(const Endpoint &) = delete;
+
+  // Processes one datagram. Never throws, never blocks.
+  void on_datagram(const dataplane::RxDatagram &dg);
+  // End of a pass: connections that have something to send write it (in
+  // one batch per connection), and finished connections are freed.
+  void end_of_pass();
+  // The sink had no room: end_of_pass() left writers pending; call again
+  // when it drains.
+  bool write_blocked() const { return write_blocked_; }
+
+  // Closes every connection with H3_NO_ERROR (CONNECTION_CLOSE sent now).
+  void close_all();
+
+  size_t connection_count() const { return conns_.size(); }
+  size_t handshakes_in_progress() const { return handshakes_in_progress_; }
+  const EndpointStats &stats() const { return stats_; }
+  const http::H3Stats &h3_stats() const { return h3_stats_; }
+
+  // Used by Connection.
+  const EndpointConfig &config() const { return cfg_; }
+  const Secrets &secrets() const { return secrets_; }
+  TlsContext &tls() { return tls_; }
+  const Clock &clock() const { return clock_; }
+  dataplane::TimerWheel &timers() { return timers_; }
+  dataplane::TxSink &tx() { return tx_; }
+  EndpointStats &mutable_stats() { return stats_; }
+  http::H3Stats &mutable_h3_stats() { return h3_stats_; }
+  const std::shared_ptr<const http::Router> &router() const { return router_; }
+  void make_cid(ngtcp2_cid &cid, size_t len);
+  void add_cid(const ngtcp2_cid &cid, Connection *c);
+  void remove_cid(const ngtcp2_cid &cid);
+  void want_write(Connection *c);
+  void retire(Connection *c);
+  void handshake_done(Connection *c);
+
+private:
+  void accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid &vc);
+  void send_version_negotiation(const dataplane::RxDatagram &dg, const ngtcp2_version_cid &vc);
+  void send_retry(const dataplane::RxDatagram &dg, const ngtcp2_pkt_hd &hd);
+  void send_close_without_state(const dataplane::RxDatagram &dg, const ngtcp2_pkt_hd &hd,
+                                uint64_t error_code);
+  void send_stateless_reset(const dataplane::RxDatagram &dg, const ngtcp2_version_cid &vc);
+  // Stateless replies obey the same 3x amplification budget as connections.
+  bool send_stateless(const dataplane::RxDatagram &dg, const uint8_t *data, size_t len);
+
+  EndpointConfig cfg_;
+  TlsContext &tls_;
+  Secrets secrets_;
+  std::shared_ptr<const http::Router> router_;
+  dataplane::TimerWheel &timers_;
+  const Clock &clock_;
+  dataplane::TxSink &tx_;
+  EndpointStats stats_;
+  http::H3Stats h3_stats_;
+
+  std::unordered_map<CidKey, Connection *, CidKeyHash> cids_;
+  std::unordered_map<Connection *, std::unique_ptr<Connection>> conns_;
+  std::vector<Connection *> pending_writes_;
+  std::vector<Connection *> retired_;
+  size_t handshakes_in_progress_ = 0;
+  bool write_blocked_ = false;
+  // Token bucket for stateless resets.
+  double reset_tokens_;
+  uint64_t reset_refill_at_;
+  std::vector<uint8_t> scratch_; // one datagram for stateless replies
+};
+
+} // namespace xdpq::quic

@@ -1,0 +1,123 @@
+#include "quic/secrets.h"
+
+#include <fcntl.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace xdpq::quic {
+
+namespace {
+
+template <size_t N> void random_fill(std::array<uint8_t, N> &a) {
+  if (gnutls_rnd(GNUTLS_RND_KEY, a.data(), a.size()) != 0) {
+    throw std::runtime_error("gnutls_rnd failed");
+  }
+}
+
+template <size_t N> std::string to_hex(const std::array<uint8_t, N> &a) {
+  static constexpr char HEX[] = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : a) {
+    s.push_back(HEX[b >> 4]);
+    s.push_back(HEX[b & 15]);
+  }
+  return s;
+}
+
+template <size_t N> bool from_hex(std::string_view s, std::array<uint8_t, N> &a) {
+  if (s.size() != 2 * N) return false;
+  auto nib = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < N; ++i) {
+    int hi = nib(s[2 * i]), lo = nib(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    a[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+} // namespace
+
+Secrets Secrets::generate() {
+  Secrets s;
+  random_fill(s.reset_key);
+  random_fill(s.token_key);
+  random_fill(s.ticket_key);
+  return s;
+}
+
+Secrets Secrets::load_or_create(const std::string &path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) {
+    Secrets s = generate();
+    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      throw std::runtime_error("secrets file " + path + ": cannot create: " + std::strerror(errno));
+    }
+    std::string text = "# xdpq secrets: keep private, keep across restarts\n";
+    text += "reset_key=" + to_hex(s.reset_key) + "\n";
+    text += "token_key=" + to_hex(s.token_key) + "\n";
+    text += "ticket_key=" + to_hex(s.ticket_key) + "\n";
+    bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ok = fsync(fd) == 0 && ok;
+    close(fd);
+    if (!ok) throw std::runtime_error("secrets file " + path + ": write failed");
+    return s;
+  }
+  if (fd < 0) {
+    throw std::runtime_error("secrets file " + path + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  fstat(fd, &st);
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    close(fd);
+    throw std::runtime_error("secrets file " + path +
+                             ": readable by group or others; chmod 600 it");
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  ssize_t n = read(fd, text.data(), text.size());
+  close(fd);
+  if (n != static_cast<ssize_t>(text.size())) {
+    throw std::runtime_error("secrets file " + path + ": short read");
+  }
+  Secrets s;
+  bool have_reset = false, have_token = false, have_ticket = false;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#') continue;
+    auto eq = line.find('=');
+    std::string key = line.substr(0, eq);
+    std::string_view val = eq == std::string::npos ? std::string_view{}
+                                                   : std::string_view(line).substr(eq + 1);
+    bool ok = false;
+    if (key == "reset_key") ok = have_reset = from_hex(val, s.reset_key);
+    else if (key == "token_key") ok = have_token = from_hex(val, s.token_key);
+    else if (key == "ticket_key") ok = have_ticket = from_hex(val, s.ticket_key);
+    if (!ok) {
+      throw std::runtime_error("secrets file " + path + ":" + std::to_string(lineno) +
+                               ": expected reset_key=<64 hex>, token_key=<64 hex> or "
+                               "ticket_key=<128 hex>");
+    }
+  }
+  if (!have_reset || !have_token || !have_ticket) {
+    throw std::runtime_error("secrets file " + path + ": missing a key");
+  }
+  return s;
+}
+
+} // namespace xdpq::quic

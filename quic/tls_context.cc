@@ -1,0 +1,94 @@
+#include "quic/tls_context.h"
+
+#include <ngtcp2/ngtcp2_crypto_gnutls.h>
+
+#include <stdexcept>
+
+namespace xdpq::quic {
+
+namespace {
+
+constexpr size_t MAX_REPLAY_ENTRIES = 65536;
+
+int anti_replay_add(void *ptr, time_t expires, const gnutls_datum_t *key, const gnutls_datum_t *) {
+  return static_cast<TlsContext *>(ptr)->remember_client_hello(expires, key);
+}
+
+void check(int rv, const char *what) {
+  if (rv < 0) {
+    throw std::runtime_error(std::string(what) + ": " + gnutls_strerror(rv));
+  }
+}
+
+} // namespace
+
+TlsContext::TlsContext(const TlsConfig &cfg, const Secrets &secrets) : cfg_(cfg) {
+  check(gnutls_certificate_allocate_credentials(&cred_), "TLS credentials");
+  gnutls_datum_t cert{reinterpret_cast<unsigned char *>(cfg_.cert_pem.data()),
+                      static_cast<unsigned>(cfg_.cert_pem.size())};
+  gnutls_datum_t key{reinterpret_cast<unsigned char *>(cfg_.key_pem.data()),
+                     static_cast<unsigned>(cfg_.key_pem.size())};
+  check(gnutls_certificate_set_x509_key_mem(cred_, &cert, &key, GNUTLS_X509_FMT_PEM),
+        "certificate/key");
+  const char *err = nullptr;
+  int rv = gnutls_priority_init(&priority_, cfg_.priority.c_str(), &err);
+  if (rv < 0) {
+    throw std::runtime_error("TLS priority string near '" + std::string(err ? err : "?") +
+                             "': " + gnutls_strerror(rv));
+  }
+  ticket_key_bytes_ = secrets.ticket_key;
+  ticket_key_.data = ticket_key_bytes_.data();
+  ticket_key_.size = static_cast<unsigned>(ticket_key_bytes_.size());
+  check(gnutls_anti_replay_init(&anti_replay_), "anti-replay");
+  gnutls_anti_replay_set_add_function(anti_replay_, anti_replay_add);
+  gnutls_anti_replay_set_ptr(anti_replay_, this);
+}
+
+TlsContext::~TlsContext() {
+  if (anti_replay_) gnutls_anti_replay_deinit(anti_replay_);
+  if (priority_) gnutls_priority_deinit(priority_);
+  if (cred_) gnutls_certificate_free_credentials(cred_);
+}
+
+int TlsContext::remember_client_hello(time_t expires, const gnutls_datum_t *key) {
+  time_t now = time(nullptr);
+  if (seen_.size() >= MAX_REPLAY_ENTRIES) {
+    std::erase_if(seen_, [now](const auto &kv) { return kv.second < now; });
+    if (seen_.size() >= MAX_REPLAY_ENTRIES) {
+      // Full of live entries: refuse early data rather than forget one.
+      return GNUTLS_E_DB_ENTRY_EXISTS;
+    }
+  }
+  auto [it, inserted] =
+      seen_.try_emplace(std::string(reinterpret_cast<const char *>(key->data), key->size), expires);
+  if (!inserted) {
+    if (it->second >= now) return GNUTLS_E_DB_ENTRY_EXISTS;
+    it->second = expires;
+  }
+  return 0;
+}
+
+gnutls_session_t TlsContext::new_session(void *conn_ref) const {
+  gnutls_session_t s = nullptr;
+  unsigned flags = GNUTLS_SERVER | GNUTLS_NO_AUTO_SEND_TICKET | GNUTLS_NO_END_OF_EARLY_DATA;
+  if (cfg_.early_data) flags |= GNUTLS_ENABLE_EARLY_DATA;
+  if (gnutls_init(&s, flags) != 0) return nullptr;
+  gnutls_datum_t alpn{reinterpret_cast<unsigned char *>(const_cast<char *>("h3")), 2};
+  if (gnutls_priority_set(s, priority_) != 0 ||
+      gnutls_session_ticket_enable_server(s, &ticket_key_) != 0 ||
+      ngtcp2_crypto_gnutls_configure_server_session(s) != 0 ||
+      gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, cred_) != 0 ||
+      gnutls_alpn_set_protocols(s, &alpn, 1,
+                                GNUTLS_ALPN_MANDATORY | GNUTLS_ALPN_SERVER_PRECEDENCE) != 0) {
+    gnutls_deinit(s);
+    return nullptr;
+  }
+  if (cfg_.early_data) {
+    gnutls_anti_replay_enable(s, anti_replay_);
+    gnutls_record_set_max_early_data_size(s, 0xffffffffu);
+  }
+  gnutls_session_set_ptr(s, conn_ref);
+  return s;
+}
+
+} // namespace xdpq::quic

@@ -1,0 +1,57 @@
+#pragma once
+// GnuTLS server configuration for QUIC: certificate, session ticket key,
+// 0-RTT anti-replay and the TLS 1.3 priorities. One per worker (nothing
+// here is shared between threads); every worker loads the same PEM data and
+// the same ticket key, so a ticket issued by one worker resumes on another.
+
+#include "quic/secrets.h"
+
+#include <gnutls/gnutls.h>
+
+#include <cstdint>
+#include <ctime>
+#include <string>
+#include <unordered_map>
+
+namespace xdpq::quic {
+
+struct TlsConfig {
+  std::string cert_pem; // certificate chain, PEM
+  std::string key_pem;  // private key, PEM
+  // GnuTLS priority string for QUIC's TLS 1.3 handshake.
+  std::string priority =
+      "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:"
+      "+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CCM:-GROUP-ALL:+GROUP-X25519:"
+      "+GROUP-SECP256R1:+GROUP-SECP384R1:+GROUP-SECP521R1";
+  bool early_data = true;
+};
+
+class TlsContext {
+public:
+  // Throws std::runtime_error with GnuTLS's reason if the certificate or key
+  // cannot be used.
+  TlsContext(const TlsConfig &cfg, const Secrets &secrets);
+  ~TlsContext();
+  TlsContext(const TlsContext &) = delete;
+  TlsContext &operator=(const TlsContext &) = delete;
+
+  // Creates a server session for one QUIC connection; conn_ref must outlive
+  // it (ngtcp2's crypto helper finds the connection through it). Returns
+  // nullptr on failure.
+  gnutls_session_t new_session(void *conn_ref) const;
+
+  // Anti-replay store (called by GnuTLS through a C callback).
+  int remember_client_hello(time_t expires, const gnutls_datum_t *key);
+
+private:
+  TlsConfig cfg_;
+  gnutls_certificate_credentials_t cred_ = nullptr;
+  gnutls_priority_t priority_ = nullptr;
+  gnutls_anti_replay_t anti_replay_ = nullptr;
+  gnutls_datum_t ticket_key_{};
+  std::array<uint8_t, 64> ticket_key_bytes_{};
+  // ClientHellos that carried early data, until their window expires.
+  std::unordered_map<std::string, time_t> seen_;
+};
+
+} // namespace xdpq::quic
