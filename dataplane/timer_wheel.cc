@@ -21,7 +21,7 @@ TimerWheel::~TimerWheel() {
 
 void TimerWheel::link(Timer &t) {
   // A timer due in the past goes in the current slot: it fires next run().
-  uint64_t tick = tick_of(t.expiry_ + (1ull << TICK_SHIFT) - 1);
+  uint64_t tick = tick_of(t.expiry_);
   if (tick < current_tick_) tick = current_tick_;
   size_t slot = tick % SLOTS;
   t.slot_ = slot;
@@ -61,9 +61,13 @@ size_t TimerWheel::run(uint64_t now_ns) {
   size_t fired = 0;
   uint64_t now_tick = tick_of(now_ns);
   if (now_tick < current_tick_) return 0;
-  // Visit each slot at most once per call, even after a long stall.
-  uint64_t last = now_tick - current_tick_ >= SLOTS ? current_tick_ + SLOTS - 1 : now_tick;
-  for (uint64_t tick = current_tick_; tick <= last; ++tick) {
+  // Visit each slot at most once per call, even after a long stall. The
+  // current tick moves to now first, so a callback that reschedules a timer
+  // into the past lands in a slot this or the next run() visits.
+  uint64_t start = current_tick_;
+  uint64_t last = now_tick - start >= SLOTS ? start + SLOTS - 1 : now_tick;
+  current_tick_ = now_tick;
+  for (uint64_t tick = start; tick <= last; ++tick) {
     size_t slot = tick % SLOTS;
     if (!(occupied_[slot / 64] & (1ull << (slot % 64)))) continue;
     // Detach the due timers first: callbacks may reschedule into this slot.
@@ -85,7 +89,6 @@ size_t TimerWheel::run(uint64_t now_ns) {
       if (t->cb_) t->cb_(*t);
     }
   }
-  current_tick_ = now_tick;
   return fired;
 }
 
@@ -104,15 +107,13 @@ uint64_t TimerWheel::next_expiry() const {
     if (n >= SLOTS) break;
     slot = (start + n) % SLOTS;
     uint64_t slot_tick = current_tick_ + n;
+    uint64_t due = NEVER;
     for (Timer *t = slots_[slot]; t; t = t->next_) {
-      uint64_t due_tick = tick_of(t->expiry_ + (1ull << TICK_SHIFT) - 1);
-      if (due_tick <= slot_tick) {
-        // Due in this revolution: run() visits the slot once the clock
-        // reaches the start of its tick.
-        return slot_tick << TICK_SHIFT;
-      }
+      // Due in this revolution (timers from later ones share the slot).
+      if (tick_of(t->expiry_) <= slot_tick && t->expiry_ < due) due = t->expiry_;
       if (t->expiry_ < fallback) fallback = t->expiry_;
     }
+    if (due != NEVER) return due;
     ++n;
   }
   return fallback;

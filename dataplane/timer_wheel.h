@@ -1,8 +1,9 @@
 #pragma once
 // A hashed timing wheel, one per worker, with timers embedded in their
 // owners (intrusive lists: scheduling never allocates). Time is in
-// nanoseconds of the worker's clock; resolution is one tick (~131 us),
-// and a timer never fires early. Timers further out than one revolution
+// nanoseconds of the worker's clock. A timer fires in the first run() at or
+// after its expiry, never early; next_expiry() is exact for timers due in
+// the current revolution, so a loop that sleeps until it wakes on time. Timers further out than one revolution
 // stay in their slot until their round comes.
 
 #include <array>

@@ -83,6 +83,11 @@ void Endpoint::handshake_done(Connection *) {
 void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   stats_.datagrams_in += 1;
   stats_.bytes_in += dg.len;
+  if (dg.len == 0) {
+    // ngtcp2_pkt_decode_version_cid asserts on empty input.
+    stats_.drop_unparsable += 1;
+    return;
+  }
   ngtcp2_version_cid vc;
   int rv = ngtcp2_pkt_decode_version_cid(&vc, dg.data, dg.len, SCID_LEN);
   if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {

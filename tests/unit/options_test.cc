@@ -1,0 +1,61 @@
+#include "control/options.h"
+
+#include <gtest/gtest.h>
+
+using namespace xdpq::control;
+
+namespace {
+Options parse(std::vector<const char *> args) {
+  args.insert(args.begin(), "xdpqd");
+  return parse_options(static_cast<int>(args.size()), args.data());
+}
+std::string error_of(std::vector<const char *> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError &e) {
+    return e.what();
+  }
+  return "";
+}
+} // namespace
+
+TEST(Options, Defaults) {
+  auto o = parse({});
+  ASSERT_EQ(o.listen.size(), 2u);
+  EXPECT_EQ(o.listen[0].to_string(), "0.0.0.0:4433");
+  EXPECT_EQ(o.listen[1].to_string(), "[::]:4433");
+  EXPECT_EQ(o.retry, xdpq::quic::RetryMode::automatic);
+}
+
+TEST(Options, ParsesFlags) {
+  auto o = parse({"--listen", "127.0.0.1:1", "--listen=[::1]:2", "--retry", "on", "--workers",
+                  "3", "--cpus", "0-1", "--log-level", "debug", "--docroot", "/tmp"});
+  ASSERT_EQ(o.listen.size(), 2u);
+  EXPECT_EQ(o.listen[1].to_string(), "[::1]:2");
+  EXPECT_EQ(o.retry, xdpq::quic::RetryMode::on);
+  EXPECT_EQ(o.workers, 3);
+  EXPECT_EQ(o.cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(o.docroot, "/tmp");
+}
+
+TEST(Options, ErrorsNameTheFlag) {
+  EXPECT_NE(error_of({"--listen", "nope"}).find("--listen"), std::string::npos);
+  EXPECT_NE(error_of({"--retry", "sometimes"}).find("off, on or auto"), std::string::npos);
+  EXPECT_NE(error_of({"--bogus"}).find("unknown option"), std::string::npos);
+  EXPECT_NE(error_of({"--workers"}).find("missing value"), std::string::npos);
+  EXPECT_NE(error_of({"--workers", "0"}).find("from 1 to 255"), std::string::npos);
+  EXPECT_NE(error_of({"--cert", "x.pem"}).find("--cert and --key"), std::string::npos);
+  EXPECT_NE(error_of({"--dataplane", "afxdp"}).find("not built yet"), std::string::npos);
+  EXPECT_NE(error_of({"--log-level", "loud"}).find("--log-level"), std::string::npos);
+}
+
+TEST(Options, HelpDocumentsEveryFlag) {
+  std::string help = usage_text();
+  for (const char *flag :
+       {"--listen", "--dataplane", "--workers", "--cpus", "--cert", "--key", "--docroot",
+        "--secrets", "--retry", "--retry-threshold", "--idle-timeout", "--max-streams",
+        "--max-header-size", "--max-header-fields", "--max-connections", "--no-early-data",
+        "--log-level", "--check-config", "--help", "--version"}) {
+    EXPECT_NE(help.find(flag), std::string::npos) << flag;
+  }
+}

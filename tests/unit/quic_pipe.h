@@ -1,0 +1,137 @@
+#pragma once
+// An in-memory HTTP/3 client (ngtcp2 + nghttp3 + GnuTLS) and a pipe that
+// moves datagrams between it and a server Endpoint, with a ManualClock.
+// No sockets: the server's packets land in a MemorySink.
+
+#include "dataplane/datagram_port.h"
+#include "dataplane/timer_wheel.h"
+#include "quic/clock.h"
+#include "quic/endpoint.h"
+
+#include <gnutls/gnutls.h>
+#include <nghttp3/nghttp3.h>
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace xdpq::testing {
+
+struct Datagram {
+  dataplane::Path path;
+  uint8_t ecn = 0;
+  std::vector<uint8_t> data;
+};
+
+class MemorySink final : public dataplane::TxSink {
+public:
+  std::span<uint8_t> tx_alloc(size_t max_len) override;
+  void tx_commit(const dataplane::Path &path, uint8_t ecn, size_t len) override;
+  std::vector<Datagram> out;
+
+private:
+  std::vector<uint8_t> buf_;
+};
+
+struct Response {
+  int status = 0;
+  std::map<std::string, std::string> headers;
+  std::string body;
+  bool done = false;
+  uint64_t reset_code = 0;
+  bool reset = false;
+};
+
+class TestClient {
+public:
+  TestClient(quic::ManualClock &clock, const dataplane::Path &path);
+  ~TestClient();
+  TestClient(const TestClient &) = delete;
+  TestClient &operator=(const TestClient &) = delete;
+
+  // Datagrams to send to the server now.
+  std::vector<Datagram> write();
+  void read(const Datagram &dg);
+  void handle_expiry();
+  uint64_t expiry() const;
+
+  // Opens a request stream; returns its id or -1.
+  int64_t request(const std::string &method, const std::string &path,
+                  const std::vector<std::pair<std::string, std::string>> &headers = {},
+                  const std::string &body = {});
+
+  bool handshake_completed() const { return handshake_completed_; }
+  bool closed() const { return closed_; }
+  ngtcp2_conn *conn() const { return conn_; }
+  std::map<int64_t, Response> responses;
+
+  // Callback targets.
+  int on_stream_data(int64_t stream_id, const uint8_t *data, size_t len, bool fin);
+  int on_handshake_completed();
+  int on_header(int64_t stream_id, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
+  int on_body(int64_t stream_id, const uint8_t *data, size_t len);
+  int on_end_stream(int64_t stream_id);
+  int on_stream_close(int64_t stream_id, uint64_t app_error);
+  nghttp3_conn *h3() const { return h3_; }
+  std::map<int64_t, std::string> upload_; // request bodies
+  std::map<int64_t, size_t> upload_pos_;
+
+private:
+  quic::ManualClock &clock_;
+  dataplane::Path path_;
+  ngtcp2_conn *conn_ = nullptr;
+  gnutls_session_t tls_ = nullptr;
+  gnutls_certificate_credentials_t cred_ = nullptr;
+  nghttp3_conn *h3_ = nullptr;
+  ngtcp2_crypto_conn_ref ref_{};
+  bool handshake_completed_ = false;
+  bool closed_ = false;
+};
+
+// Server side of the pipe: an Endpoint with its own wheel, sink and TLS.
+struct TestServer {
+  TestServer(quic::ManualClock &clock, const quic::EndpointConfig &cfg,
+             const quic::Secrets &secrets);
+  quic::ManualClock &clock;
+  dataplane::TimerWheel wheel;
+  MemorySink sink;
+  std::unique_ptr<quic::TlsContext> tls;
+  std::unique_ptr<quic::Endpoint> endpoint;
+  // Feeds a datagram, runs end_of_pass; returns what the server sent.
+  std::vector<Datagram> deliver(const Datagram &dg);
+  std::vector<Datagram> tick(); // runs due timers and writes
+};
+
+// Exchanges datagrams until nothing moves, advancing the clock to the next
+// timer when idle, up to max_steps. Returns when pred() holds (true) or
+// the budget runs out (false).
+template <typename Pred>
+bool run_until(TestClient &client, TestServer &server, quic::ManualClock &clock, Pred pred,
+               int max_steps = 2000) {
+  for (int step = 0; step < max_steps; ++step) {
+    if (pred()) return true;
+    bool moved = false;
+    for (auto &dg : client.write()) {
+      moved = true;
+      for (auto &back : server.deliver(dg)) client.read(back);
+    }
+    for (auto &back : server.tick()) {
+      moved = true;
+      client.read(back);
+    }
+    if (!moved) {
+      uint64_t next = std::min(client.expiry(), server.wheel.next_expiry());
+      if (next == UINT64_MAX) return pred();
+      if (next > clock.now()) clock.set(next);
+      client.handle_expiry();
+    }
+  }
+  return pred();
+}
+
+dataplane::Path make_test_path(uint16_t client_port = 50000);
+std::string pattern_bytes(size_t n);
+
+} // namespace xdpq::testing

@@ -1,0 +1,224 @@
+// Endpoint and connection tests without sockets: an in-memory ngtcp2 client
+// talks to a server Endpoint through MemorySinks, on a ManualClock.
+
+#include "quic_pipe.h"
+
+#include <nghttp3/nghttp3.h>
+
+#include <gtest/gtest.h>
+
+using namespace xdpq;
+using namespace xdpq::testing;
+
+namespace {
+
+class QuicPipe : public ::testing::Test {
+protected:
+  void start(quic::EndpointConfig cfg = {}) {
+    cfg_ = cfg;
+    server_ = std::make_unique<TestServer>(clock_, cfg_, secrets_);
+    client_ = std::make_unique<TestClient>(clock_, make_test_path());
+    ASSERT_TRUE(run([&] {
+      return client_->handshake_completed() && server_->endpoint->stats().handshakes_completed > 0;
+    }));
+  }
+  template <typename P> bool run(P pred) { return run_until(*client_, *server_, clock_, pred); }
+  const Response &fetch(const std::string &method, const std::string &path,
+                        std::vector<std::pair<std::string, std::string>> headers = {},
+                        const std::string &body = {}) {
+    int64_t sid = client_->request(method, path, headers, body);
+    EXPECT_GE(sid, 0);
+    EXPECT_TRUE(run([&] {
+      auto &r = client_->responses[sid];
+      return r.done || r.reset || client_->closed();
+    }));
+    return client_->responses[sid];
+  }
+  const quic::EndpointStats &stats() { return server_->endpoint->stats(); }
+
+  quic::ManualClock clock_;
+  quic::Secrets secrets_ = quic::Secrets::generate();
+  quic::EndpointConfig cfg_;
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<TestClient> client_;
+};
+
+// A datagram of n bytes from a fresh client port.
+Datagram raw(std::vector<uint8_t> bytes, uint16_t port = 40000) {
+  Datagram d;
+  d.path = make_test_path(port);
+  d.data = std::move(bytes);
+  return d;
+}
+
+} // namespace
+
+TEST_F(QuicPipe, HandshakeAndRequests) {
+  start();
+  EXPECT_EQ(stats().handshakes_completed, 1u);
+  EXPECT_EQ(server_->endpoint->connection_count(), 1u);
+  auto &h = fetch("GET", "/healthz");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.body, "ok\n");
+  auto &b = fetch("GET", "/bytes/300000");
+  EXPECT_EQ(b.status, 200);
+  EXPECT_EQ(b.headers.at("content-length"), "300000");
+  EXPECT_EQ(b.body, pattern_bytes(300000));
+  auto &e = fetch("POST", "/echo", {{"content-type", "text/x-test"}}, "hello, echo");
+  EXPECT_EQ(e.status, 200);
+  EXPECT_EQ(e.body, "hello, echo");
+  EXPECT_EQ(e.headers.at("content-type"), "text/x-test");
+  EXPECT_EQ(server_->endpoint->h3_stats().requests, 3u);
+}
+
+TEST_F(QuicPipe, ConcurrentStreamCapIsAdvertised) {
+  quic::EndpointConfig cfg;
+  cfg.max_streams_bidi = 7;
+  start(cfg);
+  EXPECT_EQ(ngtcp2_conn_get_streams_bidi_left(client_->conn()), 7u);
+  // Using them all and finishing them gives the credit back.
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 7; ++i) ids.push_back(client_->request("GET", "/bytes/10"));
+  EXPECT_EQ(client_->request("GET", "/bytes/10"), -1); // over the cap
+  ASSERT_TRUE(run([&] {
+    for (auto id : ids)
+      if (!client_->responses[id].done) return false;
+    return ngtcp2_conn_get_streams_bidi_left(client_->conn()) > 0;
+  }));
+}
+
+TEST_F(QuicPipe, OversizedHeaderSectionGets431AndConnectionSurvives) {
+  quic::EndpointConfig cfg;
+  cfg.h3.max_field_section_size = 4096;
+  cfg.h3.max_header_fields = 32;
+  start(cfg);
+  auto &big = fetch("GET", "/healthz", {{"x-big", std::string(5000, 'a')}});
+  EXPECT_EQ(big.status, 431);
+  std::vector<std::pair<std::string, std::string>> many;
+  for (int i = 0; i < 40; ++i) many.emplace_back("x-h" + std::to_string(i), "v");
+  auto &lots = fetch("GET", "/healthz", many);
+  EXPECT_EQ(lots.status, 431);
+  // Just under both limits is fine.
+  auto &ok = fetch("GET", "/healthz", {{"x-fine", std::string(3000, 'b')}});
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(server_->endpoint->h3_stats().header_limit_rejects, 2u);
+  EXPECT_FALSE(client_->closed());
+}
+
+TEST_F(QuicPipe, RetryModeOnValidatesAddressFirst) {
+  quic::EndpointConfig cfg;
+  cfg.retry = quic::RetryMode::on;
+  start(cfg);
+  EXPECT_EQ(stats().retries_sent, 1u);
+  EXPECT_EQ(stats().handshakes_completed, 1u);
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
+TEST_F(QuicPipe, AutomaticRetryAboveThreshold) {
+  quic::EndpointConfig cfg;
+  cfg.retry = quic::RetryMode::automatic;
+  cfg.retry_threshold = 0; // every handshake counts as "too many"
+  start(cfg);
+  EXPECT_EQ(stats().retries_sent, 1u);
+}
+
+TEST_F(QuicPipe, IdleTimeoutClosesSilently) {
+  quic::EndpointConfig cfg;
+  cfg.idle_timeout = 2'000'000'000ull;
+  start(cfg);
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+  clock_.advance(5'000'000'000ull);
+  server_->tick();
+  EXPECT_EQ(server_->endpoint->connection_count(), 0u);
+  EXPECT_EQ(stats().conns_idle_closed, 1u);
+}
+
+TEST_F(QuicPipe, CloseAllSendsConnectionClose) {
+  start();
+  server_->endpoint->close_all();
+  server_->endpoint->end_of_pass();
+  ASSERT_FALSE(server_->sink.out.empty());
+  for (auto &dg : server_->sink.out) client_->read(dg);
+  EXPECT_TRUE(client_->closed());
+}
+
+TEST_F(QuicPipe, GarbageIsDroppedAndCounted) {
+  start();
+  auto before = server_->sink.out.size();
+  server_->deliver(raw({}));                       // empty
+  server_->deliver(raw({0xc0}));                   // truncated long header
+  server_->deliver(raw({0xc0, 0, 0, 0, 1, 30}));   // CID length over 20
+  server_->deliver(raw(std::vector<uint8_t>(1300, 0xff)));  // junk long header
+  EXPECT_EQ(server_->sink.out.size(), before);
+  EXPECT_GE(stats().drop_unparsable + stats().drop_unknown_packet, 3u);
+  // The established connection is unharmed.
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
+TEST_F(QuicPipe, SmallInitialIsDropped) {
+  start();
+  // A plausible Initial header, padded to only 1199 bytes.
+  std::vector<uint8_t> pkt(1199, 0);
+  uint8_t hdr[] = {0xc3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 0};
+  std::copy(std::begin(hdr), std::end(hdr), pkt.begin());
+  auto out = server_->deliver(raw(pkt));
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(stats().drop_small_initial, 1u);
+}
+
+TEST_F(QuicPipe, UnknownVersionGetsVersionNegotiation) {
+  start();
+  std::vector<uint8_t> pkt(1200, 0);
+  uint8_t hdr[] = {0xc0, 0xaa, 0xbb, 0xcc, 0xdd, 8, 1, 2, 3, 4, 5, 6, 7, 8, 4, 9, 9, 9, 9};
+  std::copy(std::begin(hdr), std::end(hdr), pkt.begin());
+  auto out = server_->deliver(raw(pkt));
+  ASSERT_EQ(out.size(), 1u);
+  const auto &vn = out[0].data;
+  ASSERT_GE(vn.size(), 7u);
+  EXPECT_TRUE(vn[0] & 0x80);
+  EXPECT_EQ((vn[1] | vn[2] | vn[3] | vn[4]), 0); // version 0 = VN
+  EXPECT_LE(vn.size(), 3 * pkt.size());
+  EXPECT_EQ(stats().version_negotiations, 1u);
+  // Under 1200 bytes: no answer (no reflection amplifier).
+  pkt.resize(300);
+  EXPECT_TRUE(server_->deliver(raw(pkt)).empty());
+}
+
+TEST_F(QuicPipe, StatelessResetIsDeterministicAcrossRestarts) {
+  start();
+  // A short-header packet for a connection nobody has.
+  std::vector<uint8_t> pkt(60, 0x55);
+  pkt[0] = 0x41;
+  for (int i = 1; i <= 18; ++i) pkt[i] = static_cast<uint8_t>(i);
+  auto out = server_->deliver(raw(pkt));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_LT(out[0].data.size(), pkt.size());
+  EXPECT_EQ(out[0].data[0] & 0xc0, 0x40);
+  std::vector<uint8_t> token1(out[0].data.end() - 16, out[0].data.end());
+  // A "restarted" server with the same secrets sends the same token.
+  TestServer again(clock_, cfg_, secrets_);
+  auto out2 = again.deliver(raw(pkt));
+  ASSERT_EQ(out2.size(), 1u);
+  std::vector<uint8_t> token2(out2[0].data.end() - 16, out2[0].data.end());
+  EXPECT_EQ(token1, token2);
+  // Different secrets: a different token.
+  TestServer other(clock_, cfg_, quic::Secrets::generate());
+  auto out3 = other.deliver(raw(pkt));
+  ASSERT_EQ(out3.size(), 1u);
+  EXPECT_NE(token1, std::vector<uint8_t>(out3[0].data.end() - 16, out3[0].data.end()));
+  // Too short to be answered without risking a reset loop.
+  pkt.resize(30);
+  EXPECT_TRUE(server_->deliver(raw(pkt)).empty());
+}
+
+TEST_F(QuicPipe, StatelessResetsAreRateLimited) {
+  quic::EndpointConfig cfg;
+  cfg.stateless_resets_per_second = 5;
+  start(cfg);
+  std::vector<uint8_t> pkt(60, 0x55);
+  pkt[0] = 0x41;
+  size_t answered = 0;
+  for (int i = 0; i < 50; ++i) answered += server_->deliver(raw(pkt)).size();
+  EXPECT_LE(answered, 6u);
+  EXPECT_GE(stats().drop_reset_rate, 40u);
+}
