@@ -26,7 +26,7 @@ std::optional<Level> parse_level(std::string_view t) {
 }
 
 void write(Level l, const char *fmt, ...) {
-  char buf[1024];
+  char buf[4096];
   int off;
   const char *prefix = PREFIX[static_cast<int>(l)];
   static const bool journal = getenv("JOURNAL_STREAM") != nullptr;

@@ -66,6 +66,9 @@ public:
   }
 
   dataplane::UdpSocketPort &port() { return *port_; }
+  const dataplane::UdpSocketPort &port() const { return *port_; }
+  const quic::EndpointStats &endpoint_stats() const { return endpoint_.stats(); }
+  const http::H3Stats &h3_stats() const { return endpoint_.h3_stats(); }
 
   void log_stats() const {
     const auto &p = port_->stats();
@@ -77,11 +80,13 @@ public:
              ull(p.tx_sends), ull(p.tx_gso_batches), ull(p.tx_dropped), ull(p.rx_truncated));
     LOG_INFO("worker %d: handshakes %llu started %llu completed %llu failed, %llu resumed, "
              "%llu with 0-RTT, %llu retries, %llu version negotiations, %llu stateless resets, "
-             "%llu closed (%llu idle, %llu errors)",
+             "%llu closed (%llu idle, %llu errors), %llu key updates, %llu path validations "
+             "(%llu failed)",
              id_, ull(e.handshakes_started), ull(e.handshakes_completed),
              ull(e.handshakes_failed), ull(e.sessions_resumed), ull(e.early_data_accepted),
              ull(e.retries_sent), ull(e.version_negotiations), ull(e.stateless_resets_sent),
-             ull(e.conns_closed), ull(e.conns_idle_closed), ull(e.conn_errors));
+             ull(e.conns_closed), ull(e.conns_idle_closed), ull(e.conn_errors),
+             ull(e.key_updates), ull(e.path_validations_ok), ull(e.path_validations_failed));
     LOG_INFO("worker %d: dropped: unparsable %llu, small initial %llu, unknown packet %llu, "
              "bad token %llu, connection limit %llu, amplification %llu, reset rate %llu, "
              "closing %llu",
@@ -241,6 +246,49 @@ Server::Server(const Options &opts) : opts_(opts) {
 
 Server::~Server() = default;
 
+void Server::log_totals() const {
+  // One JSON object of every counter summed over workers: for scripts and
+  // tests until the control socket exports them live.
+  std::string json = "{";
+  auto add = [&json](const char *name, uint64_t v) {
+    if (json.size() > 1) json += ",";
+    json += "\"";
+    json += name;
+    json += "\":" + std::to_string(v);
+  };
+  auto sum = [this](auto field) {
+    uint64_t t = 0;
+    for (const auto &w : workers_) t += field(*w);
+    return t;
+  };
+#define XDPQ_PORT(f) add(#f, sum([](const Worker &w) { return w.port().stats().f; }))
+#define XDPQ_EP(f) add(#f, sum([](const Worker &w) { return w.endpoint_stats().f; }))
+#define XDPQ_H3(f) add(#f, sum([](const Worker &w) { return w.h3_stats().f; }))
+  XDPQ_PORT(rx_datagrams); XDPQ_PORT(rx_bytes); XDPQ_PORT(tx_datagrams); XDPQ_PORT(tx_bytes);
+  XDPQ_PORT(tx_sends); XDPQ_PORT(tx_gso_batches); XDPQ_PORT(tx_dropped);
+  XDPQ_PORT(rx_truncated); XDPQ_PORT(rx_errors);
+  XDPQ_EP(datagrams_in); XDPQ_EP(drop_unparsable); XDPQ_EP(drop_small_initial);
+  XDPQ_EP(drop_unknown_packet); XDPQ_EP(drop_bad_token); XDPQ_EP(drop_conn_limit);
+  XDPQ_EP(drop_amplification); XDPQ_EP(drop_reset_rate); XDPQ_EP(drop_closing);
+  XDPQ_EP(version_negotiations); XDPQ_EP(retries_sent); XDPQ_EP(stateless_resets_sent);
+  XDPQ_EP(handshakes_started); XDPQ_EP(handshakes_completed); XDPQ_EP(handshakes_failed);
+  XDPQ_EP(sessions_resumed); XDPQ_EP(early_data_accepted); XDPQ_EP(new_tokens_accepted);
+  XDPQ_EP(conns_closed); XDPQ_EP(conns_idle_closed); XDPQ_EP(conn_errors);
+  XDPQ_EP(key_updates); XDPQ_EP(path_validations_ok); XDPQ_EP(path_validations_failed);
+  XDPQ_EP(packets_out);
+  XDPQ_H3(requests); XDPQ_H3(header_limit_rejects); XDPQ_H3(body_limit_rejects);
+  XDPQ_H3(stream_errors);
+  add("responses_2xx", sum([](const Worker &w) { return w.h3_stats().responses_by_class[2]; }));
+  add("responses_3xx", sum([](const Worker &w) { return w.h3_stats().responses_by_class[3]; }));
+  add("responses_4xx", sum([](const Worker &w) { return w.h3_stats().responses_by_class[4]; }));
+  add("responses_5xx", sum([](const Worker &w) { return w.h3_stats().responses_by_class[5]; }));
+#undef XDPQ_PORT
+#undef XDPQ_EP
+#undef XDPQ_H3
+  json += "}";
+  LOG_INFO("stats %s", json.c_str());
+}
+
 int Server::run() {
   for (auto &w : workers_) w->start();
   sigset_t set;
@@ -261,6 +309,7 @@ int Server::run() {
   for (auto &w : workers_) w->request_stop();
   for (auto &w : workers_) w->join();
   for (auto &w : workers_) w->log_stats();
+  log_totals();
   return 0;
 }
 

@@ -26,6 +26,8 @@ public:
   int run();
 
 private:
+  void log_totals() const;
+
   Options opts_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };

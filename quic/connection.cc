@@ -65,6 +65,22 @@ int cb_recv_tx_key(ngtcp2_conn *, ngtcp2_crypto_level level, void *ud) {
   return self(ud).on_recv_tx_key(level);
 }
 
+int cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t *tx_secret,
+                  ngtcp2_crypto_aead_ctx *rx_aead_ctx, uint8_t *rx_iv,
+                  ngtcp2_crypto_aead_ctx *tx_aead_ctx, uint8_t *tx_iv,
+                  const uint8_t *current_rx_secret, const uint8_t *current_tx_secret,
+                  size_t secretlen, void *ud) {
+  self(ud).on_key_update();
+  return ngtcp2_crypto_update_key_cb(conn, rx_secret, tx_secret, rx_aead_ctx, rx_iv, tx_aead_ctx,
+                                     tx_iv, current_rx_secret, current_tx_secret, secretlen, ud);
+}
+
+int cb_path_validation(ngtcp2_conn *, uint32_t, const ngtcp2_path *,
+                       ngtcp2_path_validation_result res, void *ud) {
+  self(ud).on_path_validation(res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS);
+  return 0;
+}
+
 void cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *) {
   // Padding and packet-number skips: not secret, so a fast per-thread PRNG.
   thread_local std::mt19937_64 rng = [] {
@@ -124,7 +140,8 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   cb.rand = cb_rand;
   cb.get_new_connection_id = cb_get_new_connection_id;
   cb.remove_connection_id = cb_remove_connection_id;
-  cb.update_key = ngtcp2_crypto_update_key_cb;
+  cb.update_key = cb_update_key;
+  cb.path_validation = cb_path_validation;
   cb.stream_reset = cb_stream_reset;
   cb.extend_max_remote_streams_bidi = cb_extend_max_remote_streams_bidi;
   cb.extend_max_stream_data = cb_extend_max_stream_data;
@@ -518,6 +535,17 @@ int Connection::on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t cidlen) {
 int Connection::on_remove_cid(const ngtcp2_cid *cid) {
   ep_.remove_cid(*cid);
   return 0;
+}
+
+void Connection::on_key_update() { ep_.mutable_stats().key_updates += 1; }
+
+void Connection::on_path_validation(bool ok) {
+  auto &st = ep_.mutable_stats();
+  if (ok) {
+    st.path_validations_ok += 1;
+  } else {
+    st.path_validations_failed += 1;
+  }
 }
 
 void Connection::h3_consume(int64_t stream_id, uint64_t n) {

@@ -60,6 +60,8 @@ public:
   int on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t cidlen);
   int on_remove_cid(const ngtcp2_cid *cid);
   int on_recv_tx_key(ngtcp2_crypto_level level);
+  void on_key_update();
+  void on_path_validation(bool ok);
 
   // http::H3Transport
   void h3_consume(int64_t stream_id, uint64_t n) override;

@@ -72,6 +72,9 @@ struct EndpointStats {
   uint64_t conns_closed = 0;
   uint64_t conns_idle_closed = 0;
   uint64_t conn_errors = 0;          // closed by a protocol or TLS error
+  uint64_t key_updates = 0;          // 1-RTT key generations derived
+  uint64_t path_validations_ok = 0;  // migrations / rebindings validated
+  uint64_t path_validations_failed = 0;
   uint64_t packets_out = 0;
 };
 

@@ -372,6 +372,7 @@ TestServer::TestServer(quic::ManualClock &c, const quic::EndpointConfig &cfg,
 
 std::vector<Datagram> TestServer::deliver(const Datagram &dg) {
   dataplane::RxDatagram rx{const_cast<uint8_t *>(dg.data.data()), dg.data.size(), dg.path, dg.ecn};
+  if (nat_port != 0) rx.path.remote.set_port(nat_port);
   endpoint->on_datagram(rx);
   endpoint->end_of_pass();
   std::vector<Datagram> out;

@@ -99,6 +99,9 @@ struct TestServer {
   MemorySink sink;
   std::unique_ptr<quic::TlsContext> tls;
   std::unique_ptr<quic::Endpoint> endpoint;
+  // When set, the client's datagrams arrive from this source port instead
+  // (a NAT rebinding the client does not know about).
+  uint16_t nat_port = 0;
   // Feeds a datagram, runs end_of_pass; returns what the server sent.
   std::vector<Datagram> deliver(const Datagram &dg);
   std::vector<Datagram> tick(); // runs due timers and writes

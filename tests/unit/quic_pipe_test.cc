@@ -142,6 +142,32 @@ TEST_F(QuicPipe, CloseAllSendsConnectionClose) {
   EXPECT_TRUE(client_->closed());
 }
 
+TEST_F(QuicPipe, NatRebindingIsValidatedAndServed) {
+  start();
+  EXPECT_EQ(fetch("GET", "/bytes/1000").status, 200);
+  server_->nat_port = 61000; // the client's packets now come from elsewhere
+  int64_t sid = client_->request("GET", "/bytes/200000");
+  ASSERT_GE(sid, 0);
+  bool saw_new_path = false;
+  ASSERT_TRUE(run([&] {
+    for (const auto &dg : server_->sink.out) saw_new_path |= dg.path.remote.port() == 61000;
+    return client_->responses[sid].done;
+  }));
+  EXPECT_EQ(client_->responses[sid].body, pattern_bytes(200000));
+  EXPECT_GE(stats().path_validations_ok, 1u);
+  EXPECT_FALSE(client_->closed());
+}
+
+TEST_F(QuicPipe, KeyUpdateInitiatedByClient) {
+  start();
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+  ASSERT_EQ(ngtcp2_conn_initiate_key_update(client_->conn(), clock_.now()), 0);
+  auto &r = fetch("GET", "/bytes/100000");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, pattern_bytes(100000));
+  EXPECT_GE(stats().key_updates, 1u);
+}
+
 TEST_F(QuicPipe, GarbageIsDroppedAndCounted) {
   start();
   auto before = server_->sink.out.size();

@@ -1,0 +1,158 @@
+"""Shared helpers for xdpq's integration tests.
+
+Starts a real xdpqd on loopback (a free port picked by the kernel), drives
+real peers (Debian's gtlsclient) against it, and reads the counters xdpqd
+prints as one JSON line when it stops. Uses only the standard library, so
+it runs under Debian's /usr/bin/python3.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+XDPQD = os.environ.get("XDPQD", "")
+GTLSCLIENT = shutil.which("gtlsclient") or "/usr/bin/gtlsclient"
+
+
+def require_tools():
+    """Missing tools fail the test: these suites never skip silently."""
+    if not XDPQD or not os.access(XDPQD, os.X_OK):
+        raise AssertionError("XDPQD must point at the xdpqd binary (ctest sets it)")
+    if not os.access(GTLSCLIENT, os.X_OK):
+        raise AssertionError("gtlsclient is missing: run scripts/setup.sh (package ngtcp2-client)")
+
+
+def pattern(n):
+    """The body of /bytes/N: byte i is 'a' + i % 26."""
+    period = bytes(range(97, 97 + 26))
+    return (period * (n // 26 + 1))[:n]
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def free_udp_port(family=socket.AF_INET):
+    host = "127.0.0.1" if family == socket.AF_INET else "::1"
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """An xdpqd process; use as a context manager. stop() returns its stats."""
+
+    def __init__(self, *args, host="127.0.0.1", port=None, workers=1, extra_env=None):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.host = host
+        self.port = port or free_udp_port(family)
+        listen = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        self.args = [XDPQD, "--listen", listen, "--workers", str(workers), *args]
+        self.log_path = tempfile.mktemp(prefix="xdpqd-", suffix=".log")
+        self.proc = None
+        self.stats = None
+        self.env = dict(os.environ, **(extra_env or {}))
+
+    def __enter__(self):
+        self.log = open(self.log_path, "w+")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"xdpqd exited with {self.proc.returncode}:\n{self.output()}")
+            if "ready:" in self.output():
+                return self
+            time.sleep(0.05)
+        raise AssertionError("xdpqd did not become ready:\n" + self.output())
+
+    def __exit__(self, *exc):
+        try:
+            self.stop()
+        finally:
+            self.log.close()
+
+    def output(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("xdpqd did not stop within 10 s of SIGTERM")
+        if self.stats is None:
+            m = re.search(r"stats (\{.*\})", self.output())
+            self.stats = json.loads(m.group(1)) if m else {}
+        return self.stats
+
+    def url(self, path):
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"https://{host}:{self.port}{path}"
+
+
+class TimedTestCase(unittest.TestCase):
+    """Prints each test's duration, so slow cases are visible in CI logs."""
+
+    def setUp(self):
+        self._t0 = time.monotonic()
+
+    def tearDown(self):
+        print(f"[{time.monotonic() - self._t0:.1f}s]", end=" ", flush=True)
+
+
+class ClientResult:
+    def __init__(self, proc, download_dir):
+        self.returncode = proc.returncode
+        self.output = proc.stdout
+        self.download_dir = download_dir
+        self.statuses = statuses(proc.stdout)
+
+    def file(self, name):
+        with open(os.path.join(self.download_dir, name), "rb") as f:
+            return f.read()
+
+    def has_file(self, name):
+        return os.path.exists(os.path.join(self.download_dir, name))
+
+
+def statuses(output):
+    """Maps request index (stream id / 4) to the :status gtlsclient saw."""
+    found = {}
+    for m in re.finditer(r"http: stream 0x([0-9a-f]+) \[:status: (\d+)\]", output):
+        found[int(m.group(1), 16) // 4] = int(m.group(2))
+    return found
+
+
+def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False):
+    """Runs gtlsclient against server for paths; returns a ClientResult.
+
+    gtlsclient exits 0 even when requests fail, so callers assert on the
+    downloaded files and on the log (stderr, merged into output)."""
+    ddir = tempfile.mkdtemp(prefix="gtls-")
+    cmd = [GTLSCLIENT, "--exit-on-all-streams-close", "--timeout=15s"]
+    if quiet:
+        cmd.append("-q")
+    elif "--quic-dump" in flags:
+        flags = tuple(f for f in flags if f != "--quic-dump")
+    else:
+        cmd.append("--no-quic-dump")
+    if download:
+        cmd += ["--download", ddir]
+    cmd += list(flags)
+    cmd += [server.host, str(server.port)] + [server.url(p) for p in paths]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                          text=True, errors="replace")
+    return ClientResult(proc, ddir)
