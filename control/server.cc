@@ -267,7 +267,8 @@ void Server::log_totals() const {
   XDPQ_PORT(rx_datagrams); XDPQ_PORT(rx_bytes); XDPQ_PORT(tx_datagrams); XDPQ_PORT(tx_bytes);
   XDPQ_PORT(tx_sends); XDPQ_PORT(tx_gso_batches); XDPQ_PORT(tx_dropped);
   XDPQ_PORT(rx_truncated); XDPQ_PORT(rx_errors);
-  XDPQ_EP(datagrams_in); XDPQ_EP(drop_unparsable); XDPQ_EP(drop_small_initial);
+  XDPQ_EP(datagrams_in); XDPQ_EP(datagrams_routed); XDPQ_EP(drop_tx_full);
+  XDPQ_EP(drop_unparsable); XDPQ_EP(drop_small_initial);
   XDPQ_EP(drop_unknown_packet); XDPQ_EP(drop_bad_token); XDPQ_EP(drop_conn_limit);
   XDPQ_EP(drop_amplification); XDPQ_EP(drop_reset_rate); XDPQ_EP(drop_closing);
   XDPQ_EP(version_negotiations); XDPQ_EP(retries_sent); XDPQ_EP(stateless_resets_sent);

@@ -205,6 +205,12 @@ size_t UdpSocketPort::drain_socket(size_t sock, std::span<RxDatagram> out) {
       }
     }
     uint8_t *base = static_cast<uint8_t *>(rx_iov_[i].iov_base);
+    if (len == 0) {
+      // An empty datagram is still a datagram: the endpoint counts it.
+      rx_pending_.push_back(RxDatagram{base, 0, path, ecn});
+      stats_.rx_datagrams += 1;
+      continue;
+    }
     if (gso == 0 || gso >= len) gso = len;
     for (size_t off = 0; off < len; off += gso) {
       size_t seg = len - off < gso ? len - off : gso;

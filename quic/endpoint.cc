@@ -100,6 +100,7 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   }
   auto it = cids_.find(CidKey::from(vc.dcid, vc.dcidlen));
   if (it != cids_.end()) {
+    stats_.datagrams_routed += 1;
     it->second->on_datagram(dg.path, dg.ecn, dg.data, dg.len);
     return;
   }
@@ -165,7 +166,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   auto conn = std::make_unique<Connection>(*this);
   Connection *c = conn.get();
   if (c->init(hd, dg.path, podcid, token) != 0) {
-    stats_.drop_unparsable += 1;
+    stats_.drop_unparsable += 1; // no resources for it; the client retries
     return;
   }
   conns_.emplace(c, std::move(conn));
@@ -182,7 +183,10 @@ bool Endpoint::send_stateless(const dataplane::RxDatagram &dg, const uint8_t *da
     return false;
   }
   auto buf = tx_.tx_alloc(len);
-  if (buf.empty()) return false;
+  if (buf.empty()) {
+    stats_.drop_tx_full += 1;
+    return false;
+  }
   std::memcpy(buf.data(), data, len);
   dataplane::Path back{dg.path.local, dg.path.remote};
   tx_.tx_commit(back, 0, len);
@@ -204,7 +208,9 @@ void Endpoint::send_version_negotiation(const dataplane::RxDatagram &dg,
   auto n = ngtcp2_pkt_write_version_negotiation(scratch_.data(), scratch_.size(), grease,
                                                 vc.scid, vc.scidlen, vc.dcid, vc.dcidlen,
                                                 versions, 2);
-  if (n > 0 && send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
+  if (n <= 0) {
+    stats_.drop_unparsable += 1;
+  } else if (send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
     stats_.version_negotiations += 1;
   }
 }
@@ -216,10 +222,14 @@ void Endpoint::send_retry(const dataplane::RxDatagram &dg, const ngtcp2_pkt_hd &
   auto tokenlen = ngtcp2_crypto_generate_retry_token(
       token, secrets_.token_key.data(), secrets_.token_key.size(), hd.version,
       &dg.path.remote.u.sa, dg.path.remote.len, &scid, &hd.dcid, clock_.wall());
-  if (tokenlen < 0) return;
-  auto n = ngtcp2_crypto_write_retry(scratch_.data(), scratch_.size(), hd.version, &hd.scid, &scid,
-                                     &hd.dcid, token, static_cast<size_t>(tokenlen));
-  if (n > 0 && send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
+  ngtcp2_ssize n = -1;
+  if (tokenlen > 0) {
+    n = ngtcp2_crypto_write_retry(scratch_.data(), scratch_.size(), hd.version, &hd.scid, &scid,
+                                  &hd.dcid, token, static_cast<size_t>(tokenlen));
+  }
+  if (n <= 0) {
+    stats_.drop_unparsable += 1;
+  } else if (send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
     stats_.retries_sent += 1;
   }
 }
@@ -253,6 +263,7 @@ void Endpoint::send_stateless_reset(const dataplane::RxDatagram &dg,
   uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
   if (ngtcp2_crypto_generate_stateless_reset_token(token, secrets_.reset_key.data(),
                                                    secrets_.reset_key.size(), &dcid) != 0) {
+    stats_.drop_unparsable += 1;
     return;
   }
   // Always shorter than the trigger (RFC 9000 10.3.3), so resets cannot loop.
@@ -262,7 +273,9 @@ void Endpoint::send_stateless_reset(const dataplane::RxDatagram &dg,
   gnutls_rnd(GNUTLS_RND_NONCE, rand, randlen);
   auto n = ngtcp2_pkt_write_stateless_reset(scratch_.data(), scratch_.size(), token, rand,
                                             randlen);
-  if (n > 0 && send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
+  if (n <= 0) {
+    stats_.drop_unparsable += 1;
+  } else if (send_stateless(dg, scratch_.data(), static_cast<size_t>(n))) {
     stats_.stateless_resets_sent += 1;
   }
 }

@@ -49,8 +49,11 @@ struct EndpointConfig {
 };
 
 struct EndpointStats {
+  // Every datagram lands in exactly one of: routed, handshakes_started,
+  // retries_sent, version_negotiations, stateless_resets_sent, or a drop_*.
   uint64_t datagrams_in = 0;
   uint64_t bytes_in = 0;
+  uint64_t datagrams_routed = 0;     // to an existing connection
   // Dropped before reaching a connection, by reason.
   uint64_t drop_unparsable = 0;      // not a QUIC header we can read
   uint64_t drop_small_initial = 0;   // Initial in a datagram under 1200 bytes
@@ -59,7 +62,8 @@ struct EndpointStats {
   uint64_t drop_conn_limit = 0;      // refused: too many connections
   uint64_t drop_amplification = 0;   // stateless reply over 3x the datagram
   uint64_t drop_reset_rate = 0;      // stateless reset suppressed by rate limit
-  uint64_t drop_closing = 0;         // for a connection in closing/draining
+  uint64_t drop_closing = 0;         // for a connection in closing/draining (also routed)
+  uint64_t drop_tx_full = 0;         // stateless reply not sent: no TX room
   uint64_t version_negotiations = 0;
   uint64_t retries_sent = 0;
   uint64_t stateless_resets_sent = 0;

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""xdpqd's command line: --help documents every flag; bad flags, unreadable
+files and ports in use exit with status 2 and a reason on stderr."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient, require_tools  # noqa
+
+
+def run(*args, timeout=10):
+    return subprocess.run([XDPQD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=timeout)
+
+
+class CliTest(TimedTestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+
+    def test_help_lists_every_flag(self):
+        r = run("--help")
+        self.assertEqual(r.returncode, 0)
+        for flag in ("--listen", "--dataplane", "--workers", "--cpus", "--cert", "--key",
+                     "--docroot", "--secrets", "--retry", "--log-level", "--check-config",
+                     "--version", "--max-header-size", "--idle-timeout"):
+            self.assertIn(flag, r.stdout)
+
+    def test_version(self):
+        r = run("--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"^xdpqd \d+\.\d+\.\d+")
+
+    def assert_usage_error(self, args, needle):
+        r = run(*args)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(needle, r.stderr)
+
+    def test_bad_flags_exit_2(self):
+        self.assert_usage_error(["--bogus"], "unknown option")
+        self.assert_usage_error(["--listen", "1.2.3.4"], "--listen")
+        self.assert_usage_error(["--listen", "[::1]:99999"], "--listen")
+        self.assert_usage_error(["--retry", "maybe"], "--retry")
+        self.assert_usage_error(["--workers", "zero"], "--workers")
+        self.assert_usage_error(["--cpus", "3-1"], "--cpus")
+        self.assert_usage_error(["--dataplane", "dpdk"], "--dataplane")
+        self.assert_usage_error(["--cert", "/etc/hostname"], "--cert and --key")
+
+    def test_unreadable_files_exit_2(self):
+        self.assert_usage_error(["--cert", "/nonexistent.pem", "--key", "/nonexistent.key"],
+                                "/nonexistent.pem")
+        self.assert_usage_error(["--docroot", "/nonexistent-root"], "--docroot")
+        bad = tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False)
+        bad.write("not a certificate\n")
+        bad.close()
+        self.assert_usage_error(["--cert", bad.name, "--key", bad.name], "--cert/--key")
+        secrets = tempfile.NamedTemporaryFile("w", delete=False)
+        secrets.write("reset_key=zz\n")
+        secrets.close()
+        os.chmod(secrets.name, 0o600)
+        self.assert_usage_error(["--secrets", secrets.name], "--secrets")
+        os.chmod(secrets.name, 0o644)
+        self.assert_usage_error(["--secrets", secrets.name], "chmod 600")
+
+    def test_port_in_use_exits_2(self):
+        port = free_udp_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", port))
+            self.assert_usage_error(["--listen", f"127.0.0.1:{port}"], "in use")
+        # Another xdpqd on the port (SO_REUSEPORT would share silently).
+        with Server("--dataplane", "socket") as srv:
+            self.assert_usage_error(["--listen", f"127.0.0.1:{srv.port}"], "in use")
+
+    def test_check_config(self):
+        r = run("--check-config", "--listen", "127.0.0.1:1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("configuration OK", r.stdout)
+
+    def test_self_signed_fingerprint_logged_and_sigint_clean(self):
+        with Server("--dataplane", "socket") as srv:
+            self.assertRegex(srv.output(), r"self-signed certificate, SHA-256 fingerprint "
+                                           r"([0-9A-F]{2}:){31}[0-9A-F]{2}")
+            r = gtlsclient(srv, ["/healthz"])
+            self.assertEqual(r.statuses, {0: 200})
+            srv.stop(signal.SIGINT)
+            self.assertEqual(srv.proc.returncode, 0)
+
+    def test_given_certificate_is_used(self):
+        d = tempfile.mkdtemp()
+        key, cert = os.path.join(d, "k.pem"), os.path.join(d, "c.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "2", "-subj", "/CN=xdpq-test-cert"], check=True,
+                       capture_output=True)
+        fp = subprocess.run(["openssl", "x509", "-in", cert, "-noout", "-fingerprint",
+                             "-sha256"], check=True, capture_output=True, text=True)
+        expected = fp.stdout.strip().split("=", 1)[1]
+        with Server("--dataplane", "socket", "--cert", cert, "--key", key) as srv:
+            self.assertIn(expected, srv.output())
+            r = gtlsclient(srv, ["/healthz"])
+            self.assertEqual(r.statuses, {0: 200})
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
