@@ -23,6 +23,15 @@ void check(int rv, const char *what) {
 } // namespace
 
 TlsContext::TlsContext(const TlsConfig &cfg, const Secrets &secrets) : cfg_(cfg) {
+  try {
+    init(secrets);
+  } catch (...) {
+    release(); // the destructor does not run for a throwing constructor
+    throw;
+  }
+}
+
+void TlsContext::init(const Secrets &secrets) {
   check(gnutls_certificate_allocate_credentials(&cred_), "TLS credentials");
   gnutls_datum_t cert{reinterpret_cast<unsigned char *>(cfg_.cert_pem.data()),
                       static_cast<unsigned>(cfg_.cert_pem.size())};
@@ -44,10 +53,15 @@ TlsContext::TlsContext(const TlsConfig &cfg, const Secrets &secrets) : cfg_(cfg)
   gnutls_anti_replay_set_ptr(anti_replay_, this);
 }
 
-TlsContext::~TlsContext() {
+TlsContext::~TlsContext() { release(); }
+
+void TlsContext::release() {
   if (anti_replay_) gnutls_anti_replay_deinit(anti_replay_);
   if (priority_) gnutls_priority_deinit(priority_);
   if (cred_) gnutls_certificate_free_credentials(cred_);
+  anti_replay_ = nullptr;
+  priority_ = nullptr;
+  cred_ = nullptr;
 }
 
 int TlsContext::remember_client_hello(time_t expires, const gnutls_datum_t *key) {

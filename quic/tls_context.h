@@ -44,6 +44,9 @@ public:
   int remember_client_hello(time_t expires, const gnutls_datum_t *key);
 
 private:
+  void init(const Secrets &secrets);
+  void release();
+
   TlsConfig cfg_;
   gnutls_certificate_credentials_t cred_ = nullptr;
   gnutls_priority_t priority_ = nullptr;

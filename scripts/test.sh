@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Runs every xdpq test on a fresh Debian 12 machine: installs the packages,
-# builds the dev preset (warnings as errors) and runs the whole suite.
-#   scripts/test.sh            # everything
-#   scripts/test.sh -L unit    # extra arguments go to ctest
+# then builds and runs the whole suite twice: the dev build (warnings as
+# errors), and the ASan+UBSan build (memory errors, leaks and undefined
+# behaviour fail the run; the integration suites drive the sanitized xdpqd).
+#   scripts/test.sh                 # everything
+#   SKIP_SANITIZERS=1 scripts/test.sh -L unit   # quick: dev build, unit only
+# Extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
-cmake --preset dev -DXDPQ_WERROR=ON >/dev/null
-cmake --build --preset dev
-ctest --preset dev --output-on-failure "$@"
+
+presets=(dev)
+[[ "${SKIP_SANITIZERS:-0}" == 1 ]] || presets+=(asan-ubsan)
+for p in "${presets[@]}"; do
+  echo "== $p: configure and build"
+  cmake --preset "$p" -DXDPQ_WERROR=ON >/dev/null
+  cmake --build --preset "$p"
+  echo "== $p: tests"
+  ctest --preset "$p" "$@"
+done

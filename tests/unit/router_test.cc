@@ -1,21 +1,14 @@
 #include "http/handlers.h"
 #include "http/router.h"
 
+#include "body_text.h"
+
 #include <gtest/gtest.h>
 
 using namespace xdpq::http;
+using xdpq::testing::body_of;
 
 namespace {
-std::string body_of(const Response &r) {
-  std::string s;
-  if (!r.body) return s;
-  for (uint64_t off = 0; off < r.body->size();) {
-    auto c = r.body->chunk(off);
-    s.append(reinterpret_cast<const char *>(c.data()), c.size());
-    off += c.size();
-  }
-  return s;
-}
 Request req(std::string method, std::string path, std::string body = {}) {
   Request r;
   r.method = std::move(method);

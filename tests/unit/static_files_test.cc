@@ -1,6 +1,8 @@
 #include "http/router.h"
 #include "http/static_files.h"
 
+#include "body_text.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,20 +10,10 @@
 #include <unistd.h>
 
 using namespace xdpq::http;
+using xdpq::testing::body_of;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string body_of(const Response &r) {
-  std::string s;
-  if (!r.body) return s;
-  for (uint64_t off = 0; off < r.body->size();) {
-    auto c = r.body->chunk(off);
-    s.append(reinterpret_cast<const char *>(c.data()), c.size());
-    off += c.size();
-  }
-  return s;
-}
 
 const std::string *header(const Response &r, const std::string &name) {
   for (const auto &h : r.headers) {
