@@ -425,8 +425,13 @@ void Connection::update_timer() {
 int Connection::setup_h3() {
   if (h3_) return 0;
   if (ngtcp2_conn_get_streams_uni_left(conn_) < 3) return NGTCP2_ERR_CALLBACK_FAILURE;
-  h3_ = std::make_unique<http::H3Session>(*this, ep_.router(), ep_.config().h3,
-                                          ep_.mutable_h3_stats());
+  try {
+    h3_ = std::make_unique<http::H3Session>(*this, ep_.router(), ep_.config().h3,
+                                            ep_.mutable_h3_stats());
+  } catch (const std::exception &) {
+    // Called from inside ngtcp2: nothing may unwind through C frames.
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
   h3_->set_max_client_streams_bidi(ep_.config().max_streams_bidi);
   int64_t ctrl, qenc, qdec;
   if (ngtcp2_conn_open_uni_stream(conn_, &ctrl, nullptr) != 0 ||
