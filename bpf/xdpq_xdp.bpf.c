@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: GPL-2.0
+/* xdpq's XDP steering program.
+ *
+ * UDP to a served (address, port) goes to the AF_XDP socket of the queue it
+ * arrived on, falling back to the kernel (XDP_PASS) when that queue has no
+ * socket. Packets aimed at a served port that no QUIC server should accept
+ * are dropped here and counted per reason. Everything else passes to the
+ * kernel untouched. Every header access is bounds-checked first.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "xdpq_shared.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, XDPQ_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XDPQ_MAX_SERVED);
+	__type(key, struct xdpq_v4_key);
+	__type(value, __u8);
+} served_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XDPQ_MAX_SERVED);
+	__type(key, struct xdpq_v6_key);
+	__type(value, __u8);
+} served_v6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XDPQ_CNT__MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct vlan_hdr {
+	__be16 tci;
+	__be16 encapsulated_proto;
+};
+
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+#define IPPROTO_FRAGMENT_HDR 44
+
+struct frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off;
+	__be32 identification;
+};
+
+static __always_inline int count(__u32 id, int verdict)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &id);
+
+	if (c)
+		*c += 1;
+	return verdict;
+}
+
+static __always_inline int served4(__be32 daddr, __be16 dport)
+{
+	struct xdpq_v4_key k = { .addr = daddr, .port = dport };
+
+	if (bpf_map_lookup_elem(&served_v4, &k))
+		return 1;
+	k.addr = 0;
+	return bpf_map_lookup_elem(&served_v4, &k) != NULL;
+}
+
+static __always_inline int served6(const struct in6_addr *daddr, __be16 dport)
+{
+	struct xdpq_v6_key k = { .port = dport };
+
+	__builtin_memcpy(k.addr, daddr, 16);
+	if (bpf_map_lookup_elem(&served_v6, &k))
+		return 1;
+	__builtin_memset(k.addr, 0, 16);
+	return bpf_map_lookup_elem(&served_v6, &k) != NULL;
+}
+
+static __always_inline int reflection_port(__u16 sport)
+{
+	/* Privileged ports and services that answer small queries with big
+	 * replies: no QUIC client sends from them. */
+	if (sport < 1024)
+		return 1;
+	switch (sport) {
+	case 1900:  /* SSDP */
+	case 3283:  /* Apple Remote Desktop */
+	case 3702:  /* WS-Discovery */
+	case 5353:  /* mDNS */
+	case 5683:  /* CoAP */
+	case 10001: /* Ubiquiti discovery */
+	case 11211: /* memcached */
+	case 17185: /* VxWorks debug */
+		return 1;
+	}
+	return 0;
+}
+
+/* Judges the UDP payload of a datagram to a served port; udp_len is the
+ * UDP length field, already checked against the IP length. */
+static __always_inline int judge_udp(struct xdp_md *ctx, struct udphdr *udp, __u32 udp_len,
+				     void *end)
+{
+	__u32 payload = udp_len - sizeof(*udp);
+	__u8 *p = (__u8 *)(udp + 1);
+
+	if (reflection_port(bpf_ntohs(udp->source)))
+		return count(XDPQ_CNT_DROP_REFLECTION, XDP_DROP);
+	if (payload < XDPQ_MIN_QUIC_PAYLOAD)
+		return count(XDPQ_CNT_DROP_SHORT_PAYLOAD, XDP_DROP);
+	if ((void *)(p + 5) > end)
+		return count(XDPQ_CNT_DROP_BAD_UDP_LEN, XDP_DROP);
+	/* Long header, QUIC v1, packet type Initial (0b00). */
+	if ((p[0] & 0xb0) == 0x80 && p[1] == 0 && p[2] == 0 && p[3] == 0 && p[4] == 1 &&
+	    payload < XDPQ_MIN_INITIAL_PAYLOAD)
+		return count(XDPQ_CNT_DROP_SMALL_INITIAL, XDP_DROP);
+	__u32 queue = ctx->rx_queue_index; /* map keys must live on the stack */
+
+	if (bpf_map_lookup_elem(&xsks, &queue) == NULL)
+		return count(XDPQ_CNT_PASS_NO_SOCKET, XDP_PASS);
+	count(XDPQ_CNT_REDIRECTED, 0);
+	return bpf_redirect_map(&xsks, queue, XDP_PASS);
+}
+
+static __always_inline int handle_ipv4(struct xdp_md *ctx, void *l3, void *end)
+{
+	struct iphdr *ip = l3;
+	struct udphdr *udp;
+	__u32 ihl, tot_len, udp_len;
+
+	if ((void *)(ip + 1) > end)
+		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+	if (ip->protocol != IPPROTO_UDP)
+		return count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
+	ihl = ip->ihl * 4;
+	if (ihl < sizeof(*ip))
+		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+	/* A non-first fragment carries no UDP header: nothing to judge. */
+	if (ip->frag_off & bpf_htons(IP_OFFSET))
+		return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
+	udp = l3 + ihl;
+	if ((void *)(udp + 1) > end)
+		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+	if (!served4(ip->daddr, udp->dest))
+		return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
+	if (ip->frag_off & bpf_htons(IP_MF))
+		return count(XDPQ_CNT_DROP_FRAGMENT, XDP_DROP);
+	tot_len = bpf_ntohs(ip->tot_len);
+	if (tot_len < ihl + sizeof(*udp) || l3 + tot_len > end)
+		return count(XDPQ_CNT_DROP_BAD_IP_LEN, XDP_DROP);
+	udp_len = bpf_ntohs(udp->len);
+	if (udp_len < sizeof(*udp) || udp_len > tot_len - ihl)
+		return count(XDPQ_CNT_DROP_BAD_UDP_LEN, XDP_DROP);
+	return judge_udp(ctx, udp, udp_len, end);
+}
+
+static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
+{
+	struct ipv6hdr *ip6 = l3;
+	struct udphdr *udp;
+	__u32 payload_len, udp_len;
+	int fragment = 0;
+
+	if ((void *)(ip6 + 1) > end)
+		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+	udp = (struct udphdr *)(ip6 + 1);
+	if (ip6->nexthdr == IPPROTO_FRAGMENT_HDR) {
+		struct frag_hdr *fh = (struct frag_hdr *)(ip6 + 1);
+
+		if ((void *)(fh + 1) > end)
+			return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+		if (fh->nexthdr != IPPROTO_UDP || (fh->frag_off & bpf_htons(0xfff8)))
+			return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
+		fragment = 1;
+		udp = (struct udphdr *)(fh + 1);
+	} else if (ip6->nexthdr != IPPROTO_UDP) {
+		return count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
+	}
+	if ((void *)(udp + 1) > end)
+		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+	if (!served6(&ip6->daddr, udp->dest))
+		return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
+	if (fragment)
+		return count(XDPQ_CNT_DROP_FRAGMENT, XDP_DROP);
+	payload_len = bpf_ntohs(ip6->payload_len);
+	if (payload_len < sizeof(*udp) || (void *)(ip6 + 1) + payload_len > end)
+		return count(XDPQ_CNT_DROP_BAD_IP_LEN, XDP_DROP);
+	udp_len = bpf_ntohs(udp->len);
+	if (udp_len < sizeof(*udp) || udp_len > payload_len)
+		return count(XDPQ_CNT_DROP_BAD_UDP_LEN, XDP_DROP);
+	return judge_udp(ctx, udp, udp_len, end);
+}
+
+SEC("xdp")
+int xdpq_steer(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	void *l3;
+	__u16 proto;
+
+	if ((void *)(eth + 1) > end)
+		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+	proto = eth->h_proto;
+	l3 = eth + 1;
+	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
+		struct vlan_hdr *vh = l3;
+
+		if ((void *)(vh + 1) > end)
+			return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+		proto = vh->encapsulated_proto;
+		l3 = vh + 1;
+	}
+	if (proto == bpf_htons(ETH_P_IP))
+		return handle_ipv4(ctx, l3, end);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return handle_ipv6(ctx, l3, end);
+	return count(XDPQ_CNT_PASS_NOT_IP, XDP_PASS);
+}

@@ -1,0 +1,294 @@
+#include "dataplane/afxdp_port.h"
+
+#include "control/log.h"
+#include "dataplane/xdp_program.h"
+
+#include <linux/if_xdp.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#ifndef SO_PREFER_BUSY_POLL
+#define SO_PREFER_BUSY_POLL 69
+#endif
+#ifndef SO_BUSY_POLL_BUDGET
+#define SO_BUSY_POLL_BUDGET 70
+#endif
+
+namespace xdpq::dataplane {
+
+namespace {
+
+std::string where(const AfXdpOptions &o) {
+  return "AF_XDP " + o.ifname + " queue " + std::to_string(o.queue) + ": ";
+}
+
+Mac interface_mac(const std::string &ifname) {
+  Mac mac{};
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  if (fd >= 0 && ioctl(fd, SIOCGIFHWADDR, &ifr) == 0) {
+    std::memcpy(mac.data(), ifr.ifr_hwaddr.sa_data, 6);
+  }
+  if (fd >= 0) close(fd);
+  return mac;
+}
+
+Address neighbor_key(const Address &a) {
+  Address k = a;
+  k.set_port(0);
+  return k;
+}
+
+} // namespace
+
+AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
+    : opts_(opts), program_(program) {
+  umem_size_ = static_cast<size_t>(opts_.num_frames) * opts_.frame_size;
+  void *area = mmap(nullptr, umem_size_, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+  if (area != MAP_FAILED) {
+    hugepages_ = true;
+  } else {
+    area = mmap(nullptr, umem_size_, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (area == MAP_FAILED) {
+      throw XdpError(where(opts_) + "cannot map UMEM: " + std::strerror(errno));
+    }
+  }
+  umem_area_ = static_cast<uint8_t *>(area);
+
+  xsk_umem_config ucfg{};
+  ucfg.fill_size = opts_.ring_size;
+  ucfg.comp_size = opts_.ring_size;
+  ucfg.frame_size = opts_.frame_size;
+  ucfg.frame_headroom = 0;
+  int err = xsk_umem__create(&umem_, umem_area_, umem_size_, &fill_, &comp_, &ucfg);
+  if (err) {
+    munmap(umem_area_, umem_size_);
+    throw XdpError(where(opts_) + "cannot create UMEM: " + std::strerror(-err) +
+                   " (needs CAP_NET_RAW and CAP_IPC_LOCK or a large RLIMIT_MEMLOCK)");
+  }
+
+  xsk_socket_config scfg{};
+  scfg.rx_size = opts_.ring_size;
+  scfg.tx_size = opts_.ring_size;
+  scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD; // our own program steers
+  scfg.bind_flags = XDP_USE_NEED_WAKEUP;
+  if (opts_.zerocopy == ZeroCopy::on) scfg.bind_flags |= XDP_ZEROCOPY;
+  if (opts_.zerocopy == ZeroCopy::off) scfg.bind_flags |= XDP_COPY;
+  err = xsk_socket__create(&xsk_, opts_.ifname.c_str(), opts_.queue, umem_, &rx_, &tx_, &scfg);
+  if (err && opts_.zerocopy == ZeroCopy::automatic) {
+    // Some drivers refuse the default bind; copy mode always works.
+    scfg.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
+    err = xsk_socket__create(&xsk_, opts_.ifname.c_str(), opts_.queue, umem_, &rx_, &tx_, &scfg);
+  }
+  if (err) {
+    xsk_umem__delete(umem_);
+    munmap(umem_area_, umem_size_);
+    throw XdpError(where(opts_) + "cannot create socket: " + std::strerror(-err) +
+                   (opts_.zerocopy == ZeroCopy::on ? " (the driver may not support zero-copy)"
+                                                    : ""));
+  }
+  int fd = xsk_socket__fd(xsk_);
+  fds_.push_back(fd);
+  xdp_options xo{};
+  socklen_t xl = sizeof(xo);
+  if (getsockopt(fd, SOL_XDP, XDP_OPTIONS, &xo, &xl) == 0) {
+    zerocopy_ = xo.flags & XDP_OPTIONS_ZEROCOPY;
+  }
+  if (opts_.busy_poll) {
+    int one = 1, usec = 20, budget = static_cast<int>(opts_.batch);
+    if (setsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &usec, sizeof(usec)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL_BUDGET, &budget, sizeof(budget)) != 0) {
+      LOG_WARN("%sbusy polling not available: %s", where(opts_).c_str(), std::strerror(errno));
+    }
+  }
+  local_mac_ = interface_mac(opts_.ifname);
+
+  free_.reserve(opts_.num_frames);
+  for (uint32_t i = opts_.num_frames; i-- > 0;) {
+    free_.push_back(static_cast<uint64_t>(i) * opts_.frame_size);
+  }
+  rx_held_.reserve(opts_.batch);
+  pending_.reserve(opts_.ring_size);
+  refill();
+  program_.set_socket(opts_.queue, fd);
+}
+
+AfXdpPort::~AfXdpPort() {
+  program_.set_socket(opts_.queue, -1);
+  if (xsk_) xsk_socket__delete(xsk_);
+  if (umem_) xsk_umem__delete(umem_);
+  if (umem_area_) munmap(umem_area_, umem_size_);
+}
+
+void AfXdpPort::refill() {
+  // Keep frames for TX: at least a ring's worth stays on the free list
+  // unless RX would otherwise starve completely.
+  size_t reserve_for_tx = opts_.num_frames / 4;
+  if (free_.size() <= reserve_for_tx) return;
+  uint32_t want = static_cast<uint32_t>(free_.size() - reserve_for_tx);
+  uint32_t idx = 0;
+  uint32_t n = xsk_prod_nb_free(&fill_, want);
+  if (n > want) n = want;
+  if (n == 0 || xsk_ring_prod__reserve(&fill_, n, &idx) != n) return;
+  for (uint32_t i = 0; i < n; ++i) {
+    *xsk_ring_prod__fill_addr(&fill_, idx + i) = free_.back();
+    free_.pop_back();
+  }
+  xsk_ring_prod__submit(&fill_, n);
+}
+
+void AfXdpPort::release_rx_batch() {
+  for (uint64_t f : rx_held_) free_.push_back(f);
+  rx_held_.clear();
+}
+
+void AfXdpPort::learn(const ParsedFrame &pf) {
+  auto key = neighbor_key(pf.path.remote);
+  auto it = neighbors_.find(key);
+  if (it == neighbors_.end()) {
+    if (neighbors_.size() > 65536) neighbors_.clear(); // bounded; relearned on the next packet
+    neighbors_.emplace(key, Neighbor{pf.src_mac, pf.vlan_tci});
+  } else if (it->second.mac != pf.src_mac || it->second.vlan_tci != pf.vlan_tci) {
+    it->second = Neighbor{pf.src_mac, pf.vlan_tci};
+  }
+}
+
+size_t AfXdpPort::receive(std::span<RxDatagram> out) {
+  release_rx_batch();
+  refill();
+  uint32_t idx = 0;
+  size_t want = out.size() < opts_.batch ? out.size() : opts_.batch;
+  uint32_t n = xsk_ring_cons__peek(&rx_, static_cast<uint32_t>(want), &idx);
+  if (n == 0) {
+    if (xsk_ring_prod__needs_wakeup(&fill_)) {
+      recvfrom(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+    }
+    return 0;
+  }
+  size_t k = 0;
+  ParsedFrame pf;
+  for (uint32_t i = 0; i < n; ++i) {
+    const xdp_desc *d = xsk_ring_cons__rx_desc(&rx_, idx + i);
+    uint64_t addr = xsk_umem__add_offset_to_addr(d->addr);
+    uint64_t base = xsk_umem__extract_addr(d->addr) & ~static_cast<uint64_t>(opts_.frame_size - 1);
+    rx_held_.push_back(base);
+    uint8_t *data = frame(addr);
+    stats_.rx_bytes += d->len;
+    auto st = parse_frame(data, d->len, pf);
+    if (st != ParseStatus::ok) {
+      xdp_stats_.rx_invalid[static_cast<size_t>(st)] += 1;
+      continue;
+    }
+    learn(pf);
+    stats_.rx_datagrams += 1;
+    out[k++] = RxDatagram{data + pf.payload_offset, pf.payload_len, pf.path, pf.ecn};
+  }
+  xsk_ring_cons__release(&rx_, n);
+  return k;
+}
+
+void AfXdpPort::reclaim_completions() {
+  uint32_t idx = 0;
+  uint32_t n = xsk_ring_cons__peek(&comp_, opts_.ring_size, &idx);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t addr = *xsk_ring_cons__comp_addr(&comp_, idx + i);
+    free_.push_back(addr & ~static_cast<uint64_t>(opts_.frame_size - 1));
+  }
+  if (n) {
+    xsk_ring_cons__release(&comp_, n);
+    outstanding_tx_ -= n;
+  }
+}
+
+std::span<uint8_t> AfXdpPort::tx_alloc(size_t max_len) {
+  size_t room = opts_.frame_size - TX_HEADROOM;
+  if (max_len > room) return {};
+  if (tx_frame_ == UINT64_MAX) {
+    if (pending_.size() >= opts_.ring_size) return {};
+    if (free_.empty()) reclaim_completions();
+    if (free_.empty()) return {};
+    tx_frame_ = free_.back();
+    free_.pop_back();
+  }
+  return {frame(tx_frame_) + TX_HEADROOM, max_len};
+}
+
+void AfXdpPort::tx_commit(const Path &path, uint8_t ecn, size_t len) {
+  if (tx_frame_ == UINT64_MAX) return;
+  uint64_t f = tx_frame_;
+  tx_frame_ = UINT64_MAX;
+  auto it = neighbors_.find(neighbor_key(path.remote));
+  if (it == neighbors_.end() || len == 0) {
+    xdp_stats_.tx_no_neighbor += len ? 1 : 0;
+    stats_.tx_dropped += 1;
+    free_.push_back(f);
+    return;
+  }
+  size_t hlen = build_headers(frame(f) + TX_HEADROOM, len, path, ecn, local_mac_, it->second.mac,
+                              it->second.vlan_tci);
+  pending_.push_back(Pending{f + TX_HEADROOM - hlen, static_cast<uint32_t>(hlen + len)});
+}
+
+bool AfXdpPort::flush() {
+  reclaim_completions();
+  if (!pending_.empty()) {
+    uint32_t idx = 0;
+    uint32_t n = xsk_prod_nb_free(&tx_, static_cast<uint32_t>(pending_.size()));
+    if (n > pending_.size()) n = static_cast<uint32_t>(pending_.size());
+    if (n > 0 && xsk_ring_prod__reserve(&tx_, n, &idx) == n) {
+      for (uint32_t i = 0; i < n; ++i) {
+        xdp_desc *d = xsk_ring_prod__tx_desc(&tx_, idx + i);
+        d->addr = pending_[i].addr;
+        d->len = pending_[i].len;
+        d->options = 0;
+        stats_.tx_bytes += pending_[i].len;
+      }
+      xsk_ring_prod__submit(&tx_, n);
+      outstanding_tx_ += n;
+      stats_.tx_datagrams += n;
+      stats_.tx_sends += 1;
+      pending_.erase(pending_.begin(), pending_.begin() + n);
+    }
+  }
+  // Copy mode transmits only when kicked; with need_wakeup the kernel says
+  // when zero-copy needs it too.
+  if (outstanding_tx_ > 0 && (!zerocopy_ || xsk_ring_prod__needs_wakeup(&tx_))) {
+    if (sendto(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0 || errno == EAGAIN ||
+        errno == EBUSY || errno == ENOBUFS) {
+      xdp_stats_.tx_kicks += 1;
+    }
+  }
+  reclaim_completions();
+  refill();
+  if (!pending_.empty()) {
+    xdp_stats_.tx_ring_full += 1;
+    return false;
+  }
+  return true;
+}
+
+const AfXdpStats &AfXdpPort::xdp_stats() {
+  xdp_statistics s{};
+  socklen_t len = sizeof(s);
+  if (getsockopt(fds_[0], SOL_XDP, XDP_STATISTICS, &s, &len) == 0) {
+    xdp_stats_.xdp_rx_dropped = s.rx_dropped;
+    xdp_stats_.xdp_rx_invalid_descs = s.rx_invalid_descs;
+    xdp_stats_.xdp_tx_invalid_descs = s.tx_invalid_descs;
+    xdp_stats_.xdp_rx_ring_full = s.rx_ring_full;
+    xdp_stats_.xdp_rx_fill_ring_empty = s.rx_fill_ring_empty_descs;
+    xdp_stats_.xdp_tx_ring_empty = s.tx_ring_empty_descs;
+  }
+  return xdp_stats_;
+}
+
+} // namespace xdpq::dataplane

@@ -1,0 +1,119 @@
+#pragma once
+// DatagramPort on an AF_XDP socket bound to one NIC queue. It owns a UMEM
+// (hugepages when the system has them reserved), its fill/completion/RX/TX
+// rings and a free list, and runs the user-space Ethernet/IP/UDP path:
+// received frames are parsed in place and handed up without a copy; QUIC
+// writes each packet straight into a TX frame after TX_HEADROOM, and
+// tx_commit() fills in the headers and checksums around it.
+//
+// Frame ownership is strict: a frame is in exactly one of the fill ring,
+// the RX ring, held by the last receive() batch, the free list, the one
+// tx_alloc() buffer, the pending TX list, the TX ring, or the completion
+// ring. Frames of a receive() batch go back to the fill ring at the next
+// receive(), which is why RxDatagram data is valid until then.
+
+#include "dataplane/datagram_port.h"
+#include "dataplane/packet.h"
+
+#include <xdp/xsk.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace xdpq::dataplane {
+
+class XdpProgram;
+
+enum class ZeroCopy { automatic, on, off };
+
+struct AfXdpOptions {
+  std::string ifname;
+  uint32_t queue = 0;
+  ZeroCopy zerocopy = ZeroCopy::automatic;
+  bool busy_poll = false;
+  uint32_t frame_size = 4096;
+  uint32_t num_frames = 8192;
+  uint32_t ring_size = 2048; // RX, TX, fill and completion rings
+  uint32_t batch = 64;
+};
+
+struct AfXdpStats {
+  uint64_t rx_invalid[static_cast<size_t>(ParseStatus::count_)] = {}; // by parse status
+  uint64_t tx_no_neighbor = 0;  // no MAC learned for the destination
+  uint64_t tx_ring_full = 0;    // flushes that left datagrams pending
+  uint64_t tx_kicks = 0;        // sendto() wakeups
+  uint64_t fill_starved = 0;    // receive() found no free frame to refill
+  // From getsockopt(XDP_STATISTICS).
+  uint64_t xdp_rx_dropped = 0;
+  uint64_t xdp_rx_invalid_descs = 0;
+  uint64_t xdp_tx_invalid_descs = 0;
+  uint64_t xdp_rx_ring_full = 0;
+  uint64_t xdp_rx_fill_ring_empty = 0;
+  uint64_t xdp_tx_ring_empty = 0;
+};
+
+class AfXdpPort final : public DatagramPort {
+public:
+  // Creates the UMEM and socket and registers it in program's XSKMAP.
+  // Throws XdpError naming the interface, queue and reason.
+  AfXdpPort(const AfXdpOptions &opts, XdpProgram &program);
+  ~AfXdpPort() override;
+  AfXdpPort(const AfXdpPort &) = delete;
+  AfXdpPort &operator=(const AfXdpPort &) = delete;
+
+  size_t receive(std::span<RxDatagram> out) override;
+  std::span<uint8_t> tx_alloc(size_t max_len) override;
+  void tx_commit(const Path &path, uint8_t ecn, size_t len) override;
+  bool flush() override;
+  std::span<const int> fds() const override { return fds_; }
+  const PortStats &stats() const override { return stats_; }
+
+  const AfXdpStats &xdp_stats(); // refreshes the kernel's XDP_STATISTICS
+  bool zerocopy() const { return zerocopy_; }
+  bool hugepages() const { return hugepages_; }
+  uint32_t queue() const { return opts_.queue; }
+
+private:
+  struct Neighbor {
+    Mac mac;
+    uint16_t vlan_tci;
+  };
+  struct Pending {
+    uint64_t addr;
+    uint32_t len;
+  };
+
+  uint8_t *frame(uint64_t addr) { return umem_area_ + addr; }
+  void release_rx_batch();
+  void reclaim_completions();
+  void refill();
+  void learn(const ParsedFrame &pf);
+
+  AfXdpOptions opts_;
+  XdpProgram &program_;
+  uint8_t *umem_area_ = nullptr;
+  size_t umem_size_ = 0;
+  bool hugepages_ = false;
+  bool zerocopy_ = false;
+  xsk_umem *umem_ = nullptr;
+  xsk_socket *xsk_ = nullptr;
+  xsk_ring_prod fill_{};
+  xsk_ring_cons comp_{};
+  xsk_ring_cons rx_{};
+  xsk_ring_prod tx_{};
+  std::vector<int> fds_;
+  Mac local_mac_{};
+
+  std::vector<uint64_t> free_;     // frame base addresses we own and do not use
+  std::vector<uint64_t> rx_held_;  // frames of the last receive() batch
+  uint64_t tx_frame_ = UINT64_MAX; // the tx_alloc() buffer, not yet committed
+  std::vector<Pending> pending_;   // committed, not yet in the TX ring
+  uint32_t outstanding_tx_ = 0;    // in the TX or completion ring
+
+  std::unordered_map<Address, Neighbor, AddressHash> neighbors_;
+  PortStats stats_;
+  AfXdpStats xdp_stats_;
+};
+
+} // namespace xdpq::dataplane

@@ -1,0 +1,200 @@
+#include "dataplane/packet.h"
+
+#include <arpa/inet.h>
+#include <linux/if_ether.h>
+#include <netinet/in.h>
+
+#include <cstring>
+
+namespace xdpq::dataplane {
+
+namespace {
+
+constexpr size_t ETH_LEN = 14;
+constexpr size_t VLAN_LEN = 4;
+constexpr size_t IP4_LEN = 20;
+constexpr size_t IP6_LEN = 40;
+constexpr size_t UDP_LEN = 8;
+
+uint16_t rd16(const uint8_t *p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+void wr16(uint8_t *p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+
+} // namespace
+
+const char *parse_status_name(ParseStatus s) {
+  switch (s) {
+  case ParseStatus::ok: return "ok";
+  case ParseStatus::truncated: return "truncated";
+  case ParseStatus::not_ip: return "not_ip";
+  case ParseStatus::not_udp: return "not_udp";
+  case ParseStatus::bad_ip_header: return "bad_ip_header";
+  case ParseStatus::bad_ip_len: return "bad_ip_len";
+  case ParseStatus::bad_udp_len: return "bad_udp_len";
+  case ParseStatus::fragment: return "fragment";
+  case ParseStatus::count_: break;
+  }
+  return "?";
+}
+
+uint32_t checksum_add(const uint8_t *data, size_t len, uint32_t sum) {
+  // 64-bit accumulation of 32-bit words; folded by the caller.
+  uint64_t acc = sum;
+  while (len >= 4) {
+    uint32_t w;
+    std::memcpy(&w, data, 4);
+    acc += ntohl(w);
+    data += 4;
+    len -= 4;
+  }
+  if (len >= 2) {
+    acc += rd16(data);
+    data += 2;
+    len -= 2;
+  }
+  if (len) acc += static_cast<uint32_t>(data[0]) << 8;
+  while (acc >> 32) acc = (acc & 0xffffffffu) + (acc >> 32);
+  // Fold 32 -> 16 lazily in checksum_fold; keep it a valid 32-bit partial sum.
+  uint32_t s = static_cast<uint32_t>(acc);
+  return (s & 0xffff) + (s >> 16);
+}
+
+uint16_t checksum_fold(uint32_t sum) {
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum & 0xffff);
+}
+
+ParseStatus parse_frame(const uint8_t *f, size_t len, ParsedFrame &out) {
+  if (len < ETH_LEN) return ParseStatus::truncated;
+  std::memcpy(out.dst_mac.data(), f, 6);
+  std::memcpy(out.src_mac.data(), f + 6, 6);
+  uint16_t proto = rd16(f + 12);
+  size_t off = ETH_LEN;
+  out.vlan_tci = 0;
+  if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+    if (len < off + VLAN_LEN) return ParseStatus::truncated;
+    out.vlan_tci = rd16(f + off);
+    proto = rd16(f + off + 2);
+    off += VLAN_LEN;
+  }
+  const uint8_t *ip = f + off;
+  size_t left = len - off;
+  const uint8_t *udp;
+  size_t ip_payload;
+  if (proto == ETH_P_IP) {
+    if (left < IP4_LEN) return ParseStatus::truncated;
+    if ((ip[0] >> 4) != 4) return ParseStatus::bad_ip_header;
+    size_t ihl = static_cast<size_t>(ip[0] & 0x0f) * 4;
+    if (ihl < IP4_LEN) return ParseStatus::bad_ip_header;
+    if (left < ihl) return ParseStatus::truncated;
+    size_t tot = rd16(ip + 2);
+    if (tot < ihl || tot > left) return ParseStatus::bad_ip_len;
+    if (checksum_fold(checksum_add(ip, ihl)) != 0) return ParseStatus::bad_ip_header;
+    if (rd16(ip + 6) & 0x3fff) return ParseStatus::fragment; // MF or offset
+    if (ip[9] != IPPROTO_UDP) return ParseStatus::not_udp;
+    out.ecn = ip[1] & 0x3;
+    auto &l = out.path.local;
+    auto &r = out.path.remote;
+    l = Address{};
+    r = Address{};
+    l.u.in.sin_family = r.u.in.sin_family = AF_INET;
+    l.len = r.len = sizeof(sockaddr_in);
+    std::memcpy(&r.u.in.sin_addr, ip + 12, 4);
+    std::memcpy(&l.u.in.sin_addr, ip + 16, 4);
+    udp = ip + ihl;
+    ip_payload = tot - ihl;
+  } else if (proto == ETH_P_IPV6) {
+    if (left < IP6_LEN) return ParseStatus::truncated;
+    if ((ip[0] >> 4) != 6) return ParseStatus::bad_ip_header;
+    size_t plen = rd16(ip + 4);
+    if (plen > left - IP6_LEN) return ParseStatus::bad_ip_len;
+    if (ip[6] == 44) return ParseStatus::fragment;
+    if (ip[6] != IPPROTO_UDP) return ParseStatus::not_udp;
+    out.ecn = static_cast<uint8_t>((rd16(ip) >> 4) & 0x3);
+    auto &l = out.path.local;
+    auto &r = out.path.remote;
+    l = Address{};
+    r = Address{};
+    l.u.in6.sin6_family = r.u.in6.sin6_family = AF_INET6;
+    l.len = r.len = sizeof(sockaddr_in6);
+    std::memcpy(&r.u.in6.sin6_addr, ip + 8, 16);
+    std::memcpy(&l.u.in6.sin6_addr, ip + 24, 16);
+    udp = ip + IP6_LEN;
+    ip_payload = plen;
+  } else {
+    return ParseStatus::not_ip;
+  }
+  if (ip_payload < UDP_LEN) return ParseStatus::bad_ip_len;
+  size_t ulen = rd16(udp + 4);
+  if (ulen < UDP_LEN || ulen > ip_payload) return ParseStatus::bad_udp_len;
+  std::memcpy(&out.path.remote.u.in.sin_port, udp, 2); // same offset for in6
+  std::memcpy(&out.path.local.u.in.sin_port, udp + 2, 2);
+  out.payload_offset = static_cast<size_t>(udp + UDP_LEN - f);
+  out.payload_len = ulen - UDP_LEN;
+  return ParseStatus::ok;
+}
+
+size_t header_length(int family, bool vlan) {
+  return ETH_LEN + (vlan ? VLAN_LEN : 0) + (family == AF_INET ? IP4_LEN : IP6_LEN) + UDP_LEN;
+}
+
+size_t build_headers(uint8_t *payload, size_t payload_len, const Path &path, uint8_t ecn,
+                     const Mac &src_mac, const Mac &dst_mac, uint16_t vlan_tci) {
+  const bool v4 = path.local.family() == AF_INET;
+  const size_t hlen = header_length(path.local.family(), vlan_tci != 0);
+  uint8_t *f = payload - hlen;
+  std::memcpy(f, dst_mac.data(), 6);
+  std::memcpy(f + 6, src_mac.data(), 6);
+  size_t off = 12;
+  if (vlan_tci) {
+    wr16(f + off, ETH_P_8021Q);
+    wr16(f + off + 2, vlan_tci);
+    off += 4;
+  }
+  wr16(f + off, v4 ? ETH_P_IP : ETH_P_IPV6);
+  off += 2;
+  uint8_t *ip = f + off;
+  uint8_t *udp;
+  const size_t ulen = UDP_LEN + payload_len;
+  uint32_t pseudo;
+  if (v4) {
+    ip[0] = 0x45;
+    ip[1] = ecn & 0x3;
+    wr16(ip + 2, static_cast<uint16_t>(IP4_LEN + ulen));
+    wr16(ip + 4, 0);      // id: DF is set, so no fragment ever needs it
+    wr16(ip + 6, 0x4000); // DF
+    ip[8] = 64;
+    ip[9] = IPPROTO_UDP;
+    wr16(ip + 10, 0);
+    std::memcpy(ip + 12, &path.local.u.in.sin_addr, 4);
+    std::memcpy(ip + 16, &path.remote.u.in.sin_addr, 4);
+    wr16(ip + 10, checksum_fold(checksum_add(ip, IP4_LEN)));
+    pseudo = checksum_add(ip + 12, 8);
+    udp = ip + IP4_LEN;
+  } else {
+    uint32_t vtf = 6u << 28 | static_cast<uint32_t>(ecn & 0x3) << 20;
+    uint32_t be = htonl(vtf);
+    std::memcpy(ip, &be, 4);
+    wr16(ip + 4, static_cast<uint16_t>(ulen));
+    ip[6] = IPPROTO_UDP;
+    ip[7] = 64;
+    std::memcpy(ip + 8, &path.local.u.in6.sin6_addr, 16);
+    std::memcpy(ip + 24, &path.remote.u.in6.sin6_addr, 16);
+    pseudo = checksum_add(ip + 8, 32);
+    udp = ip + IP6_LEN;
+  }
+  std::memcpy(udp, &path.local.u.in.sin_port, 2);
+  std::memcpy(udp + 2, &path.remote.u.in.sin_port, 2);
+  wr16(udp + 4, static_cast<uint16_t>(ulen));
+  wr16(udp + 6, 0);
+  pseudo += IPPROTO_UDP + static_cast<uint32_t>(ulen);
+  uint32_t sum = checksum_add(udp, UDP_LEN, pseudo);
+  sum = checksum_add(payload, payload_len, sum);
+  uint16_t c = checksum_fold(sum);
+  wr16(udp + 6, c == 0 ? 0xffff : c); // 0 means "no checksum" in UDP
+  return hlen;
+}
+
+} // namespace xdpq::dataplane

@@ -1,0 +1,105 @@
+#include "dataplane/packet.h"
+#include "frames.h"
+
+#include <gtest/gtest.h>
+
+using namespace xdpq::dataplane;
+using namespace xdpq::testing;
+
+TEST(Packet, ParsesIpv4UdpWithEcnAndMac) {
+  FrameSpec s;
+  s.payload = quic_short(100);
+  s.tos = 0x02; // ECT(0)
+  auto f = make_frame(s);
+  ParsedFrame pf;
+  ASSERT_EQ(parse_frame(f.data(), f.size(), pf), ParseStatus::ok);
+  EXPECT_EQ(pf.payload_len, 100u);
+  EXPECT_EQ(f[pf.payload_offset], 0x41);
+  EXPECT_EQ(pf.path.remote.to_string(), "10.0.0.2:40000");
+  EXPECT_EQ(pf.path.local.to_string(), "10.0.0.1:4433");
+  EXPECT_EQ(pf.ecn, 2);
+  EXPECT_EQ(pf.src_mac[5], 2);
+  EXPECT_EQ(pf.vlan_tci, 0);
+}
+
+TEST(Packet, ParsesIpv6AndVlan) {
+  FrameSpec s;
+  s.ipv6 = true;
+  s.vlan = true;
+  s.src = "fd00::2";
+  s.dst = "fd00::1";
+  s.tos = 0x01;
+  s.payload = quic_short(77);
+  auto f = make_frame(s);
+  f.resize(f.size() + 6, 0); // Ethernet padding after the IP packet is fine
+  ParsedFrame pf;
+  ASSERT_EQ(parse_frame(f.data(), f.size(), pf), ParseStatus::ok);
+  EXPECT_EQ(pf.payload_len, 77u);
+  EXPECT_EQ(pf.path.remote.to_string(), "[fd00::2]:40000");
+  EXPECT_EQ(pf.vlan_tci, 42);
+  EXPECT_EQ(pf.ecn, 1);
+}
+
+TEST(Packet, RejectsMalformedWithReason) {
+  ParsedFrame pf;
+  FrameSpec s;
+  s.payload = quic_short(50);
+  auto f = make_frame(s);
+  EXPECT_EQ(parse_frame(f.data(), 10, pf), ParseStatus::truncated);
+  EXPECT_EQ(parse_frame(f.data(), 14 + 12, pf), ParseStatus::truncated);
+  auto bad_sum = f;
+  bad_sum[14 + 8] ^= 1; // TTL changed, checksum now wrong
+  EXPECT_EQ(parse_frame(bad_sum.data(), bad_sum.size(), pf), ParseStatus::bad_ip_header);
+  FrameSpec l = s;
+  l.tot_len_delta = 9;
+  auto lf = make_frame(l);
+  EXPECT_EQ(parse_frame(lf.data(), lf.size(), pf), ParseStatus::bad_ip_len);
+  FrameSpec u = s;
+  u.udp_len_delta = 3;
+  auto uf = make_frame(u);
+  EXPECT_EQ(parse_frame(uf.data(), uf.size(), pf), ParseStatus::bad_udp_len);
+  FrameSpec fr = s;
+  fr.frag_off = 0x2000;
+  auto ff = make_frame(fr);
+  EXPECT_EQ(parse_frame(ff.data(), ff.size(), pf), ParseStatus::fragment);
+  FrameSpec tcp = s;
+  tcp.proto = 6;
+  auto tf = make_frame(tcp);
+  EXPECT_EQ(parse_frame(tf.data(), tf.size(), pf), ParseStatus::not_udp);
+}
+
+TEST(Packet, BuildThenParseRoundTripsWithValidChecksums) {
+  for (bool v6 : {false, true}) {
+    for (bool vlan : {false, true}) {
+      std::vector<uint8_t> buf(TX_HEADROOM + 1500);
+      uint8_t *payload = buf.data() + TX_HEADROOM;
+      for (size_t i = 0; i < 1001; ++i) payload[i] = static_cast<uint8_t>(i * 7);
+      Path p;
+      p.local = *parse_address(v6 ? "[fd00::1]:4433" : "10.0.0.1:4433");
+      p.remote = *parse_address(v6 ? "[fd00::2]:50000" : "10.0.0.2:50000");
+      Mac src{2, 0, 0, 0, 0, 1}, dst{2, 0, 0, 0, 0, 2};
+      size_t h = build_headers(payload, 1001, p, 3, src, dst, vlan ? 7 : 0);
+      EXPECT_EQ(h, header_length(v6 ? AF_INET6 : AF_INET, vlan));
+      const uint8_t *frame = payload - h;
+      ParsedFrame pf;
+      ASSERT_EQ(parse_frame(frame, h + 1001, pf), ParseStatus::ok);
+      EXPECT_EQ(pf.payload_len, 1001u);
+      EXPECT_EQ(pf.path.local, p.remote); // as the peer sees it
+      EXPECT_EQ(pf.path.remote, p.local);
+      EXPECT_EQ(pf.ecn, 3);
+      EXPECT_EQ(pf.src_mac, src);
+      EXPECT_EQ(pf.vlan_tci, vlan ? 7 : 0);
+      // The UDP checksum over pseudo-header + UDP verifies to zero.
+      size_t udp_off = pf.payload_offset - 8;
+      uint32_t sum = 0;
+      if (v6) {
+        sum = checksum_add(frame + udp_off - 32, 32);
+      } else {
+        sum = checksum_add(frame + udp_off - 8, 8);
+      }
+      sum += 17 + 8 + 1001;
+      sum = checksum_add(frame + udp_off, 8 + 1001, sum);
+      EXPECT_EQ(checksum_fold(sum), 0) << "v6=" << v6 << " vlan=" << vlan;
+    }
+  }
+}

@@ -1,0 +1,167 @@
+// The XDP program without any interface: each crafted frame goes through
+// BPF_PROG_TEST_RUN, and the test asserts the verdict and that exactly the
+// expected counter moved by one.
+
+#include "dataplane/xdp_program.h"
+#include "frames.h"
+
+#include <linux/bpf.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+using namespace xdpq::dataplane;
+using namespace xdpq::testing;
+
+namespace {
+
+const std::string COUNTERS[] = {"redirected",     "pass_not_ip",       "pass_not_udp",
+                                "pass_not_served", "pass_truncated",   "pass_no_socket",
+                                "drop_short_payload", "drop_small_initial", "drop_reflection",
+                                "drop_fragment",  "drop_bad_ip_len",   "drop_bad_udp_len"};
+
+class XdpProgramTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (geteuid() != 0 && std::getenv("CI") == nullptr) {
+      GTEST_SKIP() << "needs root (CAP_BPF) to load the XDP program; CI runs it as root";
+    }
+    prog_ = std::make_unique<XdpProgram>();
+    prog_->add_served(*parse_address("10.0.0.1:4433"));
+    prog_->add_served(*parse_address("0.0.0.0:8443")); // any address
+    prog_->add_served(*parse_address("[fd00::1]:4433"));
+  }
+
+  // Runs frame; expects verdict and a +1 on exactly the named counter.
+  void expect(const std::vector<uint8_t> &frame, int verdict, const std::string &counter) {
+    auto before = prog_->counters();
+    EXPECT_EQ(prog_->test_run(frame), verdict) << counter;
+    auto after = prog_->counters();
+    for (size_t i = 0; i < before.size(); ++i) {
+      uint64_t delta = after[i] - before[i];
+      EXPECT_EQ(delta, COUNTERS[i] == counter ? 1u : 0u)
+          << "counter " << COUNTERS[i] << " while expecting " << counter;
+    }
+  }
+  std::unique_ptr<XdpProgram> prog_;
+};
+
+FrameSpec served_v4(std::vector<uint8_t> payload) {
+  FrameSpec s;
+  s.payload = std::move(payload);
+  return s;
+}
+
+} // namespace
+
+TEST_F(XdpProgramTest, CounterNamesMatchTheSharedHeader) {
+  ASSERT_EQ(xdp_counter_count(), std::size(COUNTERS));
+  for (size_t i = 0; i < std::size(COUNTERS); ++i) {
+    EXPECT_EQ(std::string(XDP_COUNTER_NAMES[i]), "xdp_" + COUNTERS[i]);
+  }
+}
+
+TEST_F(XdpProgramTest, ValidQuicToServedPortReachesTheSocketStage) {
+  // No AF_XDP socket on queue 0: the fallback is the kernel, never a drop.
+  expect(make_frame(served_v4(quic_initial(1200))), XDP_PASS, "pass_no_socket");
+  expect(make_frame(served_v4(quic_short(60))), XDP_PASS, "pass_no_socket");
+  FrameSpec any = served_v4(quic_short(60));
+  any.dst = "192.0.2.7";
+  any.dport = 8443; // served on every address
+  expect(make_frame(any), XDP_PASS, "pass_no_socket");
+}
+
+TEST_F(XdpProgramTest, EverythingElsePasses) {
+  FrameSpec other_port = served_v4(quic_short(60));
+  other_port.dport = 53;
+  expect(make_frame(other_port), XDP_PASS, "pass_not_served");
+  FrameSpec other_addr = served_v4(quic_short(60));
+  other_addr.dst = "10.0.0.9";
+  expect(make_frame(other_addr), XDP_PASS, "pass_not_served");
+  FrameSpec tcp = served_v4({});
+  tcp.proto = 6;
+  expect(make_frame(tcp), XDP_PASS, "pass_not_udp");
+  std::vector<uint8_t> arp = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 2, 0x08, 0x06};
+  arp.resize(42, 0);
+  expect(arp, XDP_PASS, "pass_not_ip");
+  FrameSpec icmp6 = served_v4({});
+  icmp6.ipv6 = true;
+  icmp6.proto = 58;
+  icmp6.src = "fd00::2";
+  icmp6.dst = "fd00::1";
+  expect(make_frame(icmp6), XDP_PASS, "pass_not_udp");
+}
+
+TEST_F(XdpProgramTest, Ipv6AndVlan) {
+  FrameSpec v6 = served_v4(quic_short(80));
+  v6.ipv6 = true;
+  v6.src = "fd00::2";
+  v6.dst = "fd00::1";
+  expect(make_frame(v6), XDP_PASS, "pass_no_socket");
+  v6.dst = "fd00::99";
+  expect(make_frame(v6), XDP_PASS, "pass_not_served");
+  FrameSpec tagged = served_v4(quic_short(60));
+  tagged.vlan = true;
+  expect(make_frame(tagged), XDP_PASS, "pass_no_socket");
+}
+
+TEST_F(XdpProgramTest, JunkAimedAtServedPortIsDropped) {
+  expect(make_frame(served_v4(quic_initial(1199))), XDP_DROP, "drop_small_initial");
+  expect(make_frame(served_v4(quic_initial(300))), XDP_DROP, "drop_small_initial");
+  expect(make_frame(served_v4(quic_short(20))), XDP_DROP, "drop_short_payload");
+  expect(make_frame(served_v4({})), XDP_DROP, "drop_short_payload");
+  for (uint16_t port : {53, 123, 0, 1023, 1900, 11211}) {
+    FrameSpec refl = served_v4(quic_short(60));
+    refl.sport = port;
+    expect(make_frame(refl), XDP_DROP, "drop_reflection");
+  }
+  FrameSpec frag = served_v4(quic_initial(1200));
+  frag.frag_off = 0x2000; // MF, offset 0: the first fragment
+  expect(make_frame(frag), XDP_DROP, "drop_fragment");
+  FrameSpec later = served_v4(quic_short(60));
+  later.frag_off = 0x0010; // a later fragment: no UDP header to judge
+  expect(make_frame(later), XDP_PASS, "pass_not_served");
+  FrameSpec frag6 = served_v4(quic_short(80));
+  frag6.ipv6 = true;
+  frag6.src = "fd00::2";
+  frag6.dst = "fd00::1";
+  frag6.v6_fragment_header = true;
+  expect(make_frame(frag6), XDP_DROP, "drop_fragment");
+  FrameSpec long_ip = served_v4(quic_short(60));
+  long_ip.tot_len_delta = 100;
+  expect(make_frame(long_ip), XDP_DROP, "drop_bad_ip_len");
+  FrameSpec short_ip = served_v4(quic_short(60));
+  short_ip.tot_len_delta = -61; // under IP header + UDP header
+  expect(make_frame(short_ip), XDP_DROP, "drop_bad_ip_len");
+  FrameSpec long_udp = served_v4(quic_short(60));
+  long_udp.udp_len_delta = 10;
+  expect(make_frame(long_udp), XDP_DROP, "drop_bad_udp_len");
+  FrameSpec tiny_udp = served_v4(quic_short(60));
+  tiny_udp.udp_len_delta = -64;
+  expect(make_frame(tiny_udp), XDP_DROP, "drop_bad_udp_len");
+}
+
+TEST_F(XdpProgramTest, TruncatedAtEveryLayerPasses) {
+  auto full = make_frame(served_v4(quic_short(60)));
+  // Ethernet (14), IPv4 (20), UDP (8): cut inside each header. (The kernel's
+  // test runner refuses input shorter than an Ethernet header, and so does
+  // every driver, so the Ethernet bounds check is exercised by the verifier
+  // rather than here.)
+  for (size_t len : {14, 14 + 10, 14 + 19, 14 + 20 + 4, 14 + 20 + 7}) {
+    std::vector<uint8_t> cut(full.begin(), full.begin() + static_cast<long>(len));
+    expect(cut, XDP_PASS, "pass_truncated");
+  }
+  FrameSpec tagged = served_v4(quic_short(60));
+  tagged.vlan = true;
+  auto vf = make_frame(tagged);
+  expect(std::vector<uint8_t>(vf.begin(), vf.begin() + 16), XDP_PASS, "pass_truncated");
+  FrameSpec v6 = served_v4(quic_short(60));
+  v6.ipv6 = true;
+  v6.src = "fd00::2";
+  v6.dst = "fd00::1";
+  auto f6 = make_frame(v6);
+  expect(std::vector<uint8_t>(f6.begin(), f6.begin() + 14 + 30), XDP_PASS, "pass_truncated");
+  expect(std::vector<uint8_t>(f6.begin(), f6.begin() + 14 + 40 + 5), XDP_PASS, "pass_truncated");
+  // Cut inside the payload: the IP length now overstates the frame.
+  expect(std::vector<uint8_t>(full.begin(), full.end() - 5), XDP_DROP, "drop_bad_ip_len");
+}
