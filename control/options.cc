@@ -17,8 +17,22 @@ Listening and dataplane:
   --listen ADDR:PORT      Address to serve QUIC on; repeatable. IPv6 in
                           brackets: [::1]:4433. Default: 0.0.0.0:4433 and
                           [::]:4433.
-  --dataplane socket      Datagram path: 'socket' (kernel UDP sockets with
-                          GSO/GRO). 'afxdp' is not built yet.
+  --dataplane socket|afxdp
+                          Datagram path: 'socket' (kernel UDP sockets with
+                          GSO/GRO, the default) or 'afxdp' (an XDP program
+                          steers the listen addresses' UDP into AF_XDP
+                          sockets; needs --interface and root or
+                          CAP_NET_ADMIN+CAP_BPF+CAP_NET_RAW+CAP_IPC_LOCK).
+  --interface IF          AF_XDP: the network interface to attach to.
+  --queues LIST           AF_XDP: NIC queues to serve, one worker each
+                          (default 0). Steer QUIC to them with ethtool
+                          flow rules or RSS.
+  --xdp-mode MODE         AF_XDP: native, generic or auto (default: native,
+                          falling back to generic with the reason logged).
+  --zerocopy MODE         AF_XDP: auto (default), on or off.
+  --busy-poll             AF_XDP: SO_PREFER_BUSY_POLL on the sockets.
+  --xdp-replace           AF_XDP: replace an XDP program someone else
+                          attached (default: refuse, naming it).
   --workers N             Number of worker threads (one UDP socket per
                           listen address each, SO_REUSEPORT). Default: one
                           per CPU in --cpus, or per available CPU.
@@ -117,11 +131,38 @@ Options parse_options(int argc, const char *const *argv) {
     } else if (arg == "--dataplane") {
       auto v = need();
       if (v == "afxdp") {
-        throw UsageError("--dataplane afxdp: the AF_XDP dataplane is not built yet; use "
-                         "--dataplane socket");
+#ifndef XDPQ_HAVE_AFXDP
+        throw UsageError("--dataplane afxdp: this xdpqd was built without AF_XDP "
+                         "(XDPQ_AFXDP=OFF); use --dataplane socket");
+#endif
+      } else if (v != "socket") {
+        throw UsageError("--dataplane: expected socket or afxdp, got '" + std::string(v) + "'");
       }
-      if (v != "socket") throw UsageError("--dataplane: expected 'socket', got '" + std::string(v) + "'");
       o.dataplane = v;
+    } else if (arg == "--interface") {
+      o.interface = need();
+    } else if (arg == "--queues") {
+      auto v = need();
+      std::string why;
+      auto q = dataplane::parse_cpu_list(v, &why);
+      if (!q) throw UsageError("--queues " + std::string(v) + ": " + why);
+      o.queues = *q;
+    } else if (arg == "--xdp-mode") {
+      auto v = need();
+      if (v != "native" && v != "generic" && v != "auto") {
+        throw UsageError("--xdp-mode: expected native, generic or auto, got '" + std::string(v) + "'");
+      }
+      o.xdp_mode = v;
+    } else if (arg == "--zerocopy") {
+      auto v = need();
+      if (v != "auto" && v != "on" && v != "off") {
+        throw UsageError("--zerocopy: expected auto, on or off, got '" + std::string(v) + "'");
+      }
+      o.zerocopy = v;
+    } else if (arg == "--busy-poll") {
+      o.busy_poll = true;
+    } else if (arg == "--xdp-replace") {
+      o.xdp_replace = true;
     } else if (arg == "--cert") {
       o.cert_file = need();
     } else if (arg == "--key") {
@@ -170,6 +211,16 @@ Options parse_options(int argc, const char *const *argv) {
   if (o.listen.empty()) {
     o.listen.push_back(*dataplane::parse_address("0.0.0.0:4433"));
     o.listen.push_back(*dataplane::parse_address("[::]:4433"));
+  }
+  if (o.dataplane == "afxdp") {
+    if (o.interface.empty()) throw UsageError("--dataplane afxdp needs --interface IF");
+    if (o.queues.empty()) o.queues.push_back(0);
+    if (o.workers != 0 && o.workers != static_cast<int>(o.queues.size())) {
+      throw UsageError("--workers: with --dataplane afxdp there is one worker per queue "
+                       "(--queues); leave --workers out");
+    }
+  } else if (!o.interface.empty() || !o.queues.empty()) {
+    throw UsageError("--interface and --queues go with --dataplane afxdp");
   }
   if (o.cert_file.empty() != o.key_file.empty()) {
     throw UsageError("--cert and --key go together: give both, or neither for a "

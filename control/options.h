@@ -19,6 +19,13 @@ public:
 struct Options {
   std::vector<dataplane::Address> listen; // default: 0.0.0.0:4433 and [::]:4433
   std::string dataplane = "socket";
+  // AF_XDP dataplane.
+  std::string interface;
+  std::vector<int> queues;         // default: queue 0
+  std::string xdp_mode = "auto";   // native, generic, auto
+  std::string zerocopy = "auto";   // auto, on, off
+  bool busy_poll = false;
+  bool xdp_replace = false;
   std::string cert_file;
   std::string key_file;
   std::string docroot; // empty: the embedded page

@@ -5,10 +5,17 @@
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
 #include "dataplane/udp_socket_port.h"
+#include "dataplane/xdp_program.h"
+#ifdef XDPQ_HAVE_AFXDP
+#include "dataplane/afxdp_port.h"
+#endif
 #include "http/router.h"
 #include "quic/endpoint.h"
 #include "quic/secrets.h"
 #include "quic/tls_context.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstring>
@@ -38,7 +45,7 @@ std::string read_file(const std::string &flag, const std::string &path) {
 // used by one pinned thread only.
 class Worker final : public dataplane::LoopHandler {
 public:
-  Worker(int id, int cpu, std::unique_ptr<dataplane::UdpSocketPort> port,
+  Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
          const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
          std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg)
       : id_(id), cpu_(cpu), port_(std::move(port)), tls_(tls_cfg, secrets),
@@ -65,9 +72,13 @@ public:
     if (thread_.joinable()) thread_.join();
   }
 
-  dataplane::UdpSocketPort &port() { return *port_; }
-  const dataplane::UdpSocketPort &port() const { return *port_; }
+  dataplane::DatagramPort &port() { return *port_; }
+  const dataplane::DatagramPort &port() const { return *port_; }
   const quic::EndpointStats &endpoint_stats() const { return endpoint_.stats(); }
+#ifdef XDPQ_HAVE_AFXDP
+  void set_afxdp(dataplane::AfXdpPort *p) { afxdp_ = p; }
+  dataplane::AfXdpPort *afxdp() const { return afxdp_; }
+#endif
   const http::H3Stats &h3_stats() const { return endpoint_.h3_stats(); }
 
   void log_stats() const {
@@ -137,12 +148,15 @@ private:
   int cpu_;
   quic::SystemClock clock_;
   dataplane::EventLoop loop_;
-  std::unique_ptr<dataplane::UdpSocketPort> port_;
+  std::unique_ptr<dataplane::DatagramPort> port_;
   quic::TlsContext tls_;
   quic::Endpoint endpoint_;
   std::array<dataplane::RxDatagram, 64> batch_{};
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};
+#ifdef XDPQ_HAVE_AFXDP
+  dataplane::AfXdpPort *afxdp_ = nullptr; // port_, when it is an AF_XDP port
+#endif
   bool want_write_ = false;
 };
 
@@ -218,33 +232,126 @@ Server::Server(const Options &opts) : opts_(opts) {
   ecfg.h3.max_header_fields = opts_.max_header_fields;
 
   std::vector<dataplane::Address> listen = opts_.listen;
-  for (int i = 0; i < nworkers; ++i) {
-    dataplane::UdpSocketOptions popts;
-    popts.check_in_use = i == 0;
-    std::unique_ptr<dataplane::UdpSocketPort> port;
-    try {
-      port = std::make_unique<dataplane::UdpSocketPort>(listen, popts);
-    } catch (const dataplane::PortError &e) {
-      throw UsageError(e.what());
+  std::string dataplane_info;
+  if (opts_.dataplane == "afxdp") {
+    dataplane_info = start_afxdp(tls_cfg, secrets, router, ecfg);
+  } else {
+    for (int i = 0; i < nworkers; ++i) {
+      dataplane::UdpSocketOptions popts;
+      popts.check_in_use = i == 0;
+      std::unique_ptr<dataplane::UdpSocketPort> port;
+      try {
+        port = std::make_unique<dataplane::UdpSocketPort>(listen, popts);
+      } catch (const dataplane::PortError &e) {
+        throw UsageError(e.what());
+      }
+      if (i == 0) {
+        listen = port->bound_addresses(); // resolve port 0 once
+        dataplane_info = std::string("dataplane socket (GSO ") +
+                         (port->gso_enabled() ? "on" : "off") + ", GRO " +
+                         (port->gro_enabled() ? "on" : "off") + ")";
+      }
+      int cpu = opts_.cpus.empty() ? -1 : opts_.cpus[static_cast<size_t>(i) % opts_.cpus.size()];
+      ecfg.worker_id = static_cast<uint8_t>(i);
+      auto *raw = port.get();
+      workers_.push_back(
+          std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets, router, ecfg));
+      if (i == 0) steering_port_ = raw;
     }
-    if (i == 0) listen = port->bound_addresses(); // resolve port 0 once
-    int cpu = opts_.cpus.empty() ? -1 : opts_.cpus[static_cast<size_t>(i) % opts_.cpus.size()];
-    ecfg.worker_id = static_cast<uint8_t>(i);
-    workers_.push_back(std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets, router, ecfg));
-  }
-  if (nworkers > 1 && !workers_[0]->port().steer_by_connection_id()) {
-    LOG_WARN("cannot attach the connection-ID steering filter (%s): migrating clients may "
-             "reach the wrong worker and be reset", strerror(errno));
+    if (nworkers > 1 && !steering_port_->steer_by_connection_id()) {
+      LOG_WARN("cannot attach the connection-ID steering filter (%s): migrating clients may "
+               "reach the wrong worker and be reset", strerror(errno));
+    }
   }
   std::string where;
   for (const auto &a : listen) where += " " + a.to_string();
-  const auto &p = workers_[0]->port();
-  LOG_INFO("xdpqd %s ready: HTTP/3 on%s, %d worker%s, dataplane socket (GSO %s, GRO %s)",
-           XDPQ_VERSION, where.c_str(), nworkers, nworkers == 1 ? "" : "s",
-           p.gso_enabled() ? "on" : "off", p.gro_enabled() ? "on" : "off");
+  int n = static_cast<int>(workers_.size());
+  LOG_INFO("xdpqd %s ready: HTTP/3 on%s, %d worker%s, %s", XDPQ_VERSION, where.c_str(), n,
+           n == 1 ? "" : "s", dataplane_info.c_str());
 }
 
-Server::~Server() = default;
+Server::~Server() {
+  workers_.clear(); // ports leave the XSKMAP before the program detaches
+#ifdef XDPQ_HAVE_AFXDP
+  program_.reset();
+#endif
+  for (int fd : reservations_) close(fd);
+}
+
+std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
+                                const std::shared_ptr<const http::Router> &router,
+                                quic::EndpointConfig ecfg) {
+#ifndef XDPQ_HAVE_AFXDP
+  (void)tls_cfg;
+  (void)secrets;
+  (void)router;
+  (void)ecfg;
+  throw UsageError("--dataplane afxdp: built without AF_XDP support");
+#else
+  // A kernel socket holds each served port: no other process can take it,
+  // and a second xdpqd fails here with "in use" instead of fighting over
+  // the XDP program.
+  for (const auto &a : opts_.listen) {
+    int fd = socket(a.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("socket: " + std::string(strerror(errno)));
+    if (a.family() == AF_INET6) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    }
+    if (bind(fd, &a.u.sa, a.len) != 0) {
+      int err = errno;
+      close(fd);
+      throw UsageError("listen " + a.to_string() + ": cannot reserve the port: " +
+                       strerror(err) + (err == EADDRINUSE ? " (port in use)" : ""));
+    }
+    if (a.port() == 0) {
+      close(fd);
+      throw UsageError("listen " + a.to_string() + ": --dataplane afxdp needs an explicit port");
+    }
+    reservations_.push_back(fd);
+  }
+  dataplane::XdpMode mode = opts_.xdp_mode == "native"    ? dataplane::XdpMode::native
+                            : opts_.xdp_mode == "generic" ? dataplane::XdpMode::generic
+                                                          : dataplane::XdpMode::automatic;
+  try {
+    program_ = std::make_unique<dataplane::XdpProgram>();
+    for (const auto &a : opts_.listen) program_->add_served(a);
+    program_->attach(opts_.interface, mode, opts_.xdp_replace);
+  } catch (const dataplane::XdpError &e) {
+    throw UsageError(e.what());
+  }
+  if (!program_->fallback_reason().empty()) {
+    LOG_WARN("%s: XDP in generic mode (%s)", opts_.interface.c_str(),
+             program_->fallback_reason().c_str());
+  }
+  std::string zc;
+  for (size_t i = 0; i < opts_.queues.size(); ++i) {
+    dataplane::AfXdpOptions xo;
+    xo.ifname = opts_.interface;
+    xo.queue = static_cast<uint32_t>(opts_.queues[i]);
+    xo.busy_poll = opts_.busy_poll;
+    xo.zerocopy = opts_.zerocopy == "on"    ? dataplane::ZeroCopy::on
+                  : opts_.zerocopy == "off" ? dataplane::ZeroCopy::off
+                                            : dataplane::ZeroCopy::automatic;
+    std::unique_ptr<dataplane::AfXdpPort> port;
+    try {
+      port = std::make_unique<dataplane::AfXdpPort>(xo, *program_);
+    } catch (const dataplane::XdpError &e) {
+      throw UsageError(e.what());
+    }
+    zc += (zc.empty() ? "" : ", ") + std::string("queue ") + std::to_string(xo.queue) + " " +
+          (port->zerocopy() ? "zero-copy" : "copy") + (port->hugepages() ? " hugepages" : "");
+    int cpu = opts_.cpus.empty() ? -1 : opts_.cpus[i % opts_.cpus.size()];
+    ecfg.worker_id = static_cast<uint8_t>(i);
+    auto *raw = port.get();
+    workers_.push_back(std::make_unique<Worker>(static_cast<int>(i), cpu, std::move(port), tls_cfg,
+                                                secrets, router, ecfg));
+    workers_.back()->set_afxdp(raw);
+  }
+  return "dataplane afxdp on " + opts_.interface + " (XDP " + program_->mode() + " mode, prog id " +
+         std::to_string(program_->prog_id()) + "; " + zc + ")";
+#endif
+}
 
 void Server::log_totals() const {
   // One JSON object of every counter summed over workers: for scripts and
@@ -286,6 +393,30 @@ void Server::log_totals() const {
 #undef XDPQ_PORT
 #undef XDPQ_EP
 #undef XDPQ_H3
+#ifdef XDPQ_HAVE_AFXDP
+  if (program_) {
+    auto c = program_->counters();
+    for (size_t i = 0; i < c.size(); ++i) add(dataplane::XDP_COUNTER_NAMES[i], c[i]);
+    auto afx = [this](auto field) {
+      uint64_t t = 0;
+      for (const auto &w : workers_) {
+        if (w->afxdp()) t += field(w->afxdp()->xdp_stats());
+      }
+      return t;
+    };
+    for (size_t i = 1; i < static_cast<size_t>(dataplane::ParseStatus::count_); ++i) {
+      std::string name = std::string("rx_invalid_") +
+                         dataplane::parse_status_name(static_cast<dataplane::ParseStatus>(i));
+      add(name.c_str(), afx([i](const dataplane::AfXdpStats &x) { return x.rx_invalid[i]; }));
+    }
+#define XDPQ_AFX(f) add("afxdp_" #f, afx([](const dataplane::AfXdpStats &x) { return x.f; }))
+    XDPQ_AFX(tx_no_neighbor); XDPQ_AFX(tx_ring_full); XDPQ_AFX(tx_kicks);
+    XDPQ_AFX(fill_starved); XDPQ_AFX(xdp_rx_dropped); XDPQ_AFX(xdp_rx_invalid_descs);
+    XDPQ_AFX(xdp_tx_invalid_descs); XDPQ_AFX(xdp_rx_ring_full);
+    XDPQ_AFX(xdp_rx_fill_ring_empty); XDPQ_AFX(xdp_tx_ring_empty);
+#undef XDPQ_AFX
+  }
+#endif
   json += "}";
   LOG_INFO("stats %s", json.c_str());
 }

@@ -4,9 +4,18 @@
 // signal handling and shutdown.
 
 #include "control/options.h"
+#include "http/router.h"
+#include "quic/endpoint.h"
+#include "quic/secrets.h"
+#include "quic/tls_context.h"
 
 #include <memory>
 #include <vector>
+
+namespace xdpq::dataplane {
+class UdpSocketPort;
+class XdpProgram;
+} // namespace xdpq::dataplane
 
 namespace xdpq::control {
 
@@ -27,9 +36,17 @@ public:
 
 private:
   void log_totals() const;
+  // Reserves the ports, attaches the XDP program and creates one AF_XDP
+  // worker per queue; returns a description for the ready line.
+  std::string start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
+                          const std::shared_ptr<const http::Router> &router,
+                          quic::EndpointConfig ecfg);
 
   Options opts_;
+  std::vector<int> reservations_; // kernel sockets holding AF_XDP-served ports
+  std::unique_ptr<dataplane::XdpProgram> program_; // outlives the workers
   std::vector<std::unique_ptr<Worker>> workers_;
+  dataplane::UdpSocketPort *steering_port_ = nullptr;
 };
 
 // Blocks the signals the server handles in the calling thread (and in every

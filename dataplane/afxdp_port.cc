@@ -260,12 +260,14 @@ bool AfXdpPort::flush() {
       pending_.erase(pending_.begin(), pending_.begin() + n);
     }
   }
-  // Copy mode transmits only when kicked; with need_wakeup the kernel says
-  // when zero-copy needs it too.
+  // Copy mode transmits only when kicked, at most 32 frames a kick
+  // (EAGAIN: more queued); with need_wakeup the kernel says when zero-copy
+  // needs a kick too. Bounded, so a stuck queue cannot spin the worker.
   if (outstanding_tx_ > 0 && (!zerocopy_ || xsk_ring_prod__needs_wakeup(&tx_))) {
-    if (sendto(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0 || errno == EAGAIN ||
-        errno == EBUSY || errno == ENOBUFS) {
+    for (uint32_t k = 0; k < opts_.ring_size / 32 + 1; ++k) {
       xdp_stats_.tx_kicks += 1;
+      if (sendto(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) break;
+      if (errno != EAGAIN) break; // EBUSY/ENOBUFS: retry on the next flush
     }
   }
   reclaim_completions();

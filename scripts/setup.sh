@@ -13,7 +13,7 @@ PACKAGES=(
   libbpf-dev libxdp-dev libpcap-dev clang llvm
   # tests
   libgtest-dev libgmock-dev ngtcp2-client ngtcp2-server iproute2 openssl
-  curl python3 procps
+  curl python3 procps ethtool iputils-ping
 )
 
 missing=()

@@ -27,6 +27,17 @@ TEST(Options, Defaults) {
   EXPECT_EQ(o.retry, xdpq::quic::RetryMode::automatic);
 }
 
+TEST(Options, AfXdpFlags) {
+  auto o = parse({"--dataplane", "afxdp", "--interface", "veth0", "--queues", "0-2", "--xdp-mode",
+                  "generic", "--zerocopy", "off", "--busy-poll"});
+  EXPECT_EQ(o.dataplane, "afxdp");
+  EXPECT_EQ(o.queues, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(o.xdp_mode, "generic");
+  EXPECT_TRUE(o.busy_poll);
+  auto d = parse({"--dataplane", "afxdp", "--interface", "veth0"});
+  EXPECT_EQ(d.queues, std::vector<int>{0});
+}
+
 TEST(Options, ParsesFlags) {
   auto o = parse({"--listen", "127.0.0.1:1", "--listen=[::1]:2", "--retry", "on", "--workers",
                   "3", "--cpus", "0-1", "--log-level", "debug", "--docroot", "/tmp"});
@@ -45,7 +56,15 @@ TEST(Options, ErrorsNameTheFlag) {
   EXPECT_NE(error_of({"--workers"}).find("missing value"), std::string::npos);
   EXPECT_NE(error_of({"--workers", "0"}).find("from 1 to 255"), std::string::npos);
   EXPECT_NE(error_of({"--cert", "x.pem"}).find("--cert and --key"), std::string::npos);
-  EXPECT_NE(error_of({"--dataplane", "afxdp"}).find("not built yet"), std::string::npos);
+  EXPECT_NE(error_of({"--dataplane", "afxdp"}).find("needs --interface"), std::string::npos);
+  EXPECT_NE(error_of({"--interface", "eth0"}).find("--dataplane afxdp"), std::string::npos);
+  EXPECT_NE(error_of({"--dataplane", "afxdp", "--interface", "eth0", "--xdp-mode", "fast"})
+                .find("--xdp-mode"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--dataplane", "afxdp", "--interface", "eth0", "--queues", "0-1",
+                      "--workers", "3"})
+                .find("one worker per queue"),
+            std::string::npos);
   EXPECT_NE(error_of({"--log-level", "loud"}).find("--log-level"), std::string::npos);
 }
 
@@ -55,7 +74,8 @@ TEST(Options, HelpDocumentsEveryFlag) {
        {"--listen", "--dataplane", "--workers", "--cpus", "--cert", "--key", "--docroot",
         "--secrets", "--retry", "--retry-threshold", "--idle-timeout", "--max-streams",
         "--max-header-size", "--max-header-fields", "--max-connections", "--no-early-data",
-        "--log-level", "--check-config", "--help", "--version"}) {
+        "--log-level", "--check-config", "--help", "--version", "--interface", "--queues",
+        "--xdp-mode", "--zerocopy", "--busy-poll", "--xdp-replace"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
 }
