@@ -50,12 +50,20 @@ def free_udp_port(family=socket.AF_INET):
 class Server:
     """An xdpqd process; use as a context manager. stop() returns its stats."""
 
-    def __init__(self, *args, host="127.0.0.1", port=None, workers=1, extra_env=None):
+    def __init__(self, *args, host="127.0.0.1", port=None, workers=1, extra_env=None, netns=None,
+                 listen=None):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.host = host
-        self.port = port or free_udp_port(family)
-        listen = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
-        self.args = [XDPQD, "--listen", listen, "--workers", str(workers), *args]
+        self.port = port or (4433 if netns else free_udp_port(family))
+        listen = listen or [f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"]
+        self.args = [XDPQD]
+        for a in listen:
+            self.args += ["--listen", a]
+        if workers:
+            self.args += ["--workers", str(workers)]
+        self.args += list(args)
+        if netns:
+            self.args = ["ip", "netns", "exec", netns] + self.args
         self.log_path = tempfile.mktemp(prefix="xdpqd-", suffix=".log")
         self.proc = None
         self.stats = None
@@ -136,7 +144,7 @@ def statuses(output):
     return found
 
 
-def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False):
+def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False, netns=None):
     """Runs gtlsclient against server for paths; returns a ClientResult.
 
     gtlsclient exits 0 even when requests fail, so callers assert on the
@@ -153,6 +161,8 @@ def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False):
         cmd += ["--download", ddir]
     cmd += list(flags)
     cmd += [server.host, str(server.port)] + [server.url(p) for p in paths]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns] + cmd
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                           text=True, errors="replace")
     return ClientResult(proc, ddir)

@@ -1,0 +1,286 @@
+#!/usr/bin/python3
+"""xdpqd --dataplane afxdp in network namespaces: gtlsclient in one namespace
+fetches from xdpqd on an AF_XDP socket in the other, in native and generic
+XDP mode, the same cases the socket dataplane runs, content checked by
+sha256; meanwhile TCP and ping to the same address go through the kernel.
+Also: several queues, kill -9 under load, refusing a foreign XDP program,
+and XDP drop counters from junk."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import (Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
+                     sha256)
+from netns import Topology, sh  # noqa: E402
+
+TEN_MIB = 10 * 1024 * 1024
+
+
+def tcp_echo_server(topo, port):
+    """A kernel TCP listener on the server's address and QUIC port."""
+    code = ("import socket\n"
+            f"s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            f"s.bind(('{topo.srv_ip}', {port})); s.listen(8)\n"
+            "while True:\n"
+            "    c,_=s.accept(); d=c.recv(100); c.sendall(b'tcp:'+d); c.close()\n")
+    return subprocess.Popen(["ip", "netns", "exec", topo.srv_ns, "/usr/bin/python3", "-c", code])
+
+
+def tcp_roundtrip(topo, port):
+    code = ("import socket\n"
+            f"c=socket.create_connection(('{topo.srv_ip}', {port}), timeout=3)\n"
+            "c.sendall(b'hello'); print(c.recv(100).decode())\n")
+    return sh("/usr/bin/python3", "-c", code, ns=topo.cli_ns, check=False).stdout.strip()
+
+
+def ping(topo):
+    return sh("ping", "-c", "2", "-i", "0.2", "-W", "2", topo.srv_ip, ns=topo.cli_ns,
+              check=False).returncode == 0
+
+
+class AfXdpCases:
+    """The foundation's gtlsclient cases over AF_XDP; MODE set by subclasses."""
+    MODE = None
+
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+        cls.docroot = tempfile.mkdtemp(prefix="xdpq-afxdp-root-")
+        cls.small = os.urandom(5000)
+        with open(os.path.join(cls.docroot, "small.bin"), "wb") as f:
+            f.write(cls.small)
+
+    def setUp(self):
+        super().setUp()
+        self.topo = Topology().__enter__()
+        self.addCleanup(self.topo.__exit__)
+
+    def serve(self, *args, **kw):
+        return Server("--dataplane", "afxdp", "--interface", self.topo.srv_if, "--xdp-mode",
+                      self.MODE, "--docroot", self.docroot, *args, host=self.topo.srv_ip,
+                      netns=self.topo.srv_ns, workers=0, **kw)
+
+    def fetch(self, srv, paths, *flags, **kw):
+        return gtlsclient(srv, paths, *flags, netns=self.topo.cli_ns, **kw)
+
+    def assert_served_over_afxdp(self, stats):
+        self.assertGreater(stats["xdp_redirected"], 0, stats)
+        self.assertEqual(stats["responses_4xx"] + stats["responses_5xx"], 0, stats)
+
+    def test_small_file_with_tcp_and_ping_alongside(self):
+        echo = tcp_echo_server(self.topo, 4433)
+        self.addCleanup(echo.kill)
+        time.sleep(0.2)
+        with self.serve() as srv:
+            self.assertIn(f"XDP {self.MODE} mode", srv.output())
+            self.assertIsNotNone(self.topo.xdp_attached())
+            result = {}
+            t = threading.Thread(target=lambda: result.update(
+                r=self.fetch(srv, ["/small.bin", "/bytes/300000"])))
+            t.start()
+            self.assertEqual(tcp_roundtrip(self.topo, 4433), "tcp:hello")
+            self.assertTrue(ping(self.topo))
+            t.join()
+            r = result["r"]
+            stats = srv.stop()
+        self.assertEqual(r.statuses, {0: 200, 1: 200}, r.output[-2000:])
+        self.assertEqual(sha256(r.file("small.bin")), sha256(self.small))
+        self.assertEqual(sha256(r.file("300000")), sha256(pattern(300000)))
+        self.assert_served_over_afxdp(stats)
+        self.assertGreater(stats["xdp_pass_not_udp"], 0, "TCP/ICMP must pass to the kernel")
+        self.assertIsNone(self.topo.xdp_attached(), "XDP program left attached after exit")
+
+    def test_ten_mib(self):
+        with self.serve() as srv:
+            r = self.fetch(srv, [f"/bytes/{TEN_MIB}"], quiet=True)
+            stats = srv.stop()
+        self.assertEqual(sha256(r.file(str(TEN_MIB))), sha256(pattern(TEN_MIB)))
+        self.assertEqual(stats["responses_2xx"], 1)
+        self.assert_served_over_afxdp(stats)
+
+    def test_2000_multiplexed(self):
+        with self.serve() as srv:
+            r = self.fetch(srv, ["/bytes/500"], "-n", "2000", download=False)
+            stats = srv.stop()
+        self.assertEqual(len(r.statuses), 2000)
+        self.assertEqual(set(r.statuses.values()), {200})
+        self.assertEqual(stats["handshakes_completed"], 1)
+        self.assert_served_over_afxdp(stats)
+
+    def test_loss_5_percent(self):
+        size = 1024 * 1024
+        with self.serve() as srv:
+            r = self.fetch(srv, [f"/bytes/{size}"], "-r", "0.05", "-t", "0.05", quiet=True,
+                           timeout=120)
+            stats = srv.stop()
+        self.assertEqual(sha256(r.file(str(size))), sha256(pattern(size)))
+        self.assertEqual(stats["responses_2xx"], 1)
+
+    def test_resumption_and_0rtt(self):
+        tmp = tempfile.mkdtemp()
+        sess, tp = os.path.join(tmp, "s.pem"), os.path.join(tmp, "tp")
+        with self.serve() as srv:
+            self.fetch(srv, ["/bytes/10"], f"--session-file={sess}", f"--tp-file={tp}")
+            r = self.fetch(srv, ["/bytes/20"], f"--session-file={sess}", f"--tp-file={tp}",
+                           "--quic-dump")
+            stats = srv.stop()
+        self.assertEqual(r.statuses, {0: 200})
+        self.assertEqual(r.file("20"), pattern(20))
+        self.assertIn("type=0RTT", r.output)
+        self.assertNotIn("Early data was rejected", r.output)
+        self.assertEqual(stats["sessions_resumed"], 1)
+        self.assertEqual(stats["early_data_accepted"], 1)
+
+    def test_key_update(self):
+        size = 4 * 1024 * 1024
+        with self.serve() as srv:
+            r = self.fetch(srv, [f"/bytes/{size}"], "--key-update=1ms", quiet=True)
+            stats = srv.stop()
+        self.assertEqual(sha256(r.file(str(size))), sha256(pattern(size)))
+        self.assertGreater(stats["key_updates"], 0)
+
+    def test_migration(self):
+        size = 16 * 1024 * 1024
+        with self.serve() as srv:
+            r = self.fetch(srv, [f"/bytes/{size}"], "--change-local-addr=20ms", "-r", "0.001",
+                           quiet=True, timeout=120)
+            stats = srv.stop()
+        self.assertEqual(sha256(r.file(str(size))), sha256(pattern(size)))
+        self.assertGreater(stats["path_validations_ok"], 0)
+
+    def test_ipv6(self):
+        with Server("--dataplane", "afxdp", "--interface", self.topo.srv_if, "--xdp-mode",
+                    self.MODE, host=self.topo.srv_ip6, netns=self.topo.srv_ns, workers=0) as srv:
+            r = self.fetch(srv, ["/bytes/70000"])
+            stats = srv.stop()
+        self.assertEqual(r.statuses, {0: 200}, r.output[-2000:])
+        self.assertEqual(r.file("70000"), pattern(70000))
+        self.assert_served_over_afxdp(stats)
+
+    def test_junk_is_dropped_in_xdp_and_counted(self):
+        code = ("import socket,os\n"
+                "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                f"a=('{self.topo.srv_ip}', 4433)\n"
+                "for i in range(20): s.sendto(os.urandom(10), a)\n"        # short payload
+                "p=bytes([0xc3,0,0,0,1,8])+os.urandom(8)+bytes([0])\n"
+                "for i in range(7): s.sendto(p+bytes(300), a)\n")           # small Initial
+        with self.serve() as srv:
+            sh("/usr/bin/python3", "-c", code, ns=self.topo.cli_ns)
+            r = self.fetch(srv, ["/bytes/100"])
+            stats = srv.stop()
+        self.assertEqual(r.statuses, {0: 200})
+        self.assertEqual(stats["xdp_drop_short_payload"], 20)
+        self.assertEqual(stats["xdp_drop_small_initial"], 7)
+        self.assertEqual(stats["drop_small_initial"], 0, "junk must not reach user space")
+
+
+class AfXdpNative(AfXdpCases, TimedTestCase):
+    MODE = "native"
+
+
+class AfXdpGeneric(AfXdpCases, TimedTestCase):
+    MODE = "generic"
+
+
+class AfXdpLifecycle(TimedTestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+
+    def test_multi_queue(self):
+        queues = 4
+        with Topology(queues=queues) as topo:
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native", "--queues", f"0-{queues - 1}", host=topo.srv_ip,
+                        netns=topo.srv_ns, workers=0) as srv:
+                self.assertIn(f"{queues} workers", srv.output())
+                for i in range(16):
+                    r = gtlsclient(srv, [f"/bytes/{1000 + i}"], netns=topo.cli_ns)
+                    self.assertEqual(r.statuses, {0: 200}, r.output[-1500:])
+                    self.assertEqual(r.file(str(1000 + i)), pattern(1000 + i))
+                stats = srv.stop()
+                busy = [line for line in srv.output().splitlines()
+                        if "handshakes" in line and "started" in line
+                        and " 0 started" not in line]
+        self.assertEqual(stats["handshakes_completed"], 16)
+        self.assertGreaterEqual(len(busy), 2, "flows did not spread over queues:\n"
+                                + "\n".join(busy))
+
+    def test_kill_9_under_load_leaves_nothing_attached(self):
+        with Topology() as topo:
+            args = ["--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode", "native"]
+            srv = Server(*args, host=topo.srv_ip, netns=topo.srv_ns, workers=0).__enter__()
+            try:
+                self.assertIsNotNone(topo.xdp_attached())
+                load = subprocess.Popen(
+                    ["ip", "netns", "exec", topo.cli_ns, "gtlsclient", "-q",
+                     "--exit-on-all-streams-close", "--timeout=3s", topo.srv_ip, "4433",
+                     f"https://{topo.srv_ip}:4433/bytes/{64 * 1024 * 1024}"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(0.3)
+                srv.proc.send_signal(signal.SIGKILL)
+                srv.proc.wait(timeout=5)
+            finally:
+                srv.log.close()
+            deadline = time.time() + 5
+            while topo.xdp_attached() is not None and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertIsNone(topo.xdp_attached(), "XDP program survived kill -9")
+            load.wait(timeout=30)
+            with Server(*args, host=topo.srv_ip, netns=topo.srv_ns, workers=0) as again:
+                r = gtlsclient(again, ["/bytes/4321"], netns=topo.cli_ns)
+            self.assertEqual(r.statuses, {0: 200})
+            self.assertEqual(r.file("4321"), pattern(4321))
+
+    def test_refuses_foreign_xdp_program(self):
+        src = tempfile.NamedTemporaryFile("w", suffix=".c", delete=False)
+        src.write('#include <linux/bpf.h>\n'
+                  '__attribute__((section("xdp"), used)) int foreign_pass(struct xdp_md *c)'
+                  ' { return XDP_PASS; }\n'
+                  'char _license[] __attribute__((section("license"), used)) = "GPL";\n')
+        src.close()
+        obj = src.name + ".o"
+        triplet = sh("gcc", "-dumpmachine").stdout.strip()
+        sh("clang", "-O2", "-target", "bpf", f"-I/usr/include/{triplet}", "-c", src.name, "-o",
+           obj)
+        with Topology() as topo:
+            sh("ip", "link", "set", "dev", topo.srv_if, "xdpgeneric", "obj", obj, "sec", "xdp",
+               ns=topo.srv_ns)
+            before = topo.xdp_attached()
+            self.assertIsNotNone(before)
+            r = sh("ip", "netns", "exec", topo.srv_ns, os.environ["XDPQD"], "--dataplane",
+                   "afxdp", "--interface", topo.srv_if, "--listen", f"{topo.srv_ip}:4433",
+                   check=False, timeout=20)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("foreign_pass", r.stderr)
+            self.assertIn("will not detach", r.stderr)
+            self.assertEqual(topo.xdp_attached(), before, "the foreign program was touched")
+
+    def test_port_in_use_is_refused(self):
+        with Topology() as topo:
+            holder = subprocess.Popen(
+                ["ip", "netns", "exec", topo.srv_ns, "/usr/bin/python3", "-c",
+                 f"import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                 f"s.bind(('{topo.srv_ip}', 4433)); time.sleep(30)"])
+            try:
+                time.sleep(0.3)
+                r = sh("ip", "netns", "exec", topo.srv_ns, os.environ["XDPQD"], "--dataplane",
+                       "afxdp", "--interface", topo.srv_if, "--listen", f"{topo.srv_ip}:4433",
+                       check=False, timeout=20)
+            finally:
+                holder.kill()
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("in use", r.stderr)
+            self.assertIsNone(topo.xdp_attached())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
