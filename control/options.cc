@@ -65,6 +65,13 @@ QUIC behaviour and limits:
   --max-connections N     Connections per worker (default 65536).
   --no-early-data         Refuse 0-RTT.
 
+TCP side (HTTP/2 and HTTP/1.1 over TLS, advertising HTTP/3 with Alt-Svc):
+  --no-tcp                Do not listen on TCP (default: TLS on every --listen
+                          address and port, answered by the kernel's TCP).
+  --h2c-listen ADDR:PORT  Also serve cleartext HTTP/2 (prior knowledge) and
+                          HTTP/1.1 there; repeatable; for benchmarks only.
+  --tcp-max-connections N TCP connections per worker (default 10000).
+
 Operation:
   --log-level LEVEL       error, warn, info (default) or debug.
   --check-config          Validate the options (files readable, addresses
@@ -159,6 +166,16 @@ Options parse_options(int argc, const char *const *argv) {
         throw UsageError("--zerocopy: expected auto, on or off, got '" + std::string(v) + "'");
       }
       o.zerocopy = v;
+    } else if (arg == "--no-tcp") {
+      o.tcp = false;
+    } else if (arg == "--h2c-listen") {
+      auto v = need();
+      std::string why;
+      auto a = dataplane::parse_address(v, &why);
+      if (!a) throw UsageError("--h2c-listen " + std::string(v) + ": " + why);
+      o.h2c_listen.push_back(*a);
+    } else if (arg == "--tcp-max-connections") {
+      o.tcp_max_connections = parse_number(arg, need(), 1, 1u << 20);
     } else if (arg == "--busy-poll") {
       o.busy_poll = true;
     } else if (arg == "--xdp-replace") {

@@ -41,6 +41,10 @@ struct Options {
   size_t max_header_fields = 128;
   size_t max_connections = 65536;
   bool early_data = true;
+  // TCP side: HTTP/2 and HTTP/1.1 over TLS on the same addresses and ports.
+  bool tcp = true;
+  std::vector<dataplane::Address> h2c_listen; // cleartext, for benchmarks only
+  size_t tcp_max_connections = 10000;
   bool help = false;
   bool version = false;
   bool check_config = false;

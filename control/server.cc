@@ -10,6 +10,8 @@
 #include "dataplane/afxdp_port.h"
 #endif
 #include "http/router.h"
+#include "http/tcp_server.h"
+#include "http/tcp_tls.h"
 #include "quic/endpoint.h"
 #include "quic/secrets.h"
 #include "quic/tls_context.h"
@@ -17,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -43,15 +46,22 @@ std::string read_file(const std::string &flag, const std::string &path) {
 
 // One shard: its sockets, TLS context, QUIC endpoint and timer wheel, all
 // used by one pinned thread only.
-class Worker final : public dataplane::LoopHandler {
+class Worker final : public dataplane::LoopHandler, public dataplane::FdHandler {
 public:
   Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
          const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
          std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg)
       : id_(id), cpu_(cpu), port_(std::move(port)), tls_(tls_cfg, secrets),
-        endpoint_(ecfg, tls_, secrets, std::move(router), loop_.timers(), clock_, *port_) {
-    for (int fd : port_->fds()) loop_.watch(fd);
+        endpoint_(ecfg, tls_, secrets, router, loop_.timers(), clock_, *port_) {
+    for (int fd : port_->fds()) loop_.watch(fd, this);
   }
+
+  // Adds the TCP side to this worker's loop (throws http::TcpError).
+  void add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
+               std::shared_ptr<http::TcpTlsContext> tls) {
+    tcp_ = std::make_unique<http::TcpServer>(cfg, env, std::move(tls), loop_);
+  }
+  const http::TcpServer *tcp() const { return tcp_.get(); }
 
   void start() {
     thread_ = std::thread([this] {
@@ -111,8 +121,8 @@ public:
              ull(h.header_limit_rejects), ull(h.body_limit_rejects));
   }
 
-  // dataplane::LoopHandler
-  void on_ready() override {
+  // dataplane::FdHandler: the port's descriptors.
+  void on_io(uint32_t) override {
     // Bounded work per wakeup so timers and writes get their turn.
     for (int round = 0; round < 16; ++round) {
       size_t n = port_->receive(batch_);
@@ -122,6 +132,7 @@ public:
   }
 
   void on_iteration_end() override {
+    if (tcp_) tcp_->end_of_pass();
     bool drained = true;
     for (int round = 0; round < 8; ++round) {
       endpoint_.end_of_pass();
@@ -130,13 +141,14 @@ public:
     }
     if (drained == want_write_) {
       want_write_ = !drained;
-      for (int fd : port_->fds()) loop_.set_want_write(fd, want_write_);
+      for (int fd : port_->fds()) loop_.set_want_write(fd, this, want_write_);
     }
   }
 
   void on_wake() override {
     if (stop_requested_.load(std::memory_order_acquire)) {
       endpoint_.close_all();
+      if (tcp_) tcp_->shutdown(); // GOAWAY / close on every TCP connection
       loop_.stop(); // after this iteration, which flushes the closes
     }
   }
@@ -151,6 +163,7 @@ private:
   std::unique_ptr<dataplane::DatagramPort> port_;
   quic::TlsContext tls_;
   quic::Endpoint endpoint_;
+  std::unique_ptr<http::TcpServer> tcp_;
   std::array<dataplane::RxDatagram, 64> batch_{};
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};
@@ -263,11 +276,54 @@ Server::Server(const Options &opts) : opts_(opts) {
                "reach the wrong worker and be reset", strerror(errno));
     }
   }
+  if (opts_.tcp || !opts_.h2c_listen.empty()) start_tcp(tls_cfg, secrets, router, listen);
+
   std::string where;
   for (const auto &a : listen) where += " " + a.to_string();
+  if (opts_.tcp) where += " (and TCP: HTTP/2, HTTP/1.1 over TLS)";
+  for (const auto &a : opts_.h2c_listen) where += ", cleartext TCP " + a.to_string();
   int n = static_cast<int>(workers_.size());
   LOG_INFO("xdpqd %s ready: HTTP/3 on%s, %d worker%s, %s", XDPQ_VERSION, where.c_str(), n,
            n == 1 ? "" : "s", dataplane_info.c_str());
+}
+
+void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
+                       const std::shared_ptr<const http::Router> &router,
+                       const std::vector<dataplane::Address> &quic_listen) {
+  std::shared_ptr<http::TcpTlsContext> tls;
+  try {
+    tls = std::make_shared<http::TcpTlsContext>(tls_cfg.cert_pem, tls_cfg.key_pem,
+                                                secrets.ticket_key);
+  } catch (const std::exception &e) {
+    throw UsageError(std::string("--cert/--key (TCP TLS): ") + e.what());
+  }
+  // Alt-Svc advertises every UDP port QUIC actually serves.
+  std::vector<uint16_t> ports;
+  for (const auto &a : quic_listen) {
+    if (std::find(ports.begin(), ports.end(), a.port()) == ports.end()) ports.push_back(a.port());
+  }
+  http::SessionEnv env;
+  env.router = router;
+  env.limits.max_header_size = opts_.max_header_size;
+  env.limits.max_header_fields = opts_.max_header_fields;
+  env.limits.max_concurrent_streams = static_cast<uint32_t>(opts_.max_streams);
+  for (uint16_t p : ports) {
+    if (!env.alt_svc.empty()) env.alt_svc += ", ";
+    env.alt_svc += "h3=\":" + std::to_string(p) + "\"; ma=86400";
+  }
+  http::TcpConfig cfg;
+  if (opts_.tcp) cfg.tls_listen = quic_listen;
+  cfg.cleartext_listen = opts_.h2c_listen;
+  cfg.max_connections = opts_.tcp_max_connections;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    cfg.check_in_use = i == 0;
+    try {
+      workers_[i]->add_tcp(cfg, env, tls);
+    } catch (const http::TcpError &e) {
+      throw UsageError(e.what());
+    }
+  }
+  tcp_tls_ = tls;
 }
 
 Server::~Server() {
@@ -393,6 +449,26 @@ void Server::log_totals() const {
 #undef XDPQ_PORT
 #undef XDPQ_EP
 #undef XDPQ_H3
+  auto tcp_sum = [this](auto field) {
+    uint64_t t = 0;
+    for (const auto &w : workers_) {
+      if (w->tcp()) t += field(w->tcp()->stats());
+    }
+    return t;
+  };
+#define XDPQ_TCP(f) add("tcp_" #f, tcp_sum([](const http::TcpStats &x) { return x.f; }))
+  XDPQ_TCP(accepted); XDPQ_TCP(refused_conn_limit); XDPQ_TCP(tls_handshake_failed);
+  XDPQ_TCP(plaintext_on_tls); XDPQ_TCP(h2_connections); XDPQ_TCP(h1_connections);
+  XDPQ_TCP(requests); XDPQ_TCP(header_limit_rejects); XDPQ_TCP(body_limit_rejects);
+  XDPQ_TCP(bad_requests); XDPQ_TCP(goaways_sent); XDPQ_TCP(protocol_error_closes);
+  XDPQ_TCP(timeouts_handshake); XDPQ_TCP(timeouts_headers); XDPQ_TCP(timeouts_idle);
+  XDPQ_TCP(timeouts_write); XDPQ_TCP(closed); XDPQ_TCP(tls_writes); XDPQ_TCP(bytes_in);
+  XDPQ_TCP(bytes_out);
+#undef XDPQ_TCP
+  for (int cls = 2; cls <= 5; ++cls) {
+    std::string name = "tcp_responses_" + std::to_string(cls) + "xx";
+    add(name.c_str(), tcp_sum([cls](const http::TcpStats &x) { return x.responses_by_class[cls]; }));
+  }
 #ifdef XDPQ_HAVE_AFXDP
   if (program_) {
     auto c = program_->counters();

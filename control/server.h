@@ -12,6 +12,9 @@
 #include <memory>
 #include <vector>
 
+namespace xdpq::http {
+class TcpTlsContext;
+}
 namespace xdpq::dataplane {
 class UdpSocketPort;
 class XdpProgram;
@@ -42,7 +45,13 @@ private:
                           const std::shared_ptr<const http::Router> &router,
                           quic::EndpointConfig ecfg);
 
+  // Adds HTTP/2 + HTTP/1.1 over TLS on the QUIC addresses to every worker.
+  void start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
+                 const std::shared_ptr<const http::Router> &router,
+                 const std::vector<dataplane::Address> &quic_listen);
+
   Options opts_;
+  std::shared_ptr<http::TcpTlsContext> tcp_tls_;
   std::vector<int> reservations_; // kernel sockets holding AF_XDP-served ports
   std::unique_ptr<dataplane::XdpProgram> program_; // outlives the workers
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -26,7 +26,7 @@ EventLoop::EventLoop() : now_(monotonic_ns()), wheel_(now_) {
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = wakefd_;
+  ev.data.ptr = nullptr; // the wake eventfd
   epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev);
 }
 
@@ -35,24 +35,33 @@ EventLoop::~EventLoop() {
   close(epfd_);
 }
 
-void EventLoop::watch(int fd, bool want_write) {
+void EventLoop::watch(int fd, FdHandler *h, bool want_write) {
   epoll_event ev{};
   ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
-  ev.data.fd = fd;
+  ev.data.ptr = h;
   if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
     throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
   }
 }
 
-void EventLoop::set_want_write(int fd, bool want_write) {
+void EventLoop::set_want_write(int fd, FdHandler *h, bool want_write) {
   epoll_event ev{};
   ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
-  ev.data.fd = fd;
+  ev.data.ptr = h;
   epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
 }
 
+void EventLoop::set_interest(int fd, FdHandler *h, bool want_read, bool want_write) {
+  epoll_event ev{};
+  ev.events = (want_read ? EPOLLIN | EPOLLRDHUP : 0u) | (want_write ? EPOLLOUT : 0u);
+  ev.data.ptr = h;
+  epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+}
+
+void EventLoop::unwatch(int fd) { epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr); }
+
 void EventLoop::run(LoopHandler &handler) {
-  constexpr int MAX_EVENTS = 16;
+  constexpr int MAX_EVENTS = 64;
   epoll_event events[MAX_EVENTS];
   while (!stopping()) {
     now_ = monotonic_ns();
@@ -71,19 +80,18 @@ void EventLoop::run(LoopHandler &handler) {
     }
     now_ = monotonic_ns();
     bool woken = false;
-    bool ready = false;
     for (int i = 0; i < n; ++i) {
-      if (events[i].data.fd == wakefd_) {
+      auto *h = static_cast<FdHandler *>(events[i].data.ptr);
+      if (h == nullptr) {
         uint64_t v;
         while (read(wakefd_, &v, sizeof(v)) > 0) {
         }
         woken = true;
       } else {
-        ready = true;
+        h->on_io(events[i].events);
       }
     }
     if (woken) handler.on_wake();
-    if (ready) handler.on_ready();
     now_ = monotonic_ns();
     wheel_.run(now_);
     handler.on_iteration_end();

@@ -12,11 +12,19 @@ namespace xdpq::dataplane {
 
 uint64_t monotonic_ns();
 
+// Something with a file descriptor in the loop. on_io runs when it is
+// ready; it must not block. A handler must stay alive until the end of the
+// iteration in which it is unwatched (defer deletion to on_iteration_end).
+class FdHandler {
+public:
+  virtual void on_io(uint32_t epoll_events) = 0;
+
+protected:
+  ~FdHandler() = default;
+};
+
 class LoopHandler {
 public:
-  // A watched descriptor is ready (or the loop was woken). The handler
-  // reads what it can, without blocking.
-  virtual void on_ready() = 0;
   // End of an iteration, after timers ran: flush batched output.
   virtual void on_iteration_end() = 0;
   // wake() was called from another thread.
@@ -34,8 +42,11 @@ public:
   EventLoop &operator=(const EventLoop &) = delete;
 
   // Watch fd for readability, and for writability while want_write is set.
-  void watch(int fd, bool want_write = false);
-  void set_want_write(int fd, bool want_write);
+  // Throws std::runtime_error if epoll refuses.
+  void watch(int fd, FdHandler *h, bool want_write = false);
+  void set_want_write(int fd, FdHandler *h, bool want_write);
+  void set_interest(int fd, FdHandler *h, bool want_read, bool want_write);
+  void unwatch(int fd);
 
   TimerWheel &timers() { return wheel_; }
   uint64_t now() const { return now_; }

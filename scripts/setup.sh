@@ -8,11 +8,12 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   # QUIC / HTTP/3 / TLS
   libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev
-  libssl-dev libnghttp2-dev
+  libssl-dev libnghttp2-dev libhttp-parser-dev
   # XDP (later issues) and capture
   libbpf-dev libxdp-dev libpcap-dev clang llvm
   # tests
-  libgtest-dev libgmock-dev ngtcp2-client ngtcp2-server iproute2 openssl
+  libgtest-dev libgmock-dev ngtcp2-client ngtcp2-server nghttp2-client python3-h2
+  iproute2 openssl
   curl python3 procps ethtool iputils-ping
 )
 

@@ -1,0 +1,266 @@
+// HTTP/1.1 server session on Debian's http-parser: keep-alive, pipelining,
+// chunked request bodies, HEAD. Responses are written in request order.
+
+#include "http/tcp_session.h"
+
+#include <http_parser.h>
+
+#include <deque>
+
+namespace xdpq::http {
+
+namespace {
+
+struct Queued {
+  std::string head; // status line and headers
+  size_t head_off = 0;
+  std::unique_ptr<Body> body;
+  uint64_t body_off = 0;
+  bool close_after = false;
+};
+
+class H1Session final : public TcpSession {
+public:
+  explicit H1Session(const SessionEnv &env) : env_(env) {
+    http_parser_init(&parser_, HTTP_REQUEST);
+    parser_.data = this;
+    http_parser_settings_init(&settings_);
+    settings_.on_message_begin = [](http_parser *p) { return me(p).message_begin(); };
+    settings_.on_url = [](http_parser *p, const char *at, size_t n) { return me(p).url(at, n); };
+    settings_.on_header_field = [](http_parser *p, const char *at, size_t n) {
+      return me(p).field(at, n);
+    };
+    settings_.on_header_value = [](http_parser *p, const char *at, size_t n) {
+      return me(p).value(at, n);
+    };
+    settings_.on_headers_complete = [](http_parser *p) { return me(p).headers_complete(); };
+    settings_.on_body = [](http_parser *p, const char *at, size_t n) { return me(p).body(at, n); };
+    settings_.on_message_complete = [](http_parser *p) { return me(p).message_complete(); };
+    env_.stats->h1_connections += 1;
+  }
+
+  void on_input(const uint8_t *data, size_t len, uint64_t now_ns) override {
+    now_ = now_ns;
+    if (closing_) return;
+    // Bytes that arrived while paused (pipelining backpressure) are kept
+    // and parsed first.
+    if (!buffered_.empty() || paused_) {
+      buffered_.append(reinterpret_cast<const char *>(data), len);
+      if (paused_) return;
+      data = reinterpret_cast<const uint8_t *>(buffered_.data());
+      len = buffered_.size();
+    }
+    size_t n = http_parser_execute(&parser_, &settings_, reinterpret_cast<const char *>(data), len);
+    if (!buffered_.empty()) {
+      buffered_.erase(0, n);
+    } else if (n < len && HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED) {
+      buffered_.assign(reinterpret_cast<const char *>(data) + n, len - n);
+    }
+    if (parser_.upgrade) {
+      // No upgrades (h2c goes through prior knowledge on the cleartext port):
+      // answer what we parsed, then close.
+      closing_ = true;
+      return;
+    }
+    if (HTTP_PARSER_ERRNO(&parser_) != HPE_OK && HTTP_PARSER_ERRNO(&parser_) != HPE_PAUSED) {
+      if (!closing_) fail(400);
+      return;
+    }
+    (void)n;
+  }
+
+  void produce(std::vector<uint8_t> &out, size_t limit) override {
+    while (out.size() < limit && !queue_.empty()) {
+      Queued &q = queue_.front();
+      if (q.head_off < q.head.size()) {
+        size_t take = std::min(q.head.size() - q.head_off, limit - out.size());
+        out.insert(out.end(), q.head.begin() + static_cast<long>(q.head_off),
+                   q.head.begin() + static_cast<long>(q.head_off + take));
+        q.head_off += take;
+        continue;
+      }
+      if (q.body && q.body_off < q.body->size()) {
+        auto c = q.body->chunk(q.body_off);
+        size_t take = std::min(c.size(), limit - out.size());
+        out.insert(out.end(), c.data(), c.data() + take);
+        q.body_off += take;
+        continue;
+      }
+      if (q.close_after) closing_ = true;
+      queue_.pop_front();
+      if (paused_ && queue_.size() < env_.limits.max_pipelined / 2) {
+        http_parser_pause(&parser_, 0);
+        paused_ = false;
+      }
+    }
+  }
+
+  bool finished() const override { return closing_ && queue_.empty(); }
+  bool has_buffered_input() const override { return !buffered_.empty() && !paused_; }
+  bool input_paused() const override { return paused_ || closing_; }
+  uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
+  bool busy() const override { return in_message_ || !queue_.empty(); }
+  void shutdown() override {
+    if (!busy()) closing_ = true;
+    else close_after_current_ = true;
+  }
+
+private:
+  static H1Session &me(http_parser *p) { return *static_cast<H1Session *>(p->data); }
+
+  int message_begin() {
+    req_.reset();
+    field_.clear();
+    value_.clear();
+    header_bytes_ = 0;
+    header_fields_ = 0;
+    too_large_ = false;
+    body_too_large_ = false;
+    in_message_ = true;
+    in_headers_ = true;
+    started_ = now_;
+    return 0;
+  }
+
+  bool account(size_t n) {
+    header_bytes_ += n;
+    if (header_bytes_ > env_.limits.max_header_size) too_large_ = true;
+    return !too_large_;
+  }
+
+  int url(const char *at, size_t n) {
+    if (account(n)) req_.path.append(at, n);
+    return 0;
+  }
+
+  void flush_header() {
+    if (field_.empty()) return;
+    if (++header_fields_ > env_.limits.max_header_fields) too_large_ = true;
+    if (!too_large_) {
+      for (auto &c : field_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (field_ == "host") req_.authority = value_;
+      req_.headers.push_back(Header{field_, value_});
+    }
+    field_.clear();
+    value_.clear();
+  }
+
+  int field(const char *at, size_t n) {
+    if (!value_.empty() || value_started_) {
+      flush_header();
+      value_started_ = false;
+    }
+    if (account(n + 32)) field_.append(at, n);
+    return 0;
+  }
+
+  int value(const char *at, size_t n) {
+    value_started_ = true;
+    if (account(n)) value_.append(at, n);
+    return 0;
+  }
+
+  int headers_complete() {
+    flush_header();
+    value_started_ = false;
+    in_headers_ = false;
+    req_.method = http_method_str(static_cast<http_method>(parser_.method));
+    req_.scheme = "https";
+    keep_alive_ = http_should_keep_alive(&parser_) && !close_after_current_;
+    env_.stats->requests += 1;
+    if (too_large_) {
+      env_.stats->header_limit_rejects += 1;
+      fail(431);
+      return 0;
+    }
+    return 0;
+  }
+
+  int body(const char *at, size_t n) {
+    if (closing_ || body_too_large_) return 0;
+    if (req_.body.size() + n > env_.limits.max_request_body) {
+      body_too_large_ = true;
+      env_.stats->body_limit_rejects += 1;
+      fail(413);
+      return 0;
+    }
+    req_.body.append(at, n);
+    return 0;
+  }
+
+  int message_complete() {
+    in_message_ = false;
+    if (closing_) return 0;
+    Response resp;
+    env_.router->route(req_, resp);
+    enqueue(resp, !keep_alive_);
+    if (queue_.size() >= env_.limits.max_pipelined) {
+      http_parser_pause(&parser_, 1); // let the responses drain first
+      paused_ = true;
+    }
+    return 0;
+  }
+
+  // Answers with status and closes the connection afterwards (the request
+  // stream is no longer in a state we trust).
+  void fail(int status) {
+    if (status == 400) env_.stats->bad_requests += 1;
+    Response resp;
+    make_error(resp, status);
+    enqueue(resp, true);
+    in_message_ = false;
+    in_headers_ = false;
+    http_parser_pause(&parser_, 1);
+    paused_ = true;
+  }
+
+  void enqueue(Response &resp, bool close) {
+    count_response(*env_.stats, resp.status);
+    Queued q;
+    q.head.reserve(256);
+    q.head += "HTTP/1.1 ";
+    q.head += std::to_string(resp.status);
+    q.head += ' ';
+    q.head += reason_phrase(resp.status);
+    q.head += "\r\nserver: xdpq\r\n";
+    if (resp.status != 304 && resp.status != 204) {
+      q.head += "content-length: " + std::to_string(resp.content_length) + "\r\n";
+    }
+    if (!env_.alt_svc.empty()) q.head += "alt-svc: " + env_.alt_svc + "\r\n";
+    for (const auto &h : resp.headers) q.head += h.name + ": " + h.value + "\r\n";
+    if (close) q.head += "connection: close\r\n";
+    q.head += "\r\n";
+    q.body = std::move(resp.body);
+    q.close_after = close;
+    queue_.push_back(std::move(q));
+  }
+
+  SessionEnv env_;
+  http_parser parser_{};
+  http_parser_settings settings_{};
+  Request req_;
+  std::string field_, value_;
+  bool value_started_ = false;
+  size_t header_bytes_ = 0;
+  size_t header_fields_ = 0;
+  bool too_large_ = false;
+  bool body_too_large_ = false;
+  bool keep_alive_ = true;
+  bool in_message_ = false;
+  bool in_headers_ = false;
+  bool paused_ = false;
+  bool closing_ = false;
+  bool close_after_current_ = false;
+  uint64_t started_ = 0;
+  uint64_t now_ = 0;
+  std::deque<Queued> queue_;
+  std::string buffered_;
+};
+
+} // namespace
+
+std::unique_ptr<TcpSession> make_h1_session(const SessionEnv &env) {
+  return std::make_unique<H1Session>(env);
+}
+
+} // namespace xdpq::http

@@ -1,0 +1,299 @@
+// HTTP/2 server session on nghttp2 1.52.
+
+#include "http/tcp_session.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <charconv>
+#include <cstring>
+#include <unordered_map>
+
+namespace xdpq::http {
+
+void count_response(TcpStats &st, int status) {
+  int cls = status / 100;
+  if (cls >= 1 && cls <= 5) st.responses_by_class[cls] += 1;
+}
+
+namespace {
+
+struct H2Stream {
+  int32_t id = 0;
+  Request req;
+  Response resp;
+  uint64_t header_bytes = 0;
+  size_t header_fields = 0;
+  bool too_large = false;
+  bool body_too_large = false;
+  bool responded = false;
+  bool headers_done = false;
+  uint64_t offset = 0; // response body bytes handed to nghttp2
+};
+
+class H2Session final : public TcpSession {
+public:
+  explicit H2Session(const SessionEnv &env) : env_(env) {
+    nghttp2_session_callbacks *cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cb, on_invalid_frame);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+    nghttp2_option *opt;
+    nghttp2_option_new(&opt);
+    nghttp2_option_set_stream_reset_rate_limit(opt, env_.limits.rst_burst, env_.limits.rst_rate);
+    nghttp2_option_set_max_continuations(opt, env_.limits.max_continuations);
+    nghttp2_option_set_max_settings(opt, 32);
+    nghttp2_option_set_max_outbound_ack(opt, 256);
+    // Bound nghttp2's own HPACK buffering a little above what we enforce.
+    nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
+    nghttp2_session_server_new2(&session_, cb, this, opt);
+    nghttp2_option_del(opt);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, env_.limits.max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(env_.limits.max_header_size)},
+        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+    };
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, iv, std::size(iv));
+    nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, 4 << 20);
+    env_.stats->h2_connections += 1;
+  }
+
+  ~H2Session() override { nghttp2_session_del(session_); }
+
+  void on_input(const uint8_t *data, size_t len, uint64_t now_ns) override {
+    now_ = now_ns;
+    if (dead_) return;
+    auto rv = nghttp2_session_mem_recv(session_, data, len);
+    if (rv < 0) {
+      // nghttp2 queued a GOAWAY for protocol errors it detects itself
+      // (including its flood and CONTINUATION limits); stop reading.
+      dead_ = true;
+      env_.stats->goaways_sent += 1;
+    }
+  }
+
+  void produce(std::vector<uint8_t> &out, size_t limit) override {
+    while (out.size() < limit) {
+      const uint8_t *p = nullptr;
+      auto n = nghttp2_session_mem_send(session_, &p);
+      if (n <= 0) {
+        if (n < 0) dead_ = true;
+        break;
+      }
+      out.insert(out.end(), p, p + n);
+    }
+  }
+
+  bool finished() const override {
+    return dead_ ? !nghttp2_session_want_write(session_)
+                 : !nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_);
+  }
+  bool input_paused() const override { return dead_; }
+  uint64_t headers_started() const override {
+    // Streams whose HEADERS never completed; nghttp2 itself bounds the time
+    // a CONTINUATION sequence may stay open by count, we bound it by time.
+    return pending_headers_ ? headers_since_ : 0;
+  }
+  bool busy() const override { return !streams_.empty(); }
+  void shutdown() override {
+    if (!shutdown_) {
+      shutdown_ = true;
+      nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                            nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                            nullptr, 0);
+      env_.stats->goaways_sent += 1;
+    }
+  }
+
+private:
+  static H2Session &self(void *ud) { return *static_cast<H2Session *>(ud); }
+
+  static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
+    auto &me = self(ud);
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    H2Stream *st;
+    if (!me.free_.empty()) {
+      st = me.free_.back().release();
+      me.free_.pop_back();
+    } else {
+      st = new H2Stream();
+    }
+    st->req.reset();
+    st->resp.reset();
+    st->id = f->hd.stream_id;
+    st->header_bytes = 0;
+    st->header_fields = 0;
+    st->too_large = st->body_too_large = st->responded = st->headers_done = false;
+    st->offset = 0;
+    me.streams_[st->id].reset(st);
+    nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st);
+    if (me.pending_headers_++ == 0) me.headers_since_ = me.now_;
+    return 0;
+  }
+
+  static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
+                       size_t namelen, const uint8_t *value, size_t valuelen, uint8_t,
+                       void *ud) {
+    auto &me = self(ud);
+    auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
+    if (!st || f->hd.type != NGHTTP2_HEADERS) return 0;
+    st->header_bytes += namelen + valuelen + 32;
+    st->header_fields += 1;
+    if (st->header_bytes > me.env_.limits.max_header_size ||
+        st->header_fields > me.env_.limits.max_header_fields) {
+      st->too_large = true;
+      // Far past the limit: stop decoding for this stream altogether.
+      if (st->header_bytes > 4 * me.env_.limits.max_header_size) {
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      }
+      return 0;
+    }
+    std::string_view n(reinterpret_cast<const char *>(name), namelen);
+    std::string_view v(reinterpret_cast<const char *>(value), valuelen);
+    if (n == ":method") st->req.method.assign(v);
+    else if (n == ":scheme") st->req.scheme.assign(v);
+    else if (n == ":authority") st->req.authority.assign(v);
+    else if (n == ":path") st->req.path.assign(v);
+    else if (!n.empty() && n[0] != ':') st->req.headers.push_back(Header{std::string(n), std::string(v)});
+    return 0;
+  }
+
+  static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
+    auto &me = self(ud);
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) return 0;
+    auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
+    if (!st) return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      st->headers_done = true;
+      if (me.pending_headers_ > 0 && --me.pending_headers_ > 0) me.headers_since_ = me.now_;
+      me.env_.stats->requests += 1;
+      if (st->too_large) {
+        me.env_.stats->header_limit_rejects += 1;
+        make_error(st->resp, 431);
+        me.respond(*st);
+        return 0;
+      }
+    }
+    if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded) {
+      me.env_.router->route(st->req, st->resp);
+      me.respond(*st);
+    }
+    return 0;
+  }
+
+  static int on_data_chunk(nghttp2_session *s, uint8_t, int32_t id, const uint8_t *data,
+                           size_t len, void *ud) {
+    auto &me = self(ud);
+    auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, id));
+    if (!st || st->responded) return 0;
+    if (st->req.body.size() + len > me.env_.limits.max_request_body) {
+      me.env_.stats->body_limit_rejects += 1;
+      make_error(st->resp, 413);
+      me.respond(*st);
+      return 0;
+    }
+    st->req.body.append(reinterpret_cast<const char *>(data), len);
+    return 0;
+  }
+
+  static int on_stream_close(nghttp2_session *, int32_t id, uint32_t, void *ud) {
+    auto &me = self(ud);
+    auto it = me.streams_.find(id);
+    if (it != me.streams_.end()) {
+      if (!it->second->headers_done && me.pending_headers_ > 0) --me.pending_headers_;
+      it->second->resp.reset(); // drop the body (file mapping) now
+      if (me.free_.size() < 64) me.free_.push_back(std::move(it->second));
+      me.streams_.erase(it);
+    }
+    return 0;
+  }
+
+  static int on_invalid_frame(nghttp2_session *, const nghttp2_frame *, int, void *ud) {
+    self(ud).protocol_error();
+    return 0;
+  }
+
+  static int on_frame_send(nghttp2_session *, const nghttp2_frame *f, void *ud) {
+    // A server-sent RST_STREAM is usually the client's doing (the
+    // "MadeYouReset" class): count them with the other protocol errors.
+    if (f->hd.type == NGHTTP2_RST_STREAM) self(ud).protocol_error();
+    return 0;
+  }
+
+  void protocol_error() {
+    if (++protocol_errors_ == env_.limits.max_protocol_errors) {
+      env_.stats->protocol_error_closes += 1;
+      env_.stats->goaways_sent += 1;
+      nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
+      dead_ = true;
+    }
+  }
+
+  static ssize_t read_body(nghttp2_session *, int32_t, uint8_t *buf, size_t length,
+                           uint32_t *flags, nghttp2_data_source *src, void *) {
+    auto *st = static_cast<H2Stream *>(src->ptr);
+    const Body *body = st->resp.body.get();
+    size_t n = 0;
+    while (body && n < length && st->offset < body->size()) {
+      auto c = body->chunk(st->offset);
+      size_t take = std::min(c.size(), length - n);
+      std::memcpy(buf + n, c.data(), take);
+      n += take;
+      st->offset += take;
+    }
+    if (!body || st->offset >= body->size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return static_cast<ssize_t>(n);
+  }
+
+  void respond(H2Stream &st) {
+    st.responded = true;
+    count_response(*env_.stats, st.resp.status);
+    char status[4];
+    std::to_chars(status, status + 3, st.resp.status);
+    status[3] = 0;
+    clen_ = std::to_string(st.resp.content_length);
+    nva_.clear();
+    auto nv = [this](std::string_view n, std::string_view v) {
+      nva_.push_back(nghttp2_nv{reinterpret_cast<uint8_t *>(const_cast<char *>(n.data())),
+                                reinterpret_cast<uint8_t *>(const_cast<char *>(v.data())),
+                                n.size(), v.size(), NGHTTP2_NV_FLAG_NONE});
+    };
+    nv(":status", std::string_view(status, 3));
+    nv("server", "xdpq");
+    if (st.resp.status != 304 && st.resp.status != 204) nv("content-length", clen_);
+    if (!env_.alt_svc.empty()) nv("alt-svc", env_.alt_svc);
+    for (const auto &h : st.resp.headers) nv(h.name, h.value);
+    nghttp2_data_provider dp{};
+    dp.source.ptr = &st;
+    dp.read_callback = read_body;
+    bool has_body = st.resp.body && st.resp.body->size() > 0;
+    nghttp2_submit_response(session_, st.id, nva_.data(), nva_.size(), has_body ? &dp : nullptr);
+  }
+
+  SessionEnv env_;
+  nghttp2_session *session_ = nullptr;
+  std::unordered_map<int32_t, std::unique_ptr<H2Stream>> streams_;
+  std::vector<std::unique_ptr<H2Stream>> free_;
+  std::vector<nghttp2_nv> nva_;
+  std::string clen_;
+  uint64_t now_ = 0;
+  uint64_t headers_since_ = 0;
+  size_t pending_headers_ = 0;
+  uint32_t protocol_errors_ = 0;
+  bool dead_ = false;
+  bool shutdown_ = false;
+};
+
+} // namespace
+
+std::unique_ptr<TcpSession> make_h2_session(const SessionEnv &env) {
+  return std::make_unique<H2Session>(env);
+}
+
+} // namespace xdpq::http

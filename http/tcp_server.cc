@@ -1,0 +1,459 @@
+#include "http/tcp_server.h"
+
+#include "control/log.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace xdpq::http {
+
+namespace {
+
+constexpr size_t READ_CHUNK = 16 * 1024;
+constexpr size_t READ_BUDGET = 256 * 1024; // per readiness event, for fairness
+
+constexpr std::string_view PLAINTEXT_REPLY =
+    "HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-type: text/plain\r\n"
+    "content-length: 38\r\n\r\nThis port speaks HTTPS (TLS) only.\r\n\r\n";
+
+} // namespace
+
+struct TcpServer::Listener final : public dataplane::FdHandler {
+  TcpServer *srv = nullptr;
+  int fd = -1;
+  bool tls = true;
+  dataplane::Address bound;
+  void on_io(uint32_t) override { srv->accept_all(*this); }
+};
+
+class TcpConnection final : public dataplane::FdHandler {
+public:
+  TcpConnection(TcpServer &srv, int fd, bool tls)
+      : srv_(srv), fd_(fd), tls_(tls), timer_(on_timer, this) {
+    uint64_t now = srv_.loop().now();
+    accepted_at_ = last_activity_ = last_progress_ = now;
+    state_ = tls_ ? State::peek : State::detect;
+    srv_.loop().watch(fd_, this);
+    update_timer();
+  }
+
+  ~TcpConnection() {
+    srv_.loop().timers().cancel(timer_);
+    if (ssl_) SSL_free(ssl_);
+    if (fd_ >= 0) close(fd_);
+  }
+
+  void on_io(uint32_t events) override {
+    if (dead_) return;
+    if (events & (EPOLLERR | EPOLLHUP)) {
+      if (!(events & EPOLLIN)) return finish();
+    }
+    step();
+  }
+
+  void shutdown() {
+    if (dead_) return;
+    if (session_) {
+      session_->shutdown();
+      step();
+    } else {
+      finish();
+    }
+  }
+
+private:
+  enum class State { peek, detect, handshake, open };
+
+  static void on_timer(dataplane::Timer &t) {
+    static_cast<TcpConnection *>(t.owner())->timed_out();
+  }
+
+  void timed_out() {
+    if (dead_) return;
+    auto &st = srv_.mutable_stats();
+    switch (deadline_kind_) {
+    case Deadline::handshake: st.timeouts_handshake += 1; break;
+    case Deadline::headers: st.timeouts_headers += 1; break;
+    case Deadline::write: st.timeouts_write += 1; break;
+    case Deadline::idle: st.timeouts_idle += 1; break;
+    }
+    if (deadline_kind_ == Deadline::idle && session_) {
+      // An idle connection gets a polite GOAWAY / close.
+      session_->shutdown();
+      step();
+      if (!dead_) finish();
+      return;
+    }
+    finish();
+  }
+
+  // Read what we may, run the protocol, write what it produced; repeat
+  // while progress is made. Never blocks.
+  void step() {
+    for (int round = 0; round < 8 && !dead_; ++round) {
+      bool progressed = false;
+      if (state_ == State::peek && !peek_tls()) break;
+      if (state_ == State::detect && !detect_protocol()) break;
+      if (state_ == State::handshake && !handshake()) break;
+      if (state_ != State::open) continue;
+      if (!session_->input_paused() && output_pending() < srv_.config().max_output) {
+        progressed |= read_input();
+      }
+      if (session_->has_buffered_input()) {
+        session_->on_input(nullptr, 0, srv_.loop().now());
+        progressed = true;
+      }
+      progressed |= write_output();
+      if (dead_) return;
+      if (session_->finished() && output_pending() == 0) return finish();
+      if (peer_closed_ && output_pending() == 0 && !session_->busy()) return finish();
+      if (!progressed) break;
+    }
+    if (!dead_) {
+      bool want_read = state_ != State::open ||
+                       (!session_->input_paused() && output_pending() < srv_.config().max_output &&
+                        !peer_closed_);
+      bool want_write = want_write_ || output_pending() > 0;
+      srv_.loop().set_interest(fd_, this, want_read, want_write);
+      update_timer();
+    }
+  }
+
+  bool peek_tls() {
+    uint8_t b;
+    ssize_t n = recv(fd_, &b, 1, MSG_PEEK);
+    if (n == 0) {
+      finish();
+      return false;
+    }
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) finish();
+      return false;
+    }
+    if (b != 0x16) { // not a TLS handshake record: someone speaks plain text
+      srv_.mutable_stats().plaintext_on_tls += 1;
+      [[maybe_unused]] auto w =
+          send(fd_, PLAINTEXT_REPLY.data(), PLAINTEXT_REPLY.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      finish();
+      return false;
+    }
+    ssl_ = srv_.tls().new_ssl();
+    if (!ssl_ || SSL_set_fd(ssl_, fd_) != 1) {
+      finish();
+      return false;
+    }
+    state_ = State::handshake;
+    return true;
+  }
+
+  bool detect_protocol() {
+    char buf[4];
+    ssize_t n = recv(fd_, buf, sizeof(buf), MSG_PEEK);
+    if (n == 0) {
+      finish();
+      return false;
+    }
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) finish();
+      return false;
+    }
+    if (n < 4 && std::string_view(buf, static_cast<size_t>(n)) == std::string_view("PRI ", n)) {
+      return false; // wait for enough bytes to tell h2c from HTTP/1.1
+    }
+    open_session(std::string_view(buf, static_cast<size_t>(n)) == "PRI ");
+    return true;
+  }
+
+  bool handshake() {
+    ERR_clear_error();
+    int rv = SSL_accept(ssl_);
+    if (rv == 1) {
+      const unsigned char *alpn = nullptr;
+      unsigned int len = 0;
+      SSL_get0_alpn_selected(ssl_, &alpn, &len);
+      open_session(len == 2 && std::memcmp(alpn, "h2", 2) == 0);
+      want_write_ = false;
+      return true;
+    }
+    int err = SSL_get_error(ssl_, rv);
+    if (err == SSL_ERROR_WANT_READ) {
+      want_write_ = false;
+      return false;
+    }
+    if (err == SSL_ERROR_WANT_WRITE) {
+      want_write_ = true;
+      return false;
+    }
+    srv_.mutable_stats().tls_handshake_failed += 1;
+    ERR_clear_error();
+    finish();
+    return false;
+  }
+
+  void open_session(bool h2) {
+    session_ = h2 ? make_h2_session(srv_.env()) : make_h1_session(srv_.env());
+    state_ = State::open;
+    last_activity_ = srv_.loop().now();
+  }
+
+  // Returns true when bytes arrived.
+  bool read_input() {
+    auto &buf = srv_.scratch();
+    buf.resize(READ_CHUNK);
+    size_t total = 0;
+    while (total < READ_BUDGET && !session_->input_paused()) {
+      ssize_t n;
+      if (ssl_) {
+        ERR_clear_error();
+        int rv = SSL_read(ssl_, buf.data(), static_cast<int>(buf.size()));
+        if (rv <= 0) {
+          int err = SSL_get_error(ssl_, rv);
+          if (err == SSL_ERROR_WANT_READ) break;
+          if (err == SSL_ERROR_WANT_WRITE) {
+            want_write_ = true;
+            break;
+          }
+          ERR_clear_error();
+          peer_closed_ = true; // clean close_notify, EOF or a TLS error
+          break;
+        }
+        n = rv;
+      } else {
+        n = recv(fd_, buf.data(), buf.size(), 0);
+        if (n == 0) {
+          peer_closed_ = true;
+          break;
+        }
+        if (n < 0) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) peer_closed_ = true;
+          break;
+        }
+      }
+      total += static_cast<size_t>(n);
+      srv_.mutable_stats().bytes_in += static_cast<uint64_t>(n);
+      session_->on_input(buf.data(), static_cast<size_t>(n), srv_.loop().now());
+    }
+    if (total) last_activity_ = srv_.loop().now();
+    return total > 0;
+  }
+
+  size_t output_pending() const { return out_.size() - out_off_; }
+
+  // Fills the output buffer from the session and writes it. The buffer is
+  // reused across passes: no allocation per response in steady state.
+  bool write_output() {
+    bool progressed = false;
+    for (int i = 0; i < 16; ++i) {
+      if (out_off_ > 0 && out_off_ == out_.size()) {
+        out_.clear();
+        out_off_ = 0;
+      } else if (out_off_ > 0) {
+        out_.erase(out_.begin(), out_.begin() + static_cast<long>(out_off_));
+        out_off_ = 0;
+      }
+      size_t before = out_.size();
+      session_->produce(out_, srv_.config().max_output);
+      if (out_.size() == 0) break;
+      if (out_.size() == before && before == 0) break;
+      size_t sent = 0;
+      while (out_off_ < out_.size()) {
+        ssize_t n;
+        if (ssl_) {
+          ERR_clear_error();
+          int rv = SSL_write(ssl_, out_.data() + out_off_, static_cast<int>(out_.size() - out_off_));
+          if (rv <= 0) {
+            int err = SSL_get_error(ssl_, rv);
+            if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
+              want_write_ = err == SSL_ERROR_WANT_WRITE;
+              return progressed;
+            }
+            ERR_clear_error();
+            finish();
+            return progressed;
+          }
+          n = rv;
+        } else {
+          n = send(fd_, out_.data() + out_off_, out_.size() - out_off_, MSG_NOSIGNAL);
+          if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+              want_write_ = true;
+              return progressed;
+            }
+            finish();
+            return progressed;
+          }
+        }
+        srv_.mutable_stats().tls_writes += 1;
+        srv_.mutable_stats().bytes_out += static_cast<uint64_t>(n);
+        out_off_ += static_cast<size_t>(n);
+        sent += static_cast<size_t>(n);
+      }
+      want_write_ = false;
+      if (sent) {
+        progressed = true;
+        last_progress_ = last_activity_ = srv_.loop().now();
+      }
+    }
+    return progressed;
+  }
+
+  enum class Deadline { handshake, headers, write, idle };
+
+  void update_timer() {
+    const auto &cfg = srv_.config();
+    uint64_t at;
+    if (state_ != State::open) {
+      deadline_kind_ = Deadline::handshake;
+      at = accepted_at_ + cfg.handshake_timeout;
+    } else if (output_pending() > 0) {
+      deadline_kind_ = Deadline::write;
+      at = last_progress_ + cfg.write_timeout;
+    } else if (uint64_t h = session_->headers_started()) {
+      deadline_kind_ = Deadline::headers;
+      at = h + cfg.header_timeout;
+    } else {
+      deadline_kind_ = Deadline::idle;
+      at = last_activity_ + cfg.idle_timeout;
+    }
+    srv_.loop().timers().schedule(timer_, at);
+  }
+
+  void finish() {
+    if (dead_) return;
+    dead_ = true;
+    srv_.loop().timers().cancel(timer_);
+    if (ssl_ && state_ == State::open) {
+      ERR_clear_error();
+      SSL_shutdown(ssl_); // best effort close_notify
+      ERR_clear_error();
+    }
+    srv_.loop().unwatch(fd_);
+    srv_.closed(this);
+  }
+
+  TcpServer &srv_;
+  int fd_;
+  bool tls_;
+  SSL *ssl_ = nullptr;
+  State state_;
+  std::unique_ptr<TcpSession> session_;
+  std::vector<uint8_t> out_;
+  size_t out_off_ = 0;
+  dataplane::Timer timer_;
+  Deadline deadline_kind_ = Deadline::handshake;
+  uint64_t accepted_at_, last_activity_, last_progress_;
+  bool want_write_ = false;
+  bool peer_closed_ = false;
+  bool dead_ = false;
+};
+
+TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
+                     std::shared_ptr<TcpTlsContext> tls, dataplane::EventLoop &loop)
+    : cfg_(cfg), env_(env), tls_(std::move(tls)), loop_(loop) {
+  env_.stats = &stats_;
+  scratch_.reserve(READ_CHUNK);
+  auto listen_on = [this](const dataplane::Address &a, bool tls_port) {
+    int fd = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw TcpError("tcp listen " + a.to_string() + ": " + strerror(errno));
+    auto l = std::make_unique<Listener>();
+    l->srv = this;
+    l->fd = fd;
+    l->tls = tls_port;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (a.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (cfg_.check_in_use && a.port() != 0) {
+      // Refuse a port someone else listens on before joining a reuseport group.
+      int probe = socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (a.family() == AF_INET6) setsockopt(probe, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+      setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      bool taken = bind(probe, &a.u.sa, a.len) != 0 && errno == EADDRINUSE;
+      close(probe);
+      if (taken) {
+        close(fd);
+        throw TcpError("tcp listen " + a.to_string() + ": bind: port in use");
+      }
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (bind(fd, &a.u.sa, a.len) != 0 || listen(fd, 1024) != 0) {
+      std::string e = strerror(errno);
+      close(fd);
+      throw TcpError("tcp listen " + a.to_string() + ": " + e);
+    }
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl);
+    l->bound = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
+    loop_.watch(fd, l.get());
+    listeners_.push_back(std::move(l));
+  };
+  try {
+    for (const auto &a : cfg_.tls_listen) listen_on(a, true);
+    for (const auto &a : cfg_.cleartext_listen) listen_on(a, false);
+  } catch (...) {
+    for (auto &l : listeners_) {
+      loop_.unwatch(l->fd);
+      close(l->fd);
+    }
+    throw;
+  }
+}
+
+TcpServer::~TcpServer() {
+  for (auto *c : conns_) delete c;
+  for (auto *c : dead_) delete c;
+  for (auto &l : listeners_) {
+    loop_.unwatch(l->fd);
+    close(l->fd);
+  }
+}
+
+std::vector<dataplane::Address> TcpServer::bound_addresses() const {
+  std::vector<dataplane::Address> v;
+  for (const auto &l : listeners_) v.push_back(l->bound);
+  return v;
+}
+
+void TcpServer::accept_all(Listener &l) {
+  for (int i = 0; i < 64 && !shutting_down_; ++i) {
+    int fd = accept4(l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    if (conns_.size() >= cfg_.max_connections) {
+      stats_.refused_conn_limit += 1;
+      close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    stats_.accepted += 1;
+    conns_.insert(new TcpConnection(*this, fd, l.tls));
+  }
+}
+
+void TcpServer::closed(TcpConnection *c) {
+  if (conns_.erase(c)) {
+    stats_.closed += 1;
+    dead_.push_back(c);
+  }
+}
+
+void TcpServer::end_of_pass() {
+  for (auto *c : dead_) delete c;
+  dead_.clear();
+}
+
+void TcpServer::shutdown() {
+  shutting_down_ = true;
+  for (auto &l : listeners_) loop_.unwatch(l->fd);
+  std::vector<TcpConnection *> all(conns_.begin(), conns_.end());
+  for (auto *c : all) c->shutdown();
+}
+
+} // namespace xdpq::http

@@ -1,0 +1,80 @@
+#pragma once
+// The TCP side of one worker: SO_REUSEPORT listeners (TLS, and optionally
+// cleartext h2c/HTTP/1.1 for benchmarks), non-blocking connections in the
+// worker's event loop with TLS on OpenSSL, HTTP/2 or HTTP/1.1 chosen by
+// ALPN, timeouts on the worker's timer wheel, and bounded output.
+
+#include "dataplane/address.h"
+#include "dataplane/event_loop.h"
+#include "http/tcp_session.h"
+#include "http/tcp_tls.h"
+
+#include <memory>
+#include <stdexcept>
+#include <unordered_set>
+#include <vector>
+
+namespace xdpq::http {
+
+struct TcpConfig {
+  std::vector<dataplane::Address> tls_listen;
+  std::vector<dataplane::Address> cleartext_listen; // off unless given
+  bool check_in_use = true;            // worker 0 refuses a taken port
+  size_t max_connections = 10000;      // per worker
+  size_t max_output = 256 * 1024;      // bytes buffered per connection
+  uint64_t handshake_timeout = 10'000'000'000ull;
+  uint64_t header_timeout = 10'000'000'000ull; // a request's headers
+  uint64_t idle_timeout = 60'000'000'000ull;
+  uint64_t write_timeout = 30'000'000'000ull;  // output pending, no progress
+};
+
+class TcpError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+class TcpConnection;
+
+class TcpServer final {
+public:
+  // Binds the listeners (throws TcpError naming the address and reason).
+  TcpServer(const TcpConfig &cfg, const SessionEnv &env, std::shared_ptr<TcpTlsContext> tls,
+            dataplane::EventLoop &loop);
+  ~TcpServer();
+  TcpServer(const TcpServer &) = delete;
+  TcpServer &operator=(const TcpServer &) = delete;
+
+  // Frees connections closed during this iteration (call at its end).
+  void end_of_pass();
+  // Stops accepting; asks every session to finish (GOAWAY / close).
+  void shutdown();
+  size_t connection_count() const { return conns_.size(); }
+  const TcpStats &stats() const { return stats_; }
+  std::vector<dataplane::Address> bound_addresses() const;
+
+  // Used by connections.
+  void closed(TcpConnection *c);
+  const TcpConfig &config() const { return cfg_; }
+  SessionEnv &env() { return env_; }
+  TcpStats &mutable_stats() { return stats_; }
+  dataplane::EventLoop &loop() { return loop_; }
+  TcpTlsContext &tls() { return *tls_; }
+  std::vector<uint8_t> &scratch() { return scratch_; }
+
+private:
+  struct Listener;
+  void accept_all(Listener &l);
+
+  TcpConfig cfg_;
+  SessionEnv env_;
+  std::shared_ptr<TcpTlsContext> tls_;
+  dataplane::EventLoop &loop_;
+  TcpStats stats_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::unordered_set<TcpConnection *> conns_;
+  std::vector<TcpConnection *> dead_;
+  std::vector<uint8_t> scratch_; // read buffer shared by this worker's connections
+  bool shutting_down_ = false;
+};
+
+} // namespace xdpq::http

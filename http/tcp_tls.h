@@ -1,0 +1,42 @@
+#pragma once
+// OpenSSL 3 server context for the TCP side: TLS 1.2 and 1.3, ALPN h2 and
+// http/1.1, session tickets keyed from the persistent secrets (so tickets
+// survive restarts and work on every worker), the same PEM files as QUIC.
+// One context is shared by all workers (OpenSSL makes SSL_CTX thread-safe
+// for creating sessions); reload() builds a new one for new connections
+// while established ones keep theirs.
+
+#include <openssl/ssl.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace xdpq::http {
+
+class TcpTlsContext {
+public:
+  // Throws std::runtime_error with OpenSSL's reason.
+  TcpTlsContext(const std::string &cert_pem, const std::string &key_pem,
+                const std::array<uint8_t, 64> &ticket_secret);
+  ~TcpTlsContext();
+  TcpTlsContext(const TcpTlsContext &) = delete;
+  TcpTlsContext &operator=(const TcpTlsContext &) = delete;
+
+  // A new SSL for an accepted connection (nullptr on failure).
+  SSL *new_ssl() const;
+  // Swaps in a new certificate for new connections. Throws on bad input,
+  // leaving the old one in place.
+  void reload(const std::string &cert_pem, const std::string &key_pem);
+
+private:
+  static SSL_CTX *build(const std::string &cert_pem, const std::string &key_pem,
+                        const std::array<uint8_t, 64> &ticket_secret);
+  std::array<uint8_t, 64> ticket_secret_;
+  mutable std::mutex mu_; // guards ctx_ swaps only: taken once per accept
+  SSL_CTX *ctx_ = nullptr;
+};
+
+} // namespace xdpq::http
