@@ -71,6 +71,12 @@ TCP side (HTTP/2 and HTTP/1.1 over TLS, advertising HTTP/3 with Alt-Svc):
   --h2c-listen ADDR:PORT  Also serve cleartext HTTP/2 (prior knowledge) and
                           HTTP/1.1 there; repeatable; for benchmarks only.
   --tcp-max-connections N TCP connections per worker (default 10000).
+  --tcp-handshake-timeout MS  TLS handshake deadline (default 10000).
+  --tcp-header-timeout MS     a request's headers must arrive within this
+                              (default 10000; slow clients are closed).
+  --tcp-idle-timeout MS       idle keep-alive connections (default 60000).
+  --tcp-write-timeout MS      output pending without progress (a client
+                              that stopped reading; default 30000).
 
 Operation:
   --log-level LEVEL       error, warn, info (default) or debug.
@@ -176,6 +182,14 @@ Options parse_options(int argc, const char *const *argv) {
       o.h2c_listen.push_back(*a);
     } else if (arg == "--tcp-max-connections") {
       o.tcp_max_connections = parse_number(arg, need(), 1, 1u << 20);
+    } else if (arg == "--tcp-handshake-timeout") {
+      o.tcp_handshake_timeout_ms = parse_number(arg, need(), 100, 3600'000);
+    } else if (arg == "--tcp-header-timeout") {
+      o.tcp_header_timeout_ms = parse_number(arg, need(), 100, 3600'000);
+    } else if (arg == "--tcp-idle-timeout") {
+      o.tcp_idle_timeout_ms = parse_number(arg, need(), 100, 3600'000);
+    } else if (arg == "--tcp-write-timeout") {
+      o.tcp_write_timeout_ms = parse_number(arg, need(), 100, 3600'000);
     } else if (arg == "--busy-poll") {
       o.busy_poll = true;
     } else if (arg == "--xdp-replace") {

@@ -45,6 +45,10 @@ struct Options {
   bool tcp = true;
   std::vector<dataplane::Address> h2c_listen; // cleartext, for benchmarks only
   size_t tcp_max_connections = 10000;
+  uint64_t tcp_handshake_timeout_ms = 10000;
+  uint64_t tcp_header_timeout_ms = 10000;
+  uint64_t tcp_idle_timeout_ms = 60000;
+  uint64_t tcp_write_timeout_ms = 30000;
   bool help = false;
   bool version = false;
   bool check_config = false;

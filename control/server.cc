@@ -315,6 +315,10 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
   if (opts_.tcp) cfg.tls_listen = quic_listen;
   cfg.cleartext_listen = opts_.h2c_listen;
   cfg.max_connections = opts_.tcp_max_connections;
+  cfg.handshake_timeout = opts_.tcp_handshake_timeout_ms * 1'000'000ull;
+  cfg.header_timeout = opts_.tcp_header_timeout_ms * 1'000'000ull;
+  cfg.idle_timeout = opts_.tcp_idle_timeout_ms * 1'000'000ull;
+  cfg.write_timeout = opts_.tcp_write_timeout_ms * 1'000'000ull;
   for (size_t i = 0; i < workers_.size(); ++i) {
     cfg.check_in_use = i == 0;
     try {

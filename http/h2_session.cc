@@ -71,10 +71,13 @@ public:
     if (dead_) return;
     auto rv = nghttp2_session_mem_recv(session_, data, len);
     if (rv < 0) {
-      // nghttp2 queued a GOAWAY for protocol errors it detects itself
-      // (including its flood and CONTINUATION limits); stop reading.
+      // A fatal error (bad preface, flood, too many CONTINUATIONs): make
+      // sure a GOAWAY goes out before the close, then stop reading.
+      nghttp2_session_terminate_session(
+          session_, rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS
+                        ? NGHTTP2_ENHANCE_YOUR_CALM
+                        : NGHTTP2_PROTOCOL_ERROR);
       dead_ = true;
-      env_.stats->goaways_sent += 1;
     }
   }
 
@@ -107,7 +110,6 @@ public:
       nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
                             nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
                             nullptr, 0);
-      env_.stats->goaways_sent += 1;
     }
   }
 
@@ -223,13 +225,14 @@ private:
     // A server-sent RST_STREAM is usually the client's doing (the
     // "MadeYouReset" class): count them with the other protocol errors.
     if (f->hd.type == NGHTTP2_RST_STREAM) self(ud).protocol_error();
+    // Counted here: nghttp2 also sends GOAWAYs of its own (rate limits).
+    if (f->hd.type == NGHTTP2_GOAWAY) self(ud).env_.stats->goaways_sent += 1;
     return 0;
   }
 
   void protocol_error() {
     if (++protocol_errors_ == env_.limits.max_protocol_errors) {
       env_.stats->protocol_error_closes += 1;
-      env_.stats->goaways_sent += 1;
       nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
       dead_ = true;
     }

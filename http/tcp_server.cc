@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -312,12 +313,14 @@ private:
     if (state_ != State::open) {
       deadline_kind_ = Deadline::handshake;
       at = accepted_at_ + cfg.handshake_timeout;
-    } else if (output_pending() > 0) {
-      deadline_kind_ = Deadline::write;
-      at = last_progress_ + cfg.write_timeout;
     } else if (uint64_t h = session_->headers_started()) {
       deadline_kind_ = Deadline::headers;
       at = h + cfg.header_timeout;
+    } else if (output_pending() > 0 || session_->busy()) {
+      // Requests open but nothing moving either way: a client that stopped
+      // reading or never opens its flow-control window.
+      deadline_kind_ = Deadline::write;
+      at = std::max(last_progress_, last_activity_) + cfg.write_timeout;
     } else {
       deadline_kind_ = Deadline::idle;
       at = last_activity_ + cfg.idle_timeout;

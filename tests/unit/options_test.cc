@@ -75,7 +75,9 @@ TEST(Options, HelpDocumentsEveryFlag) {
         "--secrets", "--retry", "--retry-threshold", "--idle-timeout", "--max-streams",
         "--max-header-size", "--max-header-fields", "--max-connections", "--no-early-data",
         "--log-level", "--check-config", "--help", "--version", "--interface", "--queues",
-        "--xdp-mode", "--zerocopy", "--busy-poll", "--xdp-replace"}) {
+        "--xdp-mode", "--zerocopy", "--busy-poll", "--xdp-replace", "--no-tcp", "--h2c-listen",
+        "--tcp-max-connections", "--tcp-handshake-timeout", "--tcp-header-timeout",
+        "--tcp-idle-timeout", "--tcp-write-timeout"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
 }

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""The TCP side: HTTP/2 and HTTP/1.1 over TLS against curl, nghttp and
+h2load; same bytes as over HTTP/3; Alt-Svc; HEAD, Range, chunked POST."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import (Server, TimedTestCase, free_udp_port, gtlsclient, pattern,  # noqa: E402
+                     require_tools, sha256)
+
+
+def curl(srv, path, *args, http="--http2", timeout=60):
+    out = tempfile.mktemp()
+    cmd = ["curl", "-sk", http, "-o", out, "-D", "-", *args, srv.url(path)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    head = r.stdout.decode(errors="replace")
+    body = open(out, "rb").read() if os.path.exists(out) else b""
+    status = int(head.split()[1]) if head.startswith("HTTP") else 0
+    headers = {}
+    for line in head.splitlines()[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    return status, headers, body
+
+
+class TcpTest(TimedTestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+        cls.docroot = tempfile.mkdtemp(prefix="xdpq-tcp-root-")
+        cls.file = os.urandom(123457)
+        with open(os.path.join(cls.docroot, "f.bin"), "wb") as f:
+            f.write(cls.file)
+
+    def serve(self, *args, **kw):
+        return Server("--docroot", self.docroot, *args, **kw)
+
+    def test_same_bytes_on_every_protocol(self):
+        with self.serve() as srv:
+            h3 = gtlsclient(srv, ["/f.bin", "/bytes/200000"])
+            for http in ("--http2", "--http1.1"):
+                st, hdr, body = curl(srv, "/f.bin", http=http)
+                self.assertEqual(st, 200, http)
+                self.assertEqual(sha256(body), sha256(h3.file("f.bin")))
+                self.assertEqual(hdr["alt-svc"], f'h3=":{srv.port}"; ma=86400')
+                st, hdr, body = curl(srv, "/bytes/200000", http=http)
+                self.assertEqual(sha256(body), sha256(h3.file("200000")))
+                self.assertEqual(sha256(body), sha256(pattern(200000)))
+        self.assertEqual(sha256(h3.file("f.bin")), sha256(self.file))
+
+    def test_nghttp(self):
+        with self.serve() as srv:
+            r = subprocess.run(["nghttp", "-v", srv.url("/bytes/5000")], capture_output=True,
+                               text=True, timeout=30)
+        self.assertIn(":status: 200", r.stdout)
+        self.assertIn("alt-svc: h3=", r.stdout)
+        self.assertIn("recv DATA frame", r.stdout)
+
+    def test_head_and_range(self):
+        with self.serve() as srv:
+            for http in ("--http2", "--http1.1"):
+                st, hdr, body = curl(srv, "/f.bin", "-I", http=http)
+                self.assertEqual(st, 200)
+                self.assertEqual(int(hdr["content-length"]), len(self.file))
+                self.assertNotIn(self.file[:64], body)  # curl -I saves headers only
+                st, hdr, body = curl(srv, "/f.bin", "-r", "100-199", http=http)
+                self.assertEqual(st, 206)
+                self.assertEqual(body, self.file[100:200])
+                self.assertEqual(hdr["content-range"], f"bytes 100-199/{len(self.file)}")
+
+    def test_post_echo_chunked(self):
+        data = os.urandom(300000)
+        path = tempfile.mktemp()
+        with open(path, "wb") as f:
+            f.write(data)
+        with self.serve() as srv:
+            for http in ("--http2", "--http1.1"):
+                st, _, body = curl(srv, "/echo", "-X", "POST", "-H", "Transfer-Encoding: chunked",
+                                   "--data-binary", f"@{path}", http=http)
+                self.assertEqual(st, 200, http)
+                self.assertEqual(sha256(body), sha256(data), http)
+
+    def test_keepalive_and_pipelining_http1(self):
+        import socket
+        import ssl
+        with self.serve() as srv:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            ctx.set_alpn_protocols(["http/1.1"])
+            with socket.create_connection((srv.host, srv.port), timeout=10) as raw:
+                with ctx.wrap_socket(raw) as s:
+                    reqs = b"".join(b"GET /bytes/%d HTTP/1.1\r\nHost: x\r\n\r\n" % n
+                                    for n in (10, 20, 30))
+                    s.sendall(reqs + b"HEAD /bytes/40 HTTP/1.1\r\nHost: x\r\n\r\n")
+                    buf = b""
+                    while buf.count(b"HTTP/1.1 200") < 4 or not buf.endswith(b"\r\n\r\n"):
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        buf += chunk
+        self.assertEqual(buf.count(b"HTTP/1.1 200 OK"), 4)
+        i10, i20, i30 = (buf.index(pattern(n) + b"HTTP/1.1") for n in (10, 20, 30))
+        self.assertLess(i10, i20)
+        self.assertLess(i20, i30)
+        self.assertIn(b"content-length: 40\r\n", buf)  # HEAD: length, no body
+
+    def test_h2load_small_bodies(self):
+        with self.serve() as srv:
+            r = subprocess.run(["h2load", "-n", "20000", "-c", "100", "-m", "32",
+                                srv.url("/bytes/3")], capture_output=True, text=True,
+                               timeout=120)
+            stats = srv.stop()
+        self.assertIn("20000 succeeded, 0 failed, 0 errored", r.stdout, r.stdout)
+        self.assertIn("status codes: 20000 2xx", r.stdout)
+        self.assertEqual(stats["tcp_requests"], 20000)
+
+    def test_cleartext_listener_is_off_by_default(self):
+        port = free_udp_port()
+        with self.serve("--h2c-listen", f"127.0.0.1:{port}") as srv:
+            r = subprocess.run(["curl", "-s", "--http2-prior-knowledge",
+                                f"http://127.0.0.1:{port}/healthz"], capture_output=True,
+                               timeout=10)
+            self.assertEqual(r.stdout, b"ok\n")
+            r = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/bytes/7"],
+                               capture_output=True, timeout=10)
+            self.assertEqual(r.stdout, pattern(7))
+        with self.serve() as srv:
+            self.assertNotIn("cleartext", srv.output())
+
+    def test_plaintext_to_tls_port(self):
+        with self.serve() as srv:
+            r = subprocess.run(["curl", "-s", "-D", "-", "-o", "/dev/null",
+                                f"http://{srv.host}:{srv.port}/"], capture_output=True,
+                               timeout=10)
+            ok = gtlsclient(srv, ["/healthz"])
+            stats = srv.stop()
+        self.assertIn(b"400", r.stdout)
+        self.assertEqual(stats["tcp_plaintext_on_tls"], 1)
+        self.assertEqual(ok.statuses, {0: 200})
+
+    def test_no_tcp(self):
+        with self.serve("--no-tcp") as srv:
+            st, _, _ = curl(srv, "/healthz")
+            self.assertEqual(st, 0)
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

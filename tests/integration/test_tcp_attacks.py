@@ -1,0 +1,297 @@
+#!/usr/bin/python3
+"""Attacks on the TCP side with real traffic (python3-h2 and raw frames):
+rapid reset, CONTINUATION flood, oversized and over-many headers, SETTINGS
+and PING floods, a client that never reads, a slow client that never
+finishes its headers, the "MadeYouReset" class, plain text to the TLS port.
+Each ends in a GOAWAY, a 431 or a close within a bounded time, memory stays
+bounded, and a well-behaved client served in parallel keeps getting its
+responses."""
+
+import os
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import h2.config
+import h2.connection
+import h2.events
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import Server, TimedTestCase, require_tools  # noqa: E402
+
+FAST_TIMEOUTS = ("--tcp-header-timeout", "2000", "--tcp-write-timeout", "2000",
+                 "--tcp-handshake-timeout", "2000")
+
+
+def tls_socket(srv, alpn="h2"):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols([alpn])
+    raw = socket.create_connection((srv.host, srv.port), timeout=10)
+    return ctx.wrap_socket(raw)
+
+
+def frame(ftype, flags, stream, payload=b""):
+    return struct.pack("!I", len(payload))[1:] + bytes([ftype, flags]) + \
+        struct.pack("!I", stream) + payload
+
+
+def hpack_literal(name, value):
+    """Literal header field without indexing, new name (RFC 7541 6.2.2)."""
+    assert len(name) < 127 and len(value) < 127
+    return bytes([0x00, len(name)]) + name + bytes([len(value)]) + value
+
+
+REQUEST_HPACK = bytes([0x82, 0x87, 0x84]) + hpack_literal(b":authority", b"x")  # GET https /
+
+
+def read_until_closed(sock, deadline_s):
+    """Reads (discarding) until EOF/reset or the deadline; returns (closed, data)."""
+    sock.settimeout(0.2)
+    data = b""
+    end = time.time() + deadline_s
+    while time.time() < end:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except (ConnectionError, ssl.SSLError, OSError):
+            return True, data
+        if not chunk:
+            return True, data
+        data += chunk
+        if len(data) > (8 << 20):
+            data = data[-(1 << 20):]
+    return False, data
+
+
+def goaway_code(data):
+    """The error code of the first GOAWAY frame in raw HTTP/2 bytes, or None."""
+    i = 0
+    while i + 9 <= len(data):
+        length = int.from_bytes(data[i:i + 3], "big")
+        ftype = data[i + 3]
+        if ftype == 7 and i + 9 + 8 <= len(data):
+            return int.from_bytes(data[i + 9 + 4:i + 9 + 8], "big")
+        i += 9 + length
+    return None
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class Bystander(threading.Thread):
+    """A well-behaved client fetching over HTTP/2 the whole time."""
+
+    def __init__(self, srv):
+        super().__init__(daemon=True)
+        self.srv = srv
+        self.ok = 0
+        self.bad = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            r = subprocess.run(["curl", "-sk", "--http2", "-o", "/dev/null", "-w", "%{http_code}",
+                                "--max-time", "5", self.srv.url("/bytes/1000")],
+                               capture_output=True, text=True)
+            if r.stdout == "200":
+                self.ok += 1
+            else:
+                self.bad.append(r.stdout)
+            time.sleep(0.05)
+
+    def finish(self, test):
+        self.stop.set()
+        self.join(timeout=10)
+        test.assertGreater(self.ok, 0, "the well-behaved client got nothing")
+        test.assertEqual(self.bad, [], "the well-behaved client saw failures")
+
+
+class AttackTest(TimedTestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+
+    def setUp(self):
+        super().setUp()
+        self.srv = Server(*FAST_TIMEOUTS).__enter__()
+        self.addCleanup(self.srv.__exit__)
+        self.rss0 = rss_kb(self.srv.proc.pid)
+        self.bystander = Bystander(self.srv)
+        self.bystander.start()
+        self.finished = None
+
+    def finish(self):
+        """Stops the bystander (asserting it was served), checks memory, stops
+        the server and returns its counters."""
+        if self.finished is None:
+            self.bystander.finish(self)
+            grown = rss_kb(self.srv.proc.pid) - self.rss0
+            self.assertLess(grown, 64 * 1024, f"xdpqd grew by {grown} KiB during the attack")
+            self.finished = self.srv.stop()
+        return self.finished
+
+    def tearDown(self):
+        self.finish()
+        super().tearDown()
+
+    def h2_client(self):
+        s = tls_socket(self.srv)
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                 header_encoding="utf-8"))
+        c.initiate_connection()
+        s.sendall(c.data_to_send())
+        return s, c
+
+    def test_rapid_reset_flood(self):
+        s, c = self.h2_client()
+        start = time.time()
+        sid = 1
+        try:
+            for _ in range(5000):
+                c.send_headers(sid, [(":method", "GET"), (":scheme", "https"),
+                                     (":authority", "x"), (":path", "/bytes/100000")])
+                c.reset_stream(sid)
+                sid += 2
+                s.sendall(c.data_to_send())
+        except (ConnectionError, ssl.SSLError, OSError, h2.exceptions.ProtocolError):
+            pass
+        closed, data = read_until_closed(s, 10)
+        self.assertTrue(closed or goaway_code(data) is not None, "flood not stopped")
+        self.assertLess(time.time() - start, 15)
+        self.assertGreater(self.finish()["tcp_goaways_sent"], 0)
+
+    def test_continuation_flood(self):
+        s = tls_socket(self.srv)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0))
+        s.sendall(frame(1, 0, 1, REQUEST_HPACK))  # HEADERS without END_HEADERS
+        try:
+            for i in range(10000):
+                s.sendall(frame(9, 0, 1, hpack_literal(b"x-flood", b"%06d" % i)))
+        except (ConnectionError, ssl.SSLError, OSError):
+            pass
+        closed, data = read_until_closed(s, 10)
+        self.assertTrue(closed, "CONTINUATION flood not stopped")
+        self.assertIsNotNone(goaway_code(data), "expected a GOAWAY before the close")
+
+    def test_oversized_and_over_many_headers_get_431(self):
+        s, c = self.h2_client()
+        base = [(":method", "GET"), (":scheme", "https"), (":authority", "x"), (":path", "/")]
+        c.send_headers(1, base + [("x-big", "a" * 20000)], end_stream=True)
+        c.send_headers(3, base + [(f"x-h{i}", "v") for i in range(300)], end_stream=True)
+        c.send_headers(5, base, end_stream=True)
+        s.sendall(c.data_to_send())
+        status = {}
+        s.settimeout(5)
+        while len(status) < 3:
+            data = s.recv(65536)
+            if not data:
+                break
+            for ev in c.receive_data(data):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status[ev.stream_id] = dict(ev.headers)[":status"]
+                if isinstance(ev, h2.events.StreamReset):
+                    status[ev.stream_id] = "reset"
+            s.sendall(c.data_to_send())
+        self.assertEqual(status.get(1), "431")
+        self.assertEqual(status.get(3), "431")
+        self.assertEqual(status.get(5), "200", "the connection must survive a 431")
+        # HTTP/1.1 too.
+        s1 = tls_socket(self.srv, "http/1.1")
+        s1.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+        closed, data = read_until_closed(s1, 5)
+        self.assertTrue(data.startswith(b"HTTP/1.1 431"), data[:100])
+
+    def flood(self, payload_frame, count):
+        s = tls_socket(self.srv)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0))
+        start = time.time()
+        try:
+            batch = payload_frame * 500
+            for _ in range(count // 500):
+                s.sendall(batch)  # never reading the ACKs
+        except (ConnectionError, ssl.SSLError, OSError):
+            pass
+        closed, _ = read_until_closed(s, 10)
+        self.assertTrue(closed, "flood did not end the connection")
+        self.assertLess(time.time() - start, 20)
+
+    def test_settings_flood(self):
+        self.flood(frame(4, 0, 0, struct.pack("!HI", 3, 100)), 200000)
+
+    def test_ping_flood(self):
+        self.flood(frame(6, 0, 0, b"12345678"), 200000)
+
+    def test_client_that_never_reads(self):
+        s, c = self.h2_client()
+        for sid in range(1, 40, 2):
+            c.send_headers(sid, [(":method", "GET"), (":scheme", "https"), (":authority", "x"),
+                                 (":path", "/bytes/67108864")], end_stream=True)
+        s.sendall(c.data_to_send())
+        start = time.time()
+        time.sleep(4)  # never read: the server must not buffer 1.3 GB
+        rss = rss_kb(self.srv.proc.pid) - self.rss0
+        self.assertLess(rss, 64 * 1024, f"grew {rss} KiB for a client that never reads")
+        closed, _ = read_until_closed(s, 10)
+        self.assertTrue(closed)
+        self.assertLess(time.time() - start, 20)
+        self.assertGreater(self.finish()["tcp_timeouts_write"], 0)
+
+    def test_slow_client_never_finishing_headers(self):
+        s = tls_socket(self.srv, "http/1.1")
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        start = time.time()
+        closed = False
+        try:
+            for i in range(40):
+                s.sendall(b"X-Slow-%d: y\r\n" % i)
+                time.sleep(0.25)
+        except (ConnectionError, ssl.SSLError, OSError):
+            closed = True
+        if not closed:
+            closed, _ = read_until_closed(s, 5)
+        self.assertTrue(closed)
+        self.assertLess(time.time() - start, 8)
+        self.assertGreater(self.finish()["tcp_timeouts_headers"], 0)
+
+    def test_made_you_reset(self):
+        # A malformed request (no :path) is a stream error: the server must
+        # reset the stream. The client makes the server do the resetting,
+        # stream after stream, without sending a single RST_STREAM itself.
+        s = tls_socket(self.srv)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0))
+        no_path = bytes([0x82, 0x87]) + hpack_literal(b":authority", b"x")
+        out = b""
+        for i in range(400):
+            out += frame(1, 0x4 | 0x1, 1 + 2 * i, no_path)  # HEADERS, END_HEADERS|END_STREAM
+        try:
+            s.sendall(out)
+        except (ConnectionError, ssl.SSLError, OSError):
+            pass
+        closed, data = read_until_closed(s, 10)
+        self.assertEqual(goaway_code(data), 0xB, "expected GOAWAY ENHANCE_YOUR_CALM")
+        self.assertTrue(closed)
+        self.assertGreater(self.finish()["tcp_protocol_error_closes"], 0)
+
+    def test_plaintext_to_tls_port(self):
+        raw = socket.create_connection((self.srv.host, self.srv.port), timeout=5)
+        raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        closed, data = read_until_closed(raw, 5)
+        self.assertTrue(closed)
+        self.assertTrue(data.startswith(b"HTTP/1.1 400"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
