@@ -226,3 +226,18 @@ int XdpProgram::test_run(const std::vector<uint8_t> &frame, uint32_t rx_queue) c
 }
 
 } // namespace xdpq::dataplane
+
+namespace xdpq::dataplane {
+
+uint32_t XdpProgram::test_run_ns(const std::vector<uint8_t> &frame, int repeat) const {
+  xdp_md ctx{};
+  ctx.data_end = static_cast<uint32_t>(frame.size());
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+              .data_size_in = static_cast<uint32_t>(frame.size()), .ctx_in = &ctx,
+              .ctx_size_in = sizeof(ctx), .repeat = repeat);
+  int err = bpf_prog_test_run_opts(prog_fd_, &opts);
+  if (err) throw XdpError("BPF_PROG_TEST_RUN: " + errstr(err));
+  return opts.duration;
+}
+
+} // namespace xdpq::dataplane

@@ -66,6 +66,8 @@ public:
   // For unit tests: runs the program on one frame with BPF_PROG_TEST_RUN.
   // Returns the XDP verdict; rx_queue goes in xdp_md.
   int test_run(const std::vector<uint8_t> &frame, uint32_t rx_queue = 0) const;
+  // Average kernel-side nanoseconds per run over repeat runs.
+  uint32_t test_run_ns(const std::vector<uint8_t> &frame, int repeat) const;
 
 private:
   int map_fd(const char *name) const;

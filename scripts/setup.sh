@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev ngtcp2-client ngtcp2-server nghttp2-client python3-h2
   iproute2 openssl
   curl python3 procps ethtool iputils-ping
+  # benchmarks
+  libbenchmark-dev nginx-light python3-matplotlib
 )
 
 missing=()

@@ -1,0 +1,858 @@
+// h3load: an HTTP/3 load generator on ngtcp2 + nghttp3 + GnuTLS, because
+// Debian's h2load has no HTTP/3. h2load's flags where they apply and h2load's
+// summary on stdout; --json for machine-readable results.
+//
+// One event loop per thread, many connections per thread, one connected UDP
+// socket per connection: recvmmsg on receive, UDP GSO on send.
+
+#include "dataplane/event_loop.h"
+
+#include <arpa/inet.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
+#include <netdb.h>
+#include <netinet/udp.h>
+#include <nghttp3/nghttp3.h>
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+#include <ngtcp2/ngtcp2_crypto_gnutls.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+namespace {
+
+using xdpq::dataplane::monotonic_ns;
+
+struct Uri {
+  std::string host; // numeric address
+  std::string port;
+  std::string authority;
+  std::string path;
+};
+
+struct Config {
+  uint64_t requests = 1;   // -n
+  int clients = 1;         // -c
+  int streams = 1;         // -m
+  int threads = 1;         // -t
+  double duration = 0;     // -D seconds (overrides -n)
+  double warmup = 0;       // --warm-up-time seconds
+  bool json = false;
+  bool conn_per_request = false; // --new-connection-per-request
+  double timeout = 10;     // seconds without progress before a connection fails
+  std::vector<Uri> uris;
+};
+
+struct Stats {
+  uint64_t started = 0, done = 0, succeeded = 0, failed = 0, errored = 0, timeout = 0;
+  uint64_t status[6] = {};
+  uint64_t bytes_total = 0; // UDP payload received
+  uint64_t bytes_body = 0;
+  uint64_t connections = 0, connect_failures = 0;
+  std::vector<uint32_t> request_us, ttfb_us, connect_us;
+
+  void merge(const Stats &o) {
+    started += o.started; done += o.done; succeeded += o.succeeded; failed += o.failed;
+    errored += o.errored; timeout += o.timeout;
+    for (int i = 0; i < 6; ++i) status[i] += o.status[i];
+    bytes_total += o.bytes_total; bytes_body += o.bytes_body;
+    connections += o.connections; connect_failures += o.connect_failures;
+    request_us.insert(request_us.end(), o.request_us.begin(), o.request_us.end());
+    ttfb_us.insert(ttfb_us.end(), o.ttfb_us.begin(), o.ttfb_us.end());
+    connect_us.insert(connect_us.end(), o.connect_us.begin(), o.connect_us.end());
+  }
+};
+
+// Shared across threads: the request budget and the clock window.
+struct Run {
+  Config cfg;
+  std::atomic<int64_t> remaining{0};
+  uint64_t start_ns = 0, measure_from_ns = 0, end_ns = 0; // end_ns 0: by count
+  std::atomic<bool> stop{false};
+
+  bool take() {
+    if (stop.load(std::memory_order_relaxed)) return false;
+    if (end_ns) return monotonic_ns() < end_ns;
+    return remaining.fetch_sub(1, std::memory_order_relaxed) > 0;
+  }
+  bool measuring(uint64_t now) const { return now >= measure_from_ns; }
+};
+
+class Worker;
+
+class Conn final : public xdpq::dataplane::FdHandler {
+public:
+  Conn(Worker &w, const Uri &uri);
+  ~Conn();
+  bool start();
+  void on_io(uint32_t) override;
+  bool closed() const { return closed_; }
+  ngtcp2_conn *conn() const { return conn_; }
+
+  // callbacks
+  int on_handshake_done();
+  int on_stream_data(int64_t sid, const uint8_t *d, size_t n, bool fin);
+  int on_header(int64_t sid, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
+  int on_body(int64_t sid, size_t n);
+  int on_stream_close(int64_t sid, uint64_t code);
+  int on_end_stream(int64_t sid);
+  nghttp3_conn *h3() const { return h3_; }
+  int on_extend_max_streams();
+
+private:
+  struct Req {
+    uint64_t start = 0, first_byte = 0;
+    int status = 0;
+    bool measured = false;
+    bool complete = false; // response fully received (end of stream)
+  };
+  void complete(int64_t sid, bool ok);
+  static void timer_cb(xdpq::dataplane::Timer &t) { static_cast<Conn *>(t.owner())->on_timer(); }
+  void on_timer();
+  void submit_more();
+  void write();
+  void send_batch(const uint8_t *data, size_t len, size_t seg);
+  void fail_all(bool timeout);
+  void finish();
+  void update_timer();
+
+  Worker &w_;
+  Uri uri_;
+  int fd_ = -1;
+  sockaddr_storage local_{}, remote_{};
+  socklen_t local_len_ = 0, remote_len_ = 0;
+  ngtcp2_conn *conn_ = nullptr;
+  gnutls_session_t tls_ = nullptr;
+  nghttp3_conn *h3_ = nullptr;
+  ngtcp2_crypto_conn_ref ref_{};
+  xdpq::dataplane::Timer timer_;
+  std::map<int64_t, Req> reqs_;
+  uint64_t started_at_ = 0, last_progress_ = 0;
+  int done_here_ = 0;
+  bool handshake_ = false, closed_ = false, draining_ = false;
+  std::vector<uint8_t> txbuf_;
+};
+
+class Worker final : public xdpq::dataplane::LoopHandler {
+public:
+  Worker(Run &run, int clients, gnutls_certificate_credentials_t cred)
+      : run_(run), clients_(clients), cred_(cred) {}
+  void run_thread();
+  void on_iteration_end() override;
+  void on_wake() override {}
+  Run &run() { return run_; }
+  Stats &stats() { return stats_; }
+  xdpq::dataplane::EventLoop &loop() { return loop_; }
+  gnutls_certificate_credentials_t cred() const { return cred_; }
+  void conn_done(Conn *c) { dead_.push_back(c); }
+
+private:
+  void spawn();
+  Run &run_;
+  int clients_;
+  gnutls_certificate_credentials_t cred_;
+  xdpq::dataplane::EventLoop loop_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<Conn *> dead_;
+  Stats stats_;
+  size_t next_uri_ = 0;
+  bool stopping_ = false;
+  friend class Conn;
+};
+
+Conn &C(void *ud) { return *static_cast<Conn *>(ud); }
+
+ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *r) { return static_cast<Conn *>(r->user_data)->conn(); }
+
+void rand_cb(uint8_t *d, size_t n, const ngtcp2_rand_ctx *) { gnutls_rnd(GNUTLS_RND_NONCE, d, n); }
+
+int new_cid_cb(ngtcp2_conn *, ngtcp2_cid *cid, uint8_t *token, size_t len, void *) {
+  gnutls_rnd(GNUTLS_RND_NONCE, cid->data, len);
+  cid->datalen = len;
+  gnutls_rnd(GNUTLS_RND_NONCE, token, NGTCP2_STATELESS_RESET_TOKENLEN);
+  return 0;
+}
+
+Conn::Conn(Worker &w, const Uri &uri) : w_(w), uri_(uri), timer_(timer_cb, this) {
+  ref_.get_conn = get_conn;
+  ref_.user_data = this;
+  txbuf_.resize(64 * 1500);
+}
+
+Conn::~Conn() {
+  w_.loop().timers().cancel(timer_);
+  if (fd_ >= 0) {
+    w_.loop().unwatch(fd_);
+    close(fd_);
+  }
+  if (h3_) nghttp3_conn_del(h3_);
+  if (conn_) ngtcp2_conn_del(conn_);
+  if (tls_) gnutls_deinit(tls_);
+}
+
+bool Conn::start() {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  if (getaddrinfo(uri_.host.c_str(), uri_.port.c_str(), &hints, &res) != 0) return false;
+  std::memcpy(&remote_, res->ai_addr, res->ai_addrlen);
+  remote_len_ = res->ai_addrlen;
+  fd_ = socket(res->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int rv = fd_ < 0 ? -1 : connect(fd_, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (rv != 0) return false;
+  int buf = 4 << 20;
+  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  local_len_ = sizeof(local_);
+  getsockname(fd_, reinterpret_cast<sockaddr *>(&local_), &local_len_);
+
+  ngtcp2_callbacks cb{};
+  cb.client_initial = ngtcp2_crypto_client_initial_cb;
+  cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+  cb.encrypt = ngtcp2_crypto_encrypt_cb;
+  cb.decrypt = ngtcp2_crypto_decrypt_cb;
+  cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
+  cb.recv_retry = ngtcp2_crypto_recv_retry_cb;
+  cb.rand = rand_cb;
+  cb.get_new_connection_id = new_cid_cb;
+  cb.update_key = ngtcp2_crypto_update_key_cb;
+  cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+  cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
+  cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
+  cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+  cb.handshake_completed = [](ngtcp2_conn *, void *ud) { return C(ud).on_handshake_done(); };
+  cb.recv_stream_data = [](ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t,
+                           const uint8_t *d, size_t n, void *ud, void *) {
+    return C(ud).on_stream_data(sid, d, n, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+  };
+  cb.acked_stream_data_offset = [](ngtcp2_conn *, int64_t sid, uint64_t, uint64_t n, void *ud,
+                                   void *) {
+    if (C(ud).h3()) nghttp3_conn_add_ack_offset(C(ud).h3(), sid, n);
+    return 0;
+  };
+  cb.stream_close = [](ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t code, void *ud,
+                       void *) {
+    if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET)) code = NGHTTP3_H3_NO_ERROR;
+    if (C(ud).h3()) nghttp3_conn_close_stream(C(ud).h3(), sid, code);
+    return C(ud).on_stream_close(sid, code);
+  };
+  cb.extend_max_stream_data = [](ngtcp2_conn *, int64_t sid, uint64_t, void *ud, void *) {
+    if (C(ud).h3()) nghttp3_conn_unblock_stream(C(ud).h3(), sid);
+    return 0;
+  };
+  cb.extend_max_local_streams_bidi = [](ngtcp2_conn *, uint64_t, void *ud) {
+    return C(ud).on_extend_max_streams();
+  };
+  ngtcp2_cid dcid, scid;
+  dcid.datalen = 18;
+  gnutls_rnd(GNUTLS_RND_NONCE, dcid.data, 18);
+  scid.datalen = 17;
+  gnutls_rnd(GNUTLS_RND_NONCE, scid.data, 17);
+  ngtcp2_settings s;
+  ngtcp2_settings_default(&s);
+  s.initial_ts = monotonic_ns();
+  s.max_window = 64 << 20;
+  s.max_stream_window = 16 << 20;
+  ngtcp2_transport_params p;
+  ngtcp2_transport_params_default(&p);
+  p.initial_max_stream_data_bidi_local = 4 << 20;
+  p.initial_max_stream_data_uni = 1 << 20;
+  p.initial_max_data = 16 << 20;
+  p.initial_max_streams_uni = 3;
+  p.max_idle_timeout = 30'000'000'000ull;
+  ngtcp2_path path{{reinterpret_cast<sockaddr *>(&local_), local_len_},
+                   {reinterpret_cast<sockaddr *>(&remote_), remote_len_},
+                   nullptr};
+  if (ngtcp2_conn_client_new(&conn_, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &s, &p,
+                             nullptr, this) != 0) {
+    return false;
+  }
+  gnutls_init(&tls_, GNUTLS_CLIENT | GNUTLS_NO_END_OF_EARLY_DATA);
+  gnutls_priority_set_direct(tls_, "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3",
+                             nullptr);
+  ngtcp2_crypto_gnutls_configure_client_session(tls_);
+  gnutls_session_set_ptr(tls_, &ref_);
+  gnutls_credentials_set(tls_, GNUTLS_CRD_CERTIFICATE, w_.cred());
+  gnutls_datum_t alpn{reinterpret_cast<unsigned char *>(const_cast<char *>("h3")), 2};
+  gnutls_alpn_set_protocols(tls_, &alpn, 1, 0);
+  gnutls_server_name_set(tls_, GNUTLS_NAME_DNS, "localhost", 9);
+  ngtcp2_conn_set_tls_native_handle(conn_, tls_);
+  w_.loop().watch(fd_, this);
+  started_at_ = last_progress_ = monotonic_ns();
+  w_.stats().connections += 1;
+  write();
+  return true;
+}
+
+int Conn::on_handshake_done() {
+  handshake_ = true;
+  uint64_t now = monotonic_ns();
+  if (w_.run().measuring(now)) {
+    w_.stats().connect_us.push_back(static_cast<uint32_t>((now - started_at_) / 1000));
+  }
+  nghttp3_callbacks cb{};
+  cb.recv_header = [](nghttp3_conn *, int64_t sid, int32_t, nghttp3_rcbuf *n, nghttp3_rcbuf *v,
+                      uint8_t, void *ud, void *) { return C(ud).on_header(sid, n, v); };
+  cb.recv_data = [](nghttp3_conn *, int64_t sid, const uint8_t *, size_t n, void *ud, void *) {
+    return C(ud).on_body(sid, n);
+  };
+  cb.end_stream = [](nghttp3_conn *, int64_t sid, void *ud, void *) {
+    return C(ud).on_end_stream(sid);
+  };
+  cb.deferred_consume = [](nghttp3_conn *, int64_t sid, size_t n, void *ud, void *) {
+    ngtcp2_conn_extend_max_stream_offset(C(ud).conn(), sid, n);
+    ngtcp2_conn_extend_max_offset(C(ud).conn(), n);
+    return 0;
+  };
+  nghttp3_settings st;
+  nghttp3_settings_default(&st);
+  nghttp3_conn_client_new(&h3_, &cb, &st, nullptr, this);
+  int64_t a, b, c;
+  ngtcp2_conn_open_uni_stream(conn_, &a, nullptr);
+  ngtcp2_conn_open_uni_stream(conn_, &b, nullptr);
+  ngtcp2_conn_open_uni_stream(conn_, &c, nullptr);
+  nghttp3_conn_bind_control_stream(h3_, a);
+  nghttp3_conn_bind_qpack_streams(h3_, b, c);
+  submit_more();
+  return 0;
+}
+
+int Conn::on_extend_max_streams() {
+  if (h3_) submit_more();
+  return 0;
+}
+
+void Conn::submit_more() {
+  const auto &cfg = w_.run().cfg;
+  while (!draining_ && static_cast<int>(reqs_.size()) < cfg.streams &&
+         ngtcp2_conn_get_streams_bidi_left(conn_) > 0) {
+    if (cfg.conn_per_request && done_here_ + static_cast<int>(reqs_.size()) >= 1) break;
+    if (!w_.run().take()) {
+      draining_ = true;
+      break;
+    }
+    int64_t sid;
+    if (ngtcp2_conn_open_bidi_stream(conn_, &sid, nullptr) != 0) break;
+    const Uri &u = cfg.uris[w_.next_uri_++ % cfg.uris.size()];
+    auto nv = [](const char *n, const std::string &v) {
+      return nghttp3_nv{reinterpret_cast<uint8_t *>(const_cast<char *>(n)),
+                        reinterpret_cast<uint8_t *>(const_cast<char *>(v.data())), strlen(n),
+                        v.size(), NGHTTP3_NV_FLAG_NONE};
+    };
+    static const std::string GET = "GET", HTTPS = "https", UA = "h3load";
+    nghttp3_nv nva[] = {nv(":method", GET), nv(":scheme", HTTPS), nv(":authority", u.authority),
+                        nv(":path", u.path), nv("user-agent", UA)};
+    nghttp3_conn_submit_request(h3_, sid, nva, 5, nullptr, nullptr);
+    Req &r = reqs_[sid];
+    r.start = monotonic_ns();
+    r.measured = w_.run().measuring(r.start);
+    if (r.measured) w_.stats().started += 1;
+  }
+  if (draining_ && reqs_.empty()) finish();
+}
+
+int Conn::on_stream_data(int64_t sid, const uint8_t *d, size_t n, bool fin) {
+  if (!h3_) return 0;
+  auto rv = nghttp3_conn_read_stream(h3_, sid, d, n, fin);
+  if (rv < 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  ngtcp2_conn_extend_max_stream_offset(conn_, sid, static_cast<uint64_t>(rv));
+  ngtcp2_conn_extend_max_offset(conn_, static_cast<uint64_t>(rv));
+  return 0;
+}
+
+int Conn::on_header(int64_t sid, nghttp3_rcbuf *name, nghttp3_rcbuf *value) {
+  auto it = reqs_.find(sid);
+  if (it == reqs_.end()) return 0;
+  auto n = nghttp3_rcbuf_get_buf(name);
+  if (n.len == 7 && std::memcmp(n.base, ":status", 7) == 0) {
+    auto v = nghttp3_rcbuf_get_buf(value);
+    it->second.status = std::atoi(std::string(reinterpret_cast<char *>(v.base), v.len).c_str());
+    if (!it->second.first_byte) it->second.first_byte = monotonic_ns();
+  }
+  return 0;
+}
+
+int Conn::on_body(int64_t sid, size_t n) {
+  ngtcp2_conn_extend_max_stream_offset(conn_, sid, n);
+  ngtcp2_conn_extend_max_offset(conn_, n);
+  if (reqs_.count(sid) && reqs_[sid].measured) w_.stats().bytes_body += n;
+  last_progress_ = monotonic_ns();
+  return 0;
+}
+
+// A request is done when its response ends (HTTP/3 end of stream), not
+// when QUIC closes the stream: that also waits for the peer to acknowledge
+// our FIN, which adds up to its max_ack_delay to every measurement.
+int Conn::on_end_stream(int64_t sid) {
+  complete(sid, true);
+  return 0;
+}
+
+int Conn::on_stream_close(int64_t sid, uint64_t code) {
+  complete(sid, code == NGHTTP3_H3_NO_ERROR);
+  return 0;
+}
+
+void Conn::complete(int64_t sid, bool ok) {
+  auto it = reqs_.find(sid);
+  if (it == reqs_.end()) return;
+  Req r = it->second;
+  reqs_.erase(it);
+  auto &st = w_.stats();
+  uint64_t now = monotonic_ns();
+  if (r.measured) {
+    st.done += 1;
+    if (ok && r.status > 0) {
+      st.succeeded += 1;
+      if (r.status / 100 < 6) st.status[r.status / 100] += 1;
+      st.request_us.push_back(static_cast<uint32_t>((now - r.start) / 1000));
+      st.ttfb_us.push_back(static_cast<uint32_t>((r.first_byte - r.start) / 1000));
+    } else {
+      st.failed += 1;
+    }
+  }
+  ++done_here_;
+  last_progress_ = now;
+  if (w_.run().cfg.conn_per_request && reqs_.empty()) {
+    finish();
+  } else {
+    submit_more();
+  }
+}
+
+void Conn::fail_all(bool is_timeout) {
+  auto &st = w_.stats();
+  for (auto &[sid, r] : reqs_) {
+    if (!r.measured) continue;
+    st.done += 1;
+    st.errored += 1;
+    if (is_timeout) st.timeout += 1;
+  }
+  reqs_.clear();
+  if (!handshake_) st.connect_failures += 1;
+  closed_ = true;
+  w_.conn_done(this);
+}
+
+void Conn::finish() {
+  if (closed_) return;
+  // Close politely so the server frees the connection at once.
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  ngtcp2_pkt_info pi{};
+  ngtcp2_connection_close_error ce;
+  ngtcp2_connection_close_error_default(&ce);
+  ngtcp2_connection_close_error_set_application_error(&ce, NGHTTP3_H3_NO_ERROR, nullptr, 0);
+  auto n = ngtcp2_conn_write_connection_close(conn_, &ps.path, &pi, txbuf_.data(), 1452, &ce,
+                                              monotonic_ns());
+  if (n > 0) [[maybe_unused]] auto s = ::send(fd_, txbuf_.data(), static_cast<size_t>(n), 0);
+  closed_ = true;
+  w_.conn_done(this);
+}
+
+void Conn::on_io(uint32_t) {
+  if (closed_) return;
+  constexpr int BATCH = 32;
+  static thread_local std::vector<uint8_t> buf(BATCH * 65536);
+  mmsghdr msgs[BATCH];
+  iovec iov[BATCH];
+  for (;;) {
+    for (int i = 0; i < BATCH; ++i) {
+      iov[i] = {buf.data() + i * 65536, 65536};
+      msgs[i].msg_hdr = {};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(fd_, msgs, BATCH, MSG_DONTWAIT, nullptr);
+    if (n <= 0) break;
+    uint64_t now = monotonic_ns();
+    ngtcp2_path path{{reinterpret_cast<sockaddr *>(&local_), local_len_},
+                     {reinterpret_cast<sockaddr *>(&remote_), remote_len_},
+                     nullptr};
+    for (int i = 0; i < n; ++i) {
+      if (w_.run().measuring(now)) w_.stats().bytes_total += msgs[i].msg_len;
+      ngtcp2_pkt_info pi{};
+      int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, static_cast<uint8_t *>(iov[i].iov_base),
+                                    msgs[i].msg_len, now);
+      if (rv != 0) {
+        fail_all(false);
+        return;
+      }
+    }
+    last_progress_ = now;
+    if (closed_) return;
+  }
+  write();
+}
+
+void Conn::send_batch(const uint8_t *data, size_t len, size_t seg) {
+  iovec iov{const_cast<uint8_t *>(data), len};
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(uint16_t))] = {};
+  if (len > seg) {
+    h.msg_control = cbuf;
+    h.msg_controllen = sizeof(cbuf);
+    cmsghdr *c = CMSG_FIRSTHDR(&h);
+    c->cmsg_level = IPPROTO_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t s = static_cast<uint16_t>(seg);
+    std::memcpy(CMSG_DATA(c), &s, sizeof(s));
+  }
+  [[maybe_unused]] auto r = sendmsg(fd_, &h, MSG_DONTWAIT);
+}
+
+void Conn::write() {
+  if (closed_) return;
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  ngtcp2_pkt_info pi{};
+  uint64_t ts = monotonic_ns();
+  size_t off = 0, seg = 0;
+  for (int pkts = 0; pkts < 64;) {
+    int64_t sid = -1;
+    int fin = 0;
+    nghttp3_vec vec[16];
+    nghttp3_ssize nvec = 0;
+    if (h3_ && ngtcp2_conn_get_max_data_left(conn_)) {
+      nvec = nghttp3_conn_writev_stream(h3_, &sid, &fin, vec, 16);
+      if (nvec < 0) return fail_all(false);
+    }
+    ngtcp2_ssize ndatalen = -1;
+    uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
+    auto n = ngtcp2_conn_writev_stream(conn_, &ps.path, &pi, txbuf_.data() + off, 1452, &ndatalen,
+                                       flags, sid, reinterpret_cast<const ngtcp2_vec *>(vec),
+                                       static_cast<size_t>(nvec), ts);
+    if (n < 0) {
+      if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) { nghttp3_conn_block_stream(h3_, sid); continue; }
+      if (n == NGTCP2_ERR_STREAM_SHUT_WR) { nghttp3_conn_shutdown_stream_write(h3_, sid); continue; }
+      if (n == NGTCP2_ERR_WRITE_MORE) {
+        nghttp3_conn_add_write_offset(h3_, sid, static_cast<size_t>(ndatalen));
+        continue;
+      }
+      return fail_all(false);
+    }
+    if (ndatalen >= 0 && h3_) nghttp3_conn_add_write_offset(h3_, sid, static_cast<size_t>(ndatalen));
+    if (n == 0) break;
+    // A packet of another size ends the GSO train.
+    if (seg && static_cast<size_t>(n) != seg) {
+      send_batch(txbuf_.data(), off, seg);
+      std::memmove(txbuf_.data(), txbuf_.data() + off, static_cast<size_t>(n));
+      off = 0;
+      seg = 0;
+    }
+    if (!seg) seg = static_cast<size_t>(n);
+    off += static_cast<size_t>(n);
+    ++pkts;
+  }
+  if (off) send_batch(txbuf_.data(), off, seg);
+  ngtcp2_conn_update_pkt_tx_time(conn_, ts);
+  update_timer();
+}
+
+void Conn::update_timer() {
+  auto e = ngtcp2_conn_get_expiry(conn_);
+  uint64_t limit = last_progress_ + static_cast<uint64_t>(w_.run().cfg.timeout * 1e9);
+  w_.loop().timers().schedule(timer_, std::min<uint64_t>(e, limit));
+}
+
+void Conn::on_timer() {
+  if (closed_) return;
+  uint64_t now = monotonic_ns();
+  if (now >= last_progress_ + static_cast<uint64_t>(w_.run().cfg.timeout * 1e9)) {
+    return fail_all(true);
+  }
+  if (ngtcp2_conn_handle_expiry(conn_, now) != 0) return fail_all(false);
+  write();
+}
+
+void Worker::spawn() {
+  const auto &cfg = run_.cfg;
+  auto c = std::make_unique<Conn>(*this, cfg.uris[next_uri_ % cfg.uris.size()]);
+  if (!c->start()) {
+    stats_.connect_failures += 1;
+    return;
+  }
+  conns_.push_back(std::move(c));
+}
+
+void Worker::on_iteration_end() {
+  for (Conn *d : dead_) {
+    auto it = std::find_if(conns_.begin(), conns_.end(), [d](auto &p) { return p.get() == d; });
+    if (it != conns_.end()) conns_.erase(it);
+  }
+  bool replaced = !dead_.empty();
+  size_t died = dead_.size();
+  dead_.clear();
+  // Keep -c connections busy while requests remain (always, in
+  // new-connection-per-request mode).
+  if (replaced && !run_.stop.load()) {
+    for (size_t i = 0; i < died && static_cast<int>(conns_.size()) < clients_; ++i) {
+      bool more = run_.end_ns ? monotonic_ns() < run_.end_ns
+                              : run_.remaining.load(std::memory_order_relaxed) > 0;
+      if (!more) break;
+      spawn();
+    }
+  }
+  if (run_.end_ns && monotonic_ns() >= run_.end_ns + 2'000'000'000ull) run_.stop.store(true);
+  if (conns_.empty() || run_.stop.load()) loop_.stop();
+}
+
+void Worker::run_thread() {
+  for (int i = 0; i < clients_; ++i) spawn();
+  if (conns_.empty()) return;
+  // A timer so duration runs end even when idle.
+  xdpq::dataplane::Timer tick([](xdpq::dataplane::Timer &) {}, nullptr);
+  struct Tick {
+    static void fire(xdpq::dataplane::Timer &t) {
+      auto *w = static_cast<Worker *>(t.owner());
+      w->loop().timers().schedule(t, monotonic_ns() + 100'000'000);
+    }
+  };
+  tick.set_callback(Tick::fire, this);
+  loop_.timers().schedule(tick, monotonic_ns() + 100'000'000);
+  loop_.run(*this);
+}
+
+// ---- output ----------------------------------------------------------------
+
+double pct(std::vector<uint32_t> &v, double p) {
+  if (v.empty()) return 0;
+  size_t i = static_cast<size_t>(std::ceil(p / 100.0 * v.size())) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+std::string fmt_us(double us) {
+  char b[32];
+  if (us >= 1e6) snprintf(b, sizeof(b), "%.2fs", us / 1e6);
+  else if (us >= 1e3) snprintf(b, sizeof(b), "%.2fms", us / 1e3);
+  else snprintf(b, sizeof(b), "%.0fus", us);
+  return b;
+}
+
+std::string fmt_bytes(double b) {
+  char s[32];
+  if (b >= 1 << 30) snprintf(s, sizeof(s), "%.2fGB", b / (1 << 30));
+  else if (b >= 1 << 20) snprintf(s, sizeof(s), "%.2fMB", b / (1 << 20));
+  else if (b >= 1 << 10) snprintf(s, sizeof(s), "%.2fKB", b / (1 << 10));
+  else snprintf(s, sizeof(s), "%.0fB", b);
+  return s;
+}
+
+struct Summary {
+  double min, max, mean, sd, within_sd, p50, p90, p99, p999;
+};
+
+Summary summarize(std::vector<uint32_t> &v) {
+  Summary s{};
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (auto x : v) sum += x;
+  s.mean = sum / v.size();
+  double var = 0;
+  for (auto x : v) var += (x - s.mean) * (x - s.mean);
+  s.sd = std::sqrt(var / v.size());
+  size_t within = 0;
+  for (auto x : v) within += std::fabs(x - s.mean) <= s.sd;
+  s.within_sd = 100.0 * within / v.size();
+  s.min = v.front();
+  s.max = v.back();
+  s.p50 = pct(v, 50);
+  s.p90 = pct(v, 90);
+  s.p99 = pct(v, 99);
+  s.p999 = pct(v, 99.9);
+  return s;
+}
+
+void usage() {
+  std::puts(R"(Usage: h3load [OPTIONS] URI...
+HTTP/3 load generator (h2load's flags where they apply).
+
+  -n, --requests N     total requests (default 1)
+  -c, --clients N      concurrent connections (default 1)
+  -m, --max-concurrent-streams N   requests in flight per connection (default 1)
+  -t, --threads N      threads (default 1)
+  -D, --duration S     run for S seconds instead of -n
+  --warm-up-time S     with -D: ignore the first S seconds
+  --new-connection-per-request   one request per connection (handshakes/s)
+  --timeout S          fail a connection after S seconds without progress (10)
+  --json               machine-readable results on stdout
+  -h, --help
+
+URIs: https://HOST:PORT/path with a numeric HOST (IPv6 in brackets).)");
+}
+
+bool parse_uri(const std::string &s, Uri &u) {
+  if (s.rfind("https://", 0) != 0) return false;
+  std::string rest = s.substr(8);
+  auto slash = rest.find('/');
+  std::string auth = slash == std::string::npos ? rest : rest.substr(0, slash);
+  u.path = slash == std::string::npos ? "/" : rest.substr(slash);
+  u.authority = auth;
+  if (!auth.empty() && auth[0] == '[') {
+    auto close = auth.find(']');
+    if (close == std::string::npos) return false;
+    u.host = auth.substr(1, close - 1);
+    u.port = close + 2 <= auth.size() ? auth.substr(close + 2) : "443";
+  } else {
+    auto colon = auth.rfind(':');
+    u.host = colon == std::string::npos ? auth : auth.substr(0, colon);
+    u.port = colon == std::string::npos ? "443" : auth.substr(colon + 1);
+  }
+  return !u.host.empty();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Run run;
+  Config &cfg = run.cfg;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "h3load: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    try {
+      if (a == "-n" || a == "--requests") cfg.requests = std::stoull(val());
+      else if (a == "-c" || a == "--clients") cfg.clients = std::stoi(val());
+      else if (a == "-m" || a == "--max-concurrent-streams") cfg.streams = std::stoi(val());
+      else if (a == "-t" || a == "--threads") cfg.threads = std::stoi(val());
+      else if (a == "-D" || a == "--duration") cfg.duration = std::stod(val());
+      else if (a == "--warm-up-time") cfg.warmup = std::stod(val());
+      else if (a == "--timeout") cfg.timeout = std::stod(val());
+      else if (a == "--new-connection-per-request") cfg.conn_per_request = true;
+      else if (a == "--json") cfg.json = true;
+      else if (a == "-h" || a == "--help") { usage(); return 0; }
+      else if (!a.empty() && a[0] == '-') {
+        std::fprintf(stderr, "h3load: unknown option %s (see --help)\n", a.c_str());
+        return 2;
+      } else {
+        Uri u;
+        if (!parse_uri(a, u)) {
+          std::fprintf(stderr, "h3load: %s: expected https://HOST:PORT/path\n", a.c_str());
+          return 2;
+        }
+        cfg.uris.push_back(u);
+      }
+    } catch (const std::exception &) {
+      std::fprintf(stderr, "h3load: %s: bad number\n", a.c_str());
+      return 2;
+    }
+  }
+  if (cfg.uris.empty() || cfg.clients < 1 || cfg.streams < 1 || cfg.threads < 1) {
+    usage();
+    return 2;
+  }
+  if (cfg.threads > cfg.clients) cfg.threads = cfg.clients;
+  gnutls_certificate_credentials_t cred;
+  gnutls_certificate_allocate_credentials(&cred);
+
+  run.remaining = static_cast<int64_t>(cfg.requests);
+  run.start_ns = monotonic_ns();
+  run.measure_from_ns = run.start_ns;
+  if (cfg.duration > 0) {
+    run.measure_from_ns = run.start_ns + static_cast<uint64_t>(cfg.warmup * 1e9);
+    run.end_ns = run.measure_from_ns + static_cast<uint64_t>(cfg.duration * 1e9);
+  }
+  if (!cfg.json) {
+    std::printf("starting benchmark...\n");
+    std::printf("spawning thread #0: %d total client(s). %" PRIu64 " total requests\n",
+                cfg.clients, cfg.requests);
+  }
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int t = 0; t < cfg.threads; ++t) {
+    int n = cfg.clients / cfg.threads + (t < cfg.clients % cfg.threads ? 1 : 0);
+    workers.push_back(std::make_unique<Worker>(run, n, cred));
+  }
+  std::vector<std::thread> threads;
+  for (auto &w : workers) threads.emplace_back([&w] { w->run_thread(); });
+  for (auto &t : threads) t.join();
+  uint64_t end = monotonic_ns();
+  uint64_t window = (run.end_ns ? std::min(end, run.end_ns) : end) - run.measure_from_ns;
+  double secs = window / 1e9;
+  Stats st;
+  for (auto &w : workers) st.merge(w->stats());
+  gnutls_certificate_free_credentials(cred);
+  auto req = summarize(st.request_us);
+  auto ttfb = summarize(st.ttfb_us);
+  auto conn = summarize(st.connect_us);
+  double rps = secs > 0 ? st.succeeded / secs : 0;
+  if (cfg.json) {
+    std::printf("{\"duration_s\":%.6f,\"requests\":{\"total\":%" PRIu64 ",\"started\":%" PRIu64
+                ",\"done\":%" PRIu64 ",\"succeeded\":%" PRIu64 ",\"failed\":%" PRIu64
+                ",\"errored\":%" PRIu64 ",\"timeout\":%" PRIu64 "},",
+                secs, cfg.duration > 0 ? st.done : cfg.requests, st.started, st.done,
+                st.succeeded, st.failed, st.errored, st.timeout);
+    std::printf("\"status\":{\"2xx\":%" PRIu64 ",\"3xx\":%" PRIu64 ",\"4xx\":%" PRIu64
+                ",\"5xx\":%" PRIu64 "},",
+                st.status[2], st.status[3], st.status[4], st.status[5]);
+    std::printf("\"req_per_s\":%.2f,\"bytes_per_s\":%.2f,\"bytes_total\":%" PRIu64
+                ",\"bytes_body\":%" PRIu64 ",\"connections\":%" PRIu64
+                ",\"connect_failures\":%" PRIu64 ",",
+                rps, secs > 0 ? st.bytes_total / secs : 0, st.bytes_total, st.bytes_body,
+                st.connections, st.connect_failures);
+    auto js = [](const char *name, const Summary &s, bool last) {
+      std::printf("\"%s\":{\"min\":%.0f,\"max\":%.0f,\"mean\":%.1f,\"sd\":%.1f,\"p50\":%.0f,"
+                  "\"p90\":%.0f,\"p99\":%.0f,\"p999\":%.0f}%s",
+                  name, s.min, s.max, s.mean, s.sd, s.p50, s.p90, s.p99, s.p999, last ? "" : ",");
+    };
+    std::printf("\"latency_us\":{");
+    js("request", req, false);
+    js("ttfb", ttfb, false);
+    js("connect", conn, true);
+    std::printf("}}\n");
+  } else {
+    std::printf("\nfinished in %s, %.2f req/s, %s/s\n", fmt_us(secs * 1e6).c_str(), rps,
+                fmt_bytes(secs > 0 ? st.bytes_total / secs : 0).c_str());
+    std::printf("requests: %" PRIu64 " total, %" PRIu64 " started, %" PRIu64 " done, %" PRIu64
+                " succeeded, %" PRIu64 " failed, %" PRIu64 " errored, %" PRIu64 " timeout\n",
+                cfg.duration > 0 ? st.done : cfg.requests, st.started, st.done, st.succeeded,
+                st.failed, st.errored, st.timeout);
+    std::printf("status codes: %" PRIu64 " 2xx, %" PRIu64 " 3xx, %" PRIu64 " 4xx, %" PRIu64
+                " 5xx\n",
+                st.status[2], st.status[3], st.status[4], st.status[5]);
+    std::printf("traffic: %s (%" PRIu64 ") total, %s (%" PRIu64 ") data\n",
+                fmt_bytes(st.bytes_total).c_str(), st.bytes_total, fmt_bytes(st.bytes_body).c_str(),
+                st.bytes_body);
+    std::printf("                     min         max         mean         sd        +/- sd\n");
+    auto line = [](const char *name, const Summary &s) {
+      std::printf("%-17s %9s   %9s   %9s   %9s   %7.2f%%\n", name, fmt_us(s.min).c_str(),
+                  fmt_us(s.max).c_str(), fmt_us(s.mean).c_str(), fmt_us(s.sd).c_str(),
+                  s.within_sd);
+    };
+    line("time for request:", req);
+    line("time for connect:", conn);
+    line("time to 1st byte:", ttfb);
+    std::printf("percentiles      p50 %s, p90 %s, p99 %s, p99.9 %s (request)\n",
+                fmt_us(req.p50).c_str(), fmt_us(req.p90).c_str(), fmt_us(req.p99).c_str(),
+                fmt_us(req.p999).c_str());
+    std::printf("                 p50 %s, p90 %s, p99 %s, p99.9 %s (time to 1st byte)\n",
+                fmt_us(ttfb.p50).c_str(), fmt_us(ttfb.p90).c_str(), fmt_us(ttfb.p99).c_str(),
+                fmt_us(ttfb.p999).c_str());
+  }
+  return st.errored + st.failed + st.connect_failures > 0 ? 1 : 0;
+}

@@ -1,0 +1,408 @@
+#!/usr/bin/python3
+"""xdpq's side-by-side benchmark: the same server on AF_XDP and on kernel UDP
+sockets, against ngtcp2's gtlsserver (HTTP/3) and nginx (HTTP/2 over TLS),
+under identical load, alternating A B A B, reporting medians and ratios.
+
+Topology: two network namespaces joined by a veth pair (GRO off on the
+server side, which AF_XDP copy mode needs; the same for every variant).
+Server pinned to one CPU, client to the other. All servers serve the same
+static files from one document root.
+
+    bench/run.py --quick          # ~2 minutes
+    bench/run.py                  # the full matrix, ~15 minutes
+    bench/run.py --smoke          # one short cell: CI keeps the harness alive
+
+Writes OUT/results.json (raw runs, git commit, machine, exact commands),
+OUT/report.md (medians, ratios) and OUT/*.png (plots). Benchmarks measure;
+they never fail a build on a number.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from netns import Topology, sh  # noqa: E402
+
+BODIES = {"3": 3, "16k": 16384, "64k": 65536, "1m": 1048576}
+SERVER_CPU, CLIENT_CPU = "1", "0"
+
+
+def cpu_times():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def proc_cpu(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return int(parts[11]) + int(parts[12])  # utime + stime, in ticks
+    except (OSError, IndexError):
+        return 0
+
+
+def descendants(pid):
+    """pid and its children (ip netns exec / taskset exec in place, nginx forks)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    kids = [int(p) for p in out.split()]
+    result = [pid]
+    for k in kids:
+        result += descendants(k)
+    return result
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.build = args.build
+        self.xdpqd = os.path.join(self.build, "xdpqd")
+        self.h3load = os.path.join(self.build, "h3load")
+        self.out = args.out
+        os.makedirs(self.out, exist_ok=True)
+        self.work = tempfile.mkdtemp(prefix="xdpq-bench-")
+        self.docroot = os.path.join(self.work, "www")
+        os.makedirs(self.docroot)
+        for name, size in BODIES.items():
+            with open(os.path.join(self.docroot, f"b{name}"), "wb") as f:
+                f.write(b"x" * size)
+        self.key = os.path.join(self.work, "key.pem")
+        self.cert = os.path.join(self.work, "cert.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-keyout", self.key, "-out",
+                        self.cert, "-days", "2", "-subj", "/CN=localhost"], check=True,
+                       capture_output=True)
+        self.runs = []
+        self.commands = {}
+
+    # --- servers -------------------------------------------------------------
+
+    def server_cmd(self, variant, topo):
+        pin = ["taskset", "-c", SERVER_CPU]
+        common = ["--listen", f"{topo.srv_ip}:4433", "--cert", self.cert, "--key", self.key,
+                  "--docroot", self.docroot]
+        if variant == "xdpq-afxdp":
+            return [self.xdpqd, "--dataplane", "afxdp", "--interface", topo.srv_if,
+                    "--xdp-mode", "native", "--cpus", SERVER_CPU, *common]
+        if variant in ("xdpq-socket", "xdpq-h2"):
+            return [self.xdpqd, "--dataplane", "socket", "--workers", "1", "--cpus",
+                    SERVER_CPU, *common]
+        if variant == "gtlsserver":
+            return pin + ["gtlsserver", "-q", "-d", self.docroot, topo.srv_ip, "4433",
+                          self.key, self.cert]
+        if variant == "nginx-h2":
+            conf = os.path.join(self.work, "nginx.conf")
+            with open(conf, "w") as f:
+                f.write(f"""worker_processes 1;
+worker_cpu_affinity {'10' if SERVER_CPU == '1' else '01'};
+daemon off; pid {self.work}/nginx.pid; error_log {self.work}/nginx.err warn;
+events {{ worker_connections 4096; }}
+http {{ access_log off; sendfile on; keepalive_requests 1000000;
+  server {{ listen {topo.srv_ip}:4433 ssl http2; ssl_certificate {self.cert};
+    ssl_certificate_key {self.key}; root {self.docroot}; }} }}
+""")
+            return ["nginx", "-c", conf]
+        raise ValueError(variant)
+
+    def start_server(self, variant, topo):
+        cmd = self.server_cmd(variant, topo)
+        self.commands[variant] = " ".join(cmd)
+        log = open(os.path.join(self.work, f"{variant}.log"), "w")
+        proc = subprocess.Popen(["ip", "netns", "exec", topo.srv_ns, *cmd], stdout=log,
+                                stderr=subprocess.STDOUT)
+        time.sleep(0.8 if variant != "nginx-h2" else 1.0)
+        if proc.poll() is not None:
+            raise RuntimeError(f"{variant} exited: " + open(log.name).read()[-2000:])
+        return proc, log
+
+    def stop_server(self, proc, log):
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+    # --- clients -------------------------------------------------------------
+
+    def client_cmd(self, proto, topo, cell):
+        url = f"https://{topo.srv_ip}:4433/b{cell['body']}"
+        d = str(self.args.seconds)
+        if proto == "h3":
+            cmd = [self.h3load, "--json", "-D", d, "--warm-up-time", "0.5", "-c",
+                   str(cell["c"]), "-m", str(cell["m"])]
+            if cell["handshake"]:
+                cmd.append("--new-connection-per-request")
+            return cmd + [url]
+        return ["h2load", "-D", d, "--warm-up-time", "0.5", "-c", str(cell["c"]), "-m",
+                str(cell["m"]), url]
+
+    def run_cell(self, variant, proto, cell, topo):
+        proc, log = self.start_server(variant, topo)
+        try:
+            pids = descendants(proc.pid)
+            cmd = ["ip", "netns", "exec", topo.cli_ns, "taskset", "-c", CLIENT_CPU,
+                   *self.client_cmd(proto, topo, cell)]
+            busy0, total0 = cpu_times()
+            srv0 = sum(proc_cpu(p) for p in pids)
+            t0 = time.monotonic()
+            r = subprocess.run(cmd, capture_output=True, text=True,
+                               timeout=self.args.seconds * 4 + 60)
+            elapsed = time.monotonic() - t0
+            srv1 = sum(proc_cpu(p) for p in pids)
+            busy1, total1 = cpu_times()
+        finally:
+            self.stop_server(proc, log)
+        res = parse_h3load(r.stdout) if proto == "h3" else parse_h2load(r.stdout)
+        server_stats = {}
+        if variant.startswith("xdpq"):
+            import re
+            m = re.search(r"stats (\{.*\})", open(log.name).read())
+            if m:
+                server_stats = {k: v for k, v in json.loads(m.group(1)).items() if v}
+        hz = os.sysconf("SC_CLK_TCK")
+        reqs = res.get("succeeded", 0)
+        run = {"variant": variant, "proto": proto, **cell, "command": " ".join(cmd),
+               "elapsed_s": elapsed, **res,
+               "server_cpu_s": (srv1 - srv0) / hz,
+               "machine_cpu_s": (busy1 - busy0) / hz,
+               "machine_cpu_util": (busy1 - busy0) / max(1, total1 - total0) * os.cpu_count(),
+               "server_stats": server_stats}
+        run["server_cpu_us_per_req"] = run["server_cpu_s"] / reqs * 1e6 if reqs else None
+        run["machine_cpu_us_per_req"] = run["machine_cpu_s"] / reqs * 1e6 if reqs else None
+        self.runs.append(run)
+        print(f"  {variant:12s} {cell_name(cell):22s} {res.get('req_per_s', 0):10.0f} req/s  "
+              f"p50 {res.get('p50_us', 0) / 1000:7.2f} ms  p99 {res.get('p99_us', 0) / 1000:7.2f} ms"
+              f"  srv {run['server_cpu_us_per_req'] or 0:7.1f} us/req  "
+              f"all {run['machine_cpu_us_per_req'] or 0:7.1f} us/req"
+              f"{'  ERRORS ' + str(res.get('errors')) if res.get('errors') else ''}",
+              flush=True)
+
+    def matrix(self):
+        a = self.args
+        if a.smoke:
+            h3_cells = [dict(body="3", c=2, m=4, handshake=False)]
+            h2_cells = []
+        elif a.quick:
+            h3_cells = [dict(body=b, c=10, m=10, handshake=False) for b in ("3", "64k")]
+            h3_cells.append(dict(body="3", c=4, m=1, handshake=True))
+            h2_cells = [dict(body=b, c=10, m=10, handshake=False) for b in ("3", "64k")]
+        else:
+            h3_cells = [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
+                        for c, m in ((10, 1), (100, 32))]
+            h3_cells += [dict(body="3", c=c, m=1, handshake=True) for c in (4, 16)]
+            h2_cells = [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
+                        for c, m in ((10, 1), (100, 32))]
+        return h3_cells, h2_cells
+
+    def run(self):
+        h3_cells, h2_cells = self.matrix()
+        h3_variants = ["xdpq-afxdp", "xdpq-socket"] + ([] if self.args.smoke else ["gtlsserver"])
+        with Topology() as topo:
+            for rnd in range(self.args.rounds):
+                print(f"round {rnd + 1}/{self.args.rounds}", flush=True)
+                for cell in h3_cells:
+                    for v in h3_variants:
+                        self.run_cell(v, "h3", cell, topo)
+                for cell in h2_cells:
+                    for v in ("xdpq-h2", "nginx-h2"):
+                        self.run_cell(v, "h2", cell, topo)
+        self.report()
+
+    # --- report --------------------------------------------------------------
+
+    def report(self):
+        meta = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "git_commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"],
+                                         capture_output=True, text=True).stdout.strip(),
+            "machine": {"kernel": platform.release(), "cpus": os.cpu_count(),
+                        "cpu_model": cpu_model()},
+            "command": " ".join(sys.argv),
+            "server_commands": self.commands,
+            "seconds_per_run": self.args.seconds, "rounds": self.args.rounds,
+            "topology": "two netns, veth pair, GRO off on the server side; server on CPU "
+                        f"{SERVER_CPU}, client on CPU {CLIENT_CPU}",
+        }
+        with open(os.path.join(self.out, "results.json"), "w") as f:
+            json.dump({"meta": meta, "runs": self.runs}, f, indent=1)
+        rows = summarize(self.runs)
+        md = [f"# xdpq benchmark ({meta['date'][:19]}Z)", "",
+              f"Commit `{meta['git_commit'][:12]}`, kernel {meta['machine']['kernel']}, "
+              f"{meta['machine']['cpus']} CPUs ({meta['machine']['cpu_model']}).",
+              f"Command: `{meta['command']}`; {self.args.rounds} rounds of "
+              f"{self.args.seconds} s per variant, alternating; medians shown.",
+              f"Topology: {meta['topology']}.", "",
+              "| proto | cell | variant | req/s | p50 ms | p99 ms | server CPU us/req | "
+              "machine CPU us/req |",
+              "|---|---|---|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            md.append(f"| {r['proto']} | {r['cell']} | {r['variant']} | {r['rps']:.0f} | "
+                      f"{r['p50'] / 1000:.2f} | {r['p99'] / 1000:.2f} | {fmt(r['srv'])} | "
+                      f"{fmt(r['all'])} |")
+        md += ["", "Ratios (per cell, medians; >1 means the first is faster or cheaper):", "",
+               "| cell | pair | req/s ratio | machine CPU/req ratio (B/A) |", "|---|---|---:|---:|"]
+        for cell, a, b, rps, cpu in ratios(rows):
+            md.append(f"| {cell} | {a} vs {b} | {rps:.2f} | {fmt(cpu, 2)} |")
+        md += ["", "Server CPU is the server process's own time; on veth the receive work of "
+               "the sender's packets runs in softirq on the sender's core, so the machine-wide "
+               "figure is the fairer cost."]
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write("\n".join(md) + "\n")
+        plots(rows, self.out)
+        print("\n".join(md))
+
+
+def fmt(v, digits=1):
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def cell_name(c):
+    return f"{c['body']}B c={c['c']} m={c['m']}" + (" newconn" if c.get("handshake") else "")
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def parse_h3load(out):
+    try:
+        j = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"req_per_s": 0, "succeeded": 0, "errors": "no output"}
+    req = j["requests"]
+    return {"req_per_s": j["req_per_s"], "succeeded": req["succeeded"],
+            "errors": req["failed"] + req["errored"] + j["connect_failures"],
+            "p50_us": j["latency_us"]["request"]["p50"],
+            "p99_us": j["latency_us"]["request"]["p99"], "bytes_per_s": j["bytes_per_s"]}
+
+
+def parse_h2load(out):
+    res = {"req_per_s": 0, "succeeded": 0}
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("finished in"):
+            res["req_per_s"] = float(line.split(",")[1].split()[0])
+        if line.startswith("requests:"):
+            parts = line.split(",")
+            res["succeeded"] = int(parts[3].split()[0])
+            res["errors"] = int(parts[4].split()[0]) + int(parts[5].split()[0])
+        if line.startswith("time for request:"):
+            vals = line.split(":")[1].split()
+            res["mean_us"] = to_us(vals[2])
+    # h2load prints no percentiles: report the mean as p50 and max as p99 proxies.
+    for line in lines:
+        if line.startswith("time for request:"):
+            vals = line.split(":")[1].split()
+            res["p50_us"] = to_us(vals[2])
+            res["p99_us"] = to_us(vals[1])
+    return res
+
+
+def to_us(s):
+    for unit, mul in (("us", 1), ("ms", 1e3), ("s", 1e6)):
+        if s.endswith(unit):
+            return float(s[:-len(unit)]) * mul
+    return 0.0
+
+
+def summarize(runs):
+    groups = {}
+    for r in runs:
+        key = (r["proto"], cell_name(r), r["variant"])
+        groups.setdefault(key, []).append(r)
+    rows = []
+    for (proto, cell, variant), rs in groups.items():
+        med = lambda k: statistics.median([x[k] for x in rs if x.get(k) is not None]) \
+            if any(x.get(k) is not None for x in rs) else None  # noqa: E731
+        rows.append({"proto": proto, "cell": cell, "variant": variant, "rps": med("req_per_s"),
+                     "p50": med("p50_us") or 0, "p99": med("p99_us") or 0,
+                     "srv": med("server_cpu_us_per_req"), "all": med("machine_cpu_us_per_req"),
+                     "n": len(rs)})
+    return rows
+
+
+def ratios(rows):
+    by = {(r["cell"], r["variant"]): r for r in rows}
+    out = []
+    for a, b in (("xdpq-afxdp", "xdpq-socket"), ("xdpq-afxdp", "gtlsserver"),
+                 ("xdpq-socket", "gtlsserver"), ("xdpq-h2", "nginx-h2")):
+        for (cell, v), ra in by.items():
+            rb = by.get((cell, b))
+            if v != a or not rb or not rb["rps"]:
+                continue
+            cpu = rb["all"] / ra["all"] if ra["all"] and rb["all"] else None
+            out.append((cell, a, b, ra["rps"] / rb["rps"], cpu))
+    return out
+
+
+def plots(rows, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    for metric, label, fname in (("rps", "requests/s", "throughput.png"),
+                                 ("all", "machine CPU us per request", "cpu_per_request.png")):
+        cells = sorted({r["cell"] for r in rows if r["proto"] == "h3"} |
+                       {r["cell"] for r in rows if r["proto"] == "h2"})
+        variants = sorted({r["variant"] for r in rows})
+        fig, ax = plt.subplots(figsize=(max(6, len(cells) * 1.6), 4.5))
+        width = 0.8 / max(1, len(variants))
+        for i, v in enumerate(variants):
+            ys = []
+            for c in cells:
+                m = [r[metric] for r in rows if r["variant"] == v and r["cell"] == c]
+                ys.append(m[0] if m and m[0] is not None else 0)
+            ax.bar([x + i * width for x in range(len(cells))], ys, width, label=v)
+        ax.set_xticks([x + width * (len(variants) - 1) / 2 for x in range(len(cells))])
+        ax.set_xticklabels(cells, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+        ax.set_title(f"xdpq: {label} by body size and load")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, fname), dpi=110)
+        plt.close(fig)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a small matrix, ~2 minutes")
+    p.add_argument("--smoke", action="store_true", help="one short cell (CI)")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--seconds", type=float, default=None, help="per run")
+    p.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "latest"))
+    a = p.parse_args()
+    if a.rounds is None:
+        a.rounds = 1 if a.smoke else (2 if a.quick else 3)
+    if a.seconds is None:
+        a.seconds = 1.0 if a.smoke else (3.0 if a.quick else 5.0)
+    if os.geteuid() != 0:
+        sys.exit("bench/run.py needs root (network namespaces, XDP)")
+    Bench(a).run()
+
+
+if __name__ == "__main__":
+    main()

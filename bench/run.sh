@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One command for the benchmark report: installs what it needs, builds the
+# release preset (xdpqd and h3load), runs the side-by-side harness as root
+# and the micro-benchmarks, and writes bench/results/latest/.
+#   bench/run.sh            # full matrix (~15 minutes on 2 cores)
+#   bench/run.sh --quick    # ~2-3 minutes
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake --preset release >/dev/null
+cmake --build --preset release
+OUT=bench/results/latest
+mkdir -p "$OUT"
+/usr/bin/python3 bench/run.py --build build/release --out "$OUT" "$@"
+build/release/bench_micro --benchmark_out="$OUT/micro.json" --benchmark_out_format=json \
+  --benchmark_min_time=0.2 | tee "$OUT/micro.txt"
+echo "report: $OUT/report.md"
