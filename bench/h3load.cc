@@ -67,8 +67,10 @@ struct Stats {
   uint64_t bytes_body = 0;
   uint64_t connections = 0, connect_failures = 0;
   std::vector<uint32_t> request_us, ttfb_us, connect_us;
+  std::string server_cert_sha256; // of the first handshake
 
   void merge(const Stats &o) {
+    if (server_cert_sha256.empty()) server_cert_sha256 = o.server_cert_sha256;
     started += o.started; done += o.done; succeeded += o.succeeded; failed += o.failed;
     errored += o.errored; timeout += o.timeout;
     for (int i = 0; i < 6; ++i) status[i] += o.status[i];
@@ -303,6 +305,22 @@ bool Conn::start() {
 
 int Conn::on_handshake_done() {
   handshake_ = true;
+  if (w_.stats().server_cert_sha256.empty()) {
+    unsigned int n = 0;
+    const gnutls_datum_t *certs = gnutls_certificate_get_peers(tls_, &n);
+    if (certs && n > 0) {
+      unsigned char md[32];
+      size_t mdlen = sizeof(md);
+      if (gnutls_fingerprint(GNUTLS_DIG_SHA256, &certs[0], md, &mdlen) == 0) {
+        static constexpr char H[] = "0123456789ABCDEF";
+        for (size_t i = 0; i < mdlen; ++i) {
+          if (i) w_.stats().server_cert_sha256 += ':';
+          w_.stats().server_cert_sha256 += H[md[i] >> 4];
+          w_.stats().server_cert_sha256 += H[md[i] & 15];
+        }
+      }
+    }
+  }
   uint64_t now = monotonic_ns();
   if (w_.run().measuring(now)) {
     w_.stats().connect_us.push_back(static_cast<uint32_t>((now - started_at_) / 1000));
@@ -820,6 +838,8 @@ int main(int argc, char **argv) {
                   "\"p90\":%.0f,\"p99\":%.0f,\"p999\":%.0f}%s",
                   name, s.min, s.max, s.mean, s.sd, s.p50, s.p90, s.p99, s.p999, last ? "" : ",");
     };
+    std::printf("\"server_cert_sha256\":\"%s\",", st.server_cert_sha256.c_str());
+    std::printf("\"server_cert_sha256\":\"%s\",", st.server_cert_sha256.c_str());
     std::printf("\"latency_us\":{");
     js("request", req, false);
     js("ttfb", ttfb, false);

@@ -74,6 +74,7 @@ class Bench:
         self.out = args.out
         os.makedirs(self.out, exist_ok=True)
         self.work = tempfile.mkdtemp(prefix="xdpq-bench-")
+        os.chmod(self.work, 0o755)  # nginx's workers run as nobody
         self.docroot = os.path.join(self.work, "www")
         os.makedirs(self.docroot)
         for name, size in BODIES.items():
@@ -87,6 +88,7 @@ class Bench:
                        capture_output=True)
         self.runs = []
         self.commands = {}
+        self.round = 0
 
     # --- servers -------------------------------------------------------------
 
@@ -140,7 +142,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
     # --- clients -------------------------------------------------------------
 
     def client_cmd(self, proto, topo, cell):
-        url = f"https://{topo.srv_ip}:4433/b{cell['body']}"
+        path = f"/bytes/{BODIES[cell['body']]}" if cell.get("gen") else f"/b{cell['body']}"
+        url = f"https://{topo.srv_ip}:4433{path}"
         d = str(self.args.seconds)
         if proto == "h3":
             cmd = [self.h3load, "--json", "-D", d, "--warm-up-time", "0.5", "-c",
@@ -148,7 +151,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             if cell["handshake"]:
                 cmd.append("--new-connection-per-request")
             return cmd + [url]
-        return ["h2load", "-D", d, "--warm-up-time", "0.5", "-c", str(cell["c"]), "-m",
+        ms = f"{int(self.args.seconds * 1000)}ms"
+        return ["h2load", "-D", ms, "--warm-up-time", "500ms", "-c", str(cell["c"]), "-m",
                 str(cell["m"]), url]
 
     def run_cell(self, variant, proto, cell, topo):
@@ -176,7 +180,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                 server_stats = {k: v for k, v in json.loads(m.group(1)).items() if v}
         hz = os.sysconf("SC_CLK_TCK")
         reqs = res.get("succeeded", 0)
-        run = {"variant": variant, "proto": proto, **cell, "command": " ".join(cmd),
+        run = {"variant": variant, "proto": proto, "round": self.round, **cell,
+               "command": " ".join(cmd),
                "elapsed_s": elapsed, **res,
                "server_cpu_s": (srv1 - srv0) / hz,
                "machine_cpu_s": (busy1 - busy0) / hz,
@@ -194,16 +199,21 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
 
     def matrix(self):
         a = self.args
+        # gen: /bytes/N (generated in memory, xdpq only: isolates the dataplane
+        # from file serving); otherwise the same static file for every server.
         if a.smoke:
-            h3_cells = [dict(body="3", c=2, m=4, handshake=False)]
+            h3_cells = [dict(body="3", c=2, m=4, handshake=False, gen=True)]
             h2_cells = []
         elif a.quick:
-            h3_cells = [dict(body=b, c=10, m=10, handshake=False) for b in ("3", "64k")]
+            h3_cells = [dict(body=b, c=10, m=10, handshake=False, gen=True) for b in ("3", "64k")]
+            h3_cells += [dict(body=b, c=10, m=10, handshake=False) for b in ("3", "64k")]
             h3_cells.append(dict(body="3", c=4, m=1, handshake=True))
             h2_cells = [dict(body=b, c=10, m=10, handshake=False) for b in ("3", "64k")]
         else:
-            h3_cells = [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
+            h3_cells = [dict(body=b, c=c, m=m, handshake=False, gen=True) for b in BODIES
                         for c, m in ((10, 1), (100, 32))]
+            h3_cells += [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
+                         for c, m in ((10, 1), (100, 32))]
             h3_cells += [dict(body="3", c=c, m=1, handshake=True) for c in (4, 16)]
             h2_cells = [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
                         for c, m in ((10, 1), (100, 32))]
@@ -214,9 +224,12 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         h3_variants = ["xdpq-afxdp", "xdpq-socket"] + ([] if self.args.smoke else ["gtlsserver"])
         with Topology() as topo:
             for rnd in range(self.args.rounds):
+                self.round = rnd
                 print(f"round {rnd + 1}/{self.args.rounds}", flush=True)
                 for cell in h3_cells:
                     for v in h3_variants:
+                        if cell.get("gen") and not v.startswith("xdpq"):
+                            continue  # /bytes/N is xdpq's own route
                         self.run_cell(v, "h3", cell, topo)
                 for cell in h2_cells:
                     for v in ("xdpq-h2", "nginx-h2"):
@@ -254,10 +267,15 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             md.append(f"| {r['proto']} | {r['cell']} | {r['variant']} | {r['rps']:.0f} | "
                       f"{r['p50'] / 1000:.2f} | {r['p99'] / 1000:.2f} | {fmt(r['srv'])} | "
                       f"{fmt(r['all'])} |")
-        md += ["", "Ratios (per cell, medians; >1 means the first is faster or cheaper):", "",
-               "| cell | pair | req/s ratio | machine CPU/req ratio (B/A) |", "|---|---|---:|---:|"]
-        for cell, a, b, rps, cpu in ratios(rows):
-            md.append(f"| {cell} | {a} vs {b} | {rps:.2f} | {fmt(cpu, 2)} |")
+        md += ["", "Ratios A/B of requests/s, computed per round (A and B run back to back) "
+               "and summarized by their median and range. A direction is stated only when "
+               "every round agrees by more than 5 %; otherwise the difference is within this "
+               "machine's noise.", "",
+               "| cell | A vs B | req/s ratio (median) | range over rounds | verdict | "
+               "machine CPU/req B/A |", "|---|---|---:|---|---|---:|"]
+        for cell, a, b, med, lo, hi, verdict, cpu in paired_ratios(self.runs):
+            md.append(f"| {cell} | {a} vs {b} | {med:.2f} | {lo:.2f}-{hi:.2f} | {verdict} | "
+                      f"{fmt(cpu, 2)} |")
         md += ["", "Server CPU is the server process's own time; on veth the receive work of "
                "the sender's packets runs in softirq on the sender's core, so the machine-wide "
                "figure is the fairer cost."]
@@ -272,7 +290,8 @@ def fmt(v, digits=1):
 
 
 def cell_name(c):
-    return f"{c['body']}B c={c['c']} m={c['m']}" + (" newconn" if c.get("handshake") else "")
+    return (f"{c['body']}B c={c['c']} m={c['m']}" + (" newconn" if c.get("handshake") else "")
+            + (" /bytes" if c.get("gen") else " file"))
 
 
 def cpu_model():
@@ -342,17 +361,41 @@ def summarize(runs):
     return rows
 
 
-def ratios(rows):
-    by = {(r["cell"], r["variant"]): r for r in rows}
+PAIRS = (("xdpq-afxdp", "xdpq-socket"), ("xdpq-afxdp", "gtlsserver"),
+         ("xdpq-socket", "gtlsserver"), ("xdpq-h2", "nginx-h2"))
+
+
+def paired_ratios(runs):
+    """Per-round A/B ratios for each cell and pair, with a verdict."""
+    by = {}
+    for r in runs:
+        by[(cell_name(r), r["variant"], r["round"])] = r
+    cells = []
+    for r in runs:
+        if cell_name(r) not in cells:
+            cells.append(cell_name(r))
     out = []
-    for a, b in (("xdpq-afxdp", "xdpq-socket"), ("xdpq-afxdp", "gtlsserver"),
-                 ("xdpq-socket", "gtlsserver"), ("xdpq-h2", "nginx-h2")):
-        for (cell, v), ra in by.items():
-            rb = by.get((cell, b))
-            if v != a or not rb or not rb["rps"]:
+    for cell in cells:
+        for a, b in PAIRS:
+            rs, cpus = [], []
+            for (c, v, rnd), ra in by.items():
+                rb = by.get((c, b, rnd))
+                if c != cell or v != a or not rb or not rb["req_per_s"] or not ra["req_per_s"]:
+                    continue
+                rs.append(ra["req_per_s"] / rb["req_per_s"])
+                if ra.get("machine_cpu_us_per_req") and rb.get("machine_cpu_us_per_req"):
+                    cpus.append(rb["machine_cpu_us_per_req"] / ra["machine_cpu_us_per_req"])
+            if not rs:
                 continue
-            cpu = rb["all"] / ra["all"] if ra["all"] and rb["all"] else None
-            out.append((cell, a, b, ra["rps"] / rb["rps"], cpu))
+            lo, hi = min(rs), max(rs)
+            if lo > 1.05:
+                verdict = f"{a} faster"
+            elif hi < 1 / 1.05:
+                verdict = f"{b} faster"
+            else:
+                verdict = "no clear difference"
+            out.append((cell, a, b, statistics.median(rs), lo, hi, verdict,
+                        statistics.median(cpus) if cpus else None))
     return out
 
 
@@ -396,7 +439,7 @@ def main():
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "latest"))
     a = p.parse_args()
     if a.rounds is None:
-        a.rounds = 1 if a.smoke else (2 if a.quick else 3)
+        a.rounds = 1 if a.smoke else 3
     if a.seconds is None:
         a.seconds = 1.0 if a.smoke else (3.0 if a.quick else 5.0)
     if os.geteuid() != 0:

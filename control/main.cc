@@ -1,5 +1,6 @@
 // xdpqd: the xdpq daemon.
 
+#include "control/config.h"
 #include "control/log.h"
 #include "control/options.h"
 #include "control/server.h"
@@ -20,6 +21,10 @@ int main(int argc, char **argv) {
   }
   if (opts.help) {
     std::fputs(usage_text(), stdout);
+    return 0;
+  }
+  if (opts.print_default_config) {
+    std::fputs(default_config_text(), stdout);
     return 0;
   }
   if (opts.version) {

@@ -1,5 +1,6 @@
 #include "control/options.h"
 
+#include "control/config.h"
 #include "control/log.h"
 #include "dataplane/cpu.h"
 
@@ -79,9 +80,20 @@ TCP side (HTTP/2 and HTTP/1.1 over TLS, advertising HTTP/3 with Alt-Svc):
                               that stopped reading; default 30000).
 
 Operation:
+  --config FILE           Read a TOML configuration file (see
+                          --print-default-config); flags override it.
+  --print-default-config  Print every key with its default and exit.
+  --control-socket PATH   Unix socket for xdpqctl (mode 0600, owner only).
+                          Default: /run/xdpq/xdpqd.sock as root, else
+                          $XDG_RUNTIME_DIR/xdpqd.sock.
+  --metrics ADDR:PORT     Serve Prometheus metrics over HTTP there (keep it on
+                          loopback or an admin network). Default: off.
+  --drain-timeout MS      SIGTERM / 'xdpqctl drain': GOAWAY, let requests in
+                          flight finish for up to MS (default 10000), then
+                          close everything and detach XDP.
   --log-level LEVEL       error, warn, info (default) or debug.
-  --check-config          Validate the options (files readable, addresses
-                          valid), print the result and exit.
+  --check-config [FILE]   Validate the options and FILE (files readable,
+                          addresses valid), print the result and exit.
   --help                  This text.
   --version               Version.
 
@@ -107,11 +119,22 @@ uint64_t parse_number(std::string_view flag, std::string_view v, uint64_t min, u
 
 } // namespace
 
-Options parse_options(int argc, const char *const *argv) {
-  Options o;
+namespace {
+
+// Applies one layer of flags (the config file's, then the command line's).
+// Within a layer the first --listen / --h2c-listen replaces what earlier
+// layers set; later ones add to it.
+void apply_flags(Options &o, const std::vector<std::string> &args) {
   bool listen_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
+  bool h2c_given = false;
+  std::string origin; // "file:line: key" for flags that came from a file
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].empty() && args[i][0] == '\x01') {
+      origin = args[i].substr(1);
+      continue;
+    }
+    try {
+    std::string_view arg = args[i];
     std::string_view value;
     bool has_inline = false;
     if (arg.starts_with("--") && arg.find('=') != std::string_view::npos) {
@@ -122,8 +145,8 @@ Options parse_options(int argc, const char *const *argv) {
     }
     auto need = [&]() -> std::string_view {
       if (has_inline) return value;
-      if (i + 1 >= argc) throw UsageError(std::string(arg) + ": missing value");
-      return argv[++i];
+      if (i + 1 >= args.size()) throw UsageError(std::string(arg) + ": missing value");
+      return args[++i];
     };
     if (arg == "--help" || arg == "-h") {
       o.help = true;
@@ -131,6 +154,21 @@ Options parse_options(int argc, const char *const *argv) {
       o.version = true;
     } else if (arg == "--check-config") {
       o.check_config = true;
+      if (i + 1 < args.size() && !args[i + 1].starts_with("--")) ++i; // its FILE
+    } else if (arg == "--config") {
+      ++i; // read before the other flags
+    } else if (arg == "--print-default-config") {
+      o.print_default_config = true;
+    } else if (arg == "--control-socket") {
+      o.control_socket = need();
+    } else if (arg == "--metrics") {
+      auto v = need();
+      std::string why;
+      auto a = dataplane::parse_address(v, &why);
+      if (!a) throw UsageError("--metrics " + std::string(v) + ": " + why);
+      o.metrics = *a;
+    } else if (arg == "--drain-timeout") {
+      o.drain_timeout_ms = parse_number(arg, need(), 0, 3600'000);
     } else if (arg == "--no-early-data") {
       o.early_data = false;
     } else if (arg == "--listen") {
@@ -141,6 +179,7 @@ Options parse_options(int argc, const char *const *argv) {
       if (!listen_given) o.listen.clear();
       listen_given = true;
       o.listen.push_back(*a);
+      o.listen_set = true;
     } else if (arg == "--dataplane") {
       auto v = need();
       if (v == "afxdp") {
@@ -179,6 +218,8 @@ Options parse_options(int argc, const char *const *argv) {
       std::string why;
       auto a = dataplane::parse_address(v, &why);
       if (!a) throw UsageError("--h2c-listen " + std::string(v) + ": " + why);
+      if (!h2c_given) o.h2c_listen.clear();
+      h2c_given = true;
       o.h2c_listen.push_back(*a);
     } else if (arg == "--tcp-max-connections") {
       o.tcp_max_connections = parse_number(arg, need(), 1, 1u << 20);
@@ -236,10 +277,36 @@ Options parse_options(int argc, const char *const *argv) {
     } else if (arg == "--max-connections") {
       o.max_connections = parse_number(arg, need(), 1, 1u << 24);
     } else {
-      throw UsageError("unknown option '" + std::string(argv[i]) + "' (see --help)");
+      throw UsageError("unknown option '" + args[i] + "' (see --help)");
+    }
+    } catch (const UsageError &e) {
+      if (origin.empty()) throw;
+      throw UsageError(origin + ": " + e.what());
     }
   }
-  if (o.listen.empty()) {
+}
+
+} // namespace
+
+Options parse_options(int argc, const char *const *argv) {
+  std::vector<std::string> cli(argv + 1, argv + argc);
+  // --config FILE (or --check-config FILE) is read first; flags override it.
+  std::string config;
+  for (size_t i = 0; i < cli.size(); ++i) {
+    std::string_view a = cli[i];
+    if (a.starts_with("--config=")) config = std::string(a.substr(9));
+    else if (a == "--config" && i + 1 < cli.size()) config = cli[i + 1];
+    else if (a == "--check-config" && i + 1 < cli.size() && !cli[i + 1].starts_with("--")) {
+      config = cli[i + 1];
+    }
+  }
+  Options o;
+  if (!config.empty()) {
+    o.config_file = config;
+    apply_flags(o, config_file_flags(config));
+  }
+  apply_flags(o, cli);
+  if (!o.listen_set) {
     o.listen.push_back(*dataplane::parse_address("0.0.0.0:4433"));
     o.listen.push_back(*dataplane::parse_address("[::]:4433"));
   }

@@ -5,6 +5,7 @@
 #include "dataplane/address.h"
 #include "quic/endpoint.h"
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,6 +50,12 @@ struct Options {
   uint64_t tcp_header_timeout_ms = 10000;
   uint64_t tcp_idle_timeout_ms = 60000;
   uint64_t tcp_write_timeout_ms = 30000;
+  std::string config_file;
+  std::string control_socket; // empty: the default path
+  std::optional<dataplane::Address> metrics;
+  uint64_t drain_timeout_ms = 10000;
+  bool listen_set = false;
+  bool print_default_config = false;
   bool help = false;
   bool version = false;
   bool check_config = false;

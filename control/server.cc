@@ -2,6 +2,7 @@
 
 #include "control/log.h"
 #include "control/self_signed.h"
+#include "control/worker.h"
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
 #include "dataplane/udp_socket_port.h"
@@ -44,135 +45,6 @@ std::string read_file(const std::string &flag, const std::string &path) {
 
 } // namespace
 
-// One shard: its sockets, TLS context, QUIC endpoint and timer wheel, all
-// used by one pinned thread only.
-class Worker final : public dataplane::LoopHandler, public dataplane::FdHandler {
-public:
-  Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
-         const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
-         std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg)
-      : id_(id), cpu_(cpu), port_(std::move(port)), tls_(tls_cfg, secrets),
-        endpoint_(ecfg, tls_, secrets, router, loop_.timers(), clock_, *port_) {
-    for (int fd : port_->fds()) loop_.watch(fd, this);
-  }
-
-  // Adds the TCP side to this worker's loop (throws http::TcpError).
-  void add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
-               std::shared_ptr<http::TcpTlsContext> tls) {
-    tcp_ = std::make_unique<http::TcpServer>(cfg, env, std::move(tls), loop_);
-  }
-  const http::TcpServer *tcp() const { return tcp_.get(); }
-
-  void start() {
-    thread_ = std::thread([this] {
-      if (cpu_ >= 0) {
-        int rv = dataplane::pin_current_thread(cpu_);
-        if (rv != 0) LOG_WARN("worker %d: cannot pin to CPU %d: %s", id_, cpu_, strerror(rv));
-      }
-      loop_.run(*this);
-    });
-  }
-
-  void request_stop() {
-    stop_requested_.store(true, std::memory_order_release);
-    loop_.wake();
-  }
-
-  void join() {
-    if (thread_.joinable()) thread_.join();
-  }
-
-  dataplane::DatagramPort &port() { return *port_; }
-  const dataplane::DatagramPort &port() const { return *port_; }
-  const quic::EndpointStats &endpoint_stats() const { return endpoint_.stats(); }
-#ifdef XDPQ_HAVE_AFXDP
-  void set_afxdp(dataplane::AfXdpPort *p) { afxdp_ = p; }
-  dataplane::AfXdpPort *afxdp() const { return afxdp_; }
-#endif
-  const http::H3Stats &h3_stats() const { return endpoint_.h3_stats(); }
-
-  void log_stats() const {
-    const auto &p = port_->stats();
-    const auto &e = endpoint_.stats();
-    const auto &h = endpoint_.h3_stats();
-    LOG_INFO("worker %d: rx %llu datagrams %llu bytes, tx %llu datagrams %llu bytes in %llu sends "
-             "(%llu GSO), tx dropped %llu, rx truncated %llu",
-             id_, ull(p.rx_datagrams), ull(p.rx_bytes), ull(p.tx_datagrams), ull(p.tx_bytes),
-             ull(p.tx_sends), ull(p.tx_gso_batches), ull(p.tx_dropped), ull(p.rx_truncated));
-    LOG_INFO("worker %d: handshakes %llu started %llu completed %llu failed, %llu resumed, "
-             "%llu with 0-RTT, %llu retries, %llu version negotiations, %llu stateless resets, "
-             "%llu closed (%llu idle, %llu errors), %llu key updates, %llu path validations "
-             "(%llu failed)",
-             id_, ull(e.handshakes_started), ull(e.handshakes_completed),
-             ull(e.handshakes_failed), ull(e.sessions_resumed), ull(e.early_data_accepted),
-             ull(e.retries_sent), ull(e.version_negotiations), ull(e.stateless_resets_sent),
-             ull(e.conns_closed), ull(e.conns_idle_closed), ull(e.conn_errors),
-             ull(e.key_updates), ull(e.path_validations_ok), ull(e.path_validations_failed));
-    LOG_INFO("worker %d: dropped: unparsable %llu, small initial %llu, unknown packet %llu, "
-             "bad token %llu, connection limit %llu, amplification %llu, reset rate %llu, "
-             "closing %llu",
-             id_, ull(e.drop_unparsable), ull(e.drop_small_initial), ull(e.drop_unknown_packet),
-             ull(e.drop_bad_token), ull(e.drop_conn_limit), ull(e.drop_amplification),
-             ull(e.drop_reset_rate), ull(e.drop_closing));
-    LOG_INFO("worker %d: requests %llu (2xx %llu, 3xx %llu, 4xx %llu, 5xx %llu), header limit "
-             "%llu, body limit %llu",
-             id_, ull(h.requests), ull(h.responses_by_class[2]), ull(h.responses_by_class[3]),
-             ull(h.responses_by_class[4]), ull(h.responses_by_class[5]),
-             ull(h.header_limit_rejects), ull(h.body_limit_rejects));
-  }
-
-  // dataplane::FdHandler: the port's descriptors.
-  void on_io(uint32_t) override {
-    // Bounded work per wakeup so timers and writes get their turn.
-    for (int round = 0; round < 16; ++round) {
-      size_t n = port_->receive(batch_);
-      if (n == 0) break;
-      for (size_t i = 0; i < n; ++i) endpoint_.on_datagram(batch_[i]);
-    }
-  }
-
-  void on_iteration_end() override {
-    if (tcp_) tcp_->end_of_pass();
-    bool drained = true;
-    for (int round = 0; round < 8; ++round) {
-      endpoint_.end_of_pass();
-      drained = port_->flush();
-      if (!drained || !endpoint_.write_blocked()) break;
-    }
-    if (drained == want_write_) {
-      want_write_ = !drained;
-      for (int fd : port_->fds()) loop_.set_want_write(fd, this, want_write_);
-    }
-  }
-
-  void on_wake() override {
-    if (stop_requested_.load(std::memory_order_acquire)) {
-      endpoint_.close_all();
-      if (tcp_) tcp_->shutdown(); // GOAWAY / close on every TCP connection
-      loop_.stop(); // after this iteration, which flushes the closes
-    }
-  }
-
-private:
-  static unsigned long long ull(uint64_t v) { return v; }
-
-  int id_;
-  int cpu_;
-  quic::SystemClock clock_;
-  dataplane::EventLoop loop_;
-  std::unique_ptr<dataplane::DatagramPort> port_;
-  quic::TlsContext tls_;
-  quic::Endpoint endpoint_;
-  std::unique_ptr<http::TcpServer> tcp_;
-  std::array<dataplane::RxDatagram, 64> batch_{};
-  std::thread thread_;
-  std::atomic<bool> stop_requested_{false};
-#ifdef XDPQ_HAVE_AFXDP
-  dataplane::AfXdpPort *afxdp_ = nullptr; // port_, when it is an AF_XDP port
-#endif
-  bool want_write_ = false;
-};
-
 void block_server_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -185,8 +57,14 @@ void block_server_signals() {
 
 Server::Server(const Options &opts) : opts_(opts) {
   log::set_level(*log::parse_level(opts_.log_level));
+  // TLS secrets reach the key log only while `xdpqctl keylog start` runs.
+  auto sink = [](const std::string &line) {
+    if (KeyLog::instance().active()) KeyLog::instance().write_line(line);
+  };
+  quic::set_keylog_sink(sink);
+  http::set_tcp_keylog_sink(sink);
 
-  quic::TlsConfig tls_cfg;
+  quic::TlsConfig &tls_cfg = tls_cfg_;
   tls_cfg.early_data = opts_.early_data;
   if (!opts_.cert_file.empty()) {
     tls_cfg.cert_pem = read_file("--cert", opts_.cert_file);
@@ -226,6 +104,7 @@ Server::Server(const Options &opts) : opts_(opts) {
   } catch (const std::exception &e) {
     throw UsageError(std::string("--cert/--key: ") + e.what());
   }
+  secrets_ = secrets;
   if (opts_.check_config) return;
 
   int nworkers = opts_.workers;
@@ -267,8 +146,8 @@ Server::Server(const Options &opts) : opts_(opts) {
       int cpu = opts_.cpus.empty() ? -1 : opts_.cpus[static_cast<size_t>(i) % opts_.cpus.size()];
       ecfg.worker_id = static_cast<uint8_t>(i);
       auto *raw = port.get();
-      workers_.push_back(
-          std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets, router, ecfg));
+      workers_.push_back(std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets,
+                                                  router, ecfg, capture_));
       if (i == 0) steering_port_ = raw;
     }
     if (nworkers > 1 && !steering_port_->steer_by_connection_id()) {
@@ -283,6 +162,9 @@ Server::Server(const Options &opts) : opts_(opts) {
   if (opts_.tcp) where += " (and TCP: HTTP/2, HTTP/1.1 over TLS)";
   for (const auto &a : opts_.h2c_listen) where += ", cleartext TCP " + a.to_string();
   int n = static_cast<int>(workers_.size());
+  dataplane_info_ = dataplane_info;
+  listen_ = listen;
+  open_control();
   LOG_INFO("xdpqd %s ready: HTTP/3 on%s, %d worker%s, %s", XDPQ_VERSION, where.c_str(), n,
            n == 1 ? "" : "s", dataplane_info.c_str());
 }
@@ -336,6 +218,7 @@ Server::~Server() {
   program_.reset();
 #endif
   for (int fd : reservations_) close(fd);
+  close_control();
 }
 
 std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
@@ -405,124 +288,12 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
     ecfg.worker_id = static_cast<uint8_t>(i);
     auto *raw = port.get();
     workers_.push_back(std::make_unique<Worker>(static_cast<int>(i), cpu, std::move(port), tls_cfg,
-                                                secrets, router, ecfg));
+                                                secrets, router, ecfg, capture_));
     workers_.back()->set_afxdp(raw);
   }
   return "dataplane afxdp on " + opts_.interface + " (XDP " + program_->mode() + " mode, prog id " +
          std::to_string(program_->prog_id()) + "; " + zc + ")";
 #endif
-}
-
-void Server::log_totals() const {
-  // One JSON object of every counter summed over workers: for scripts and
-  // tests until the control socket exports them live.
-  std::string json = "{";
-  auto add = [&json](const char *name, uint64_t v) {
-    if (json.size() > 1) json += ",";
-    json += "\"";
-    json += name;
-    json += "\":" + std::to_string(v);
-  };
-  auto sum = [this](auto field) {
-    uint64_t t = 0;
-    for (const auto &w : workers_) t += field(*w);
-    return t;
-  };
-#define XDPQ_PORT(f) add(#f, sum([](const Worker &w) { return w.port().stats().f; }))
-#define XDPQ_EP(f) add(#f, sum([](const Worker &w) { return w.endpoint_stats().f; }))
-#define XDPQ_H3(f) add(#f, sum([](const Worker &w) { return w.h3_stats().f; }))
-  XDPQ_PORT(rx_datagrams); XDPQ_PORT(rx_bytes); XDPQ_PORT(tx_datagrams); XDPQ_PORT(tx_bytes);
-  XDPQ_PORT(tx_sends); XDPQ_PORT(tx_gso_batches); XDPQ_PORT(tx_dropped);
-  XDPQ_PORT(rx_truncated); XDPQ_PORT(rx_errors);
-  XDPQ_EP(datagrams_in); XDPQ_EP(datagrams_routed); XDPQ_EP(drop_tx_full);
-  XDPQ_EP(drop_unparsable); XDPQ_EP(drop_small_initial);
-  XDPQ_EP(drop_unknown_packet); XDPQ_EP(drop_bad_token); XDPQ_EP(drop_conn_limit);
-  XDPQ_EP(drop_amplification); XDPQ_EP(drop_reset_rate); XDPQ_EP(drop_closing);
-  XDPQ_EP(version_negotiations); XDPQ_EP(retries_sent); XDPQ_EP(stateless_resets_sent);
-  XDPQ_EP(handshakes_started); XDPQ_EP(handshakes_completed); XDPQ_EP(handshakes_failed);
-  XDPQ_EP(sessions_resumed); XDPQ_EP(early_data_accepted); XDPQ_EP(new_tokens_accepted);
-  XDPQ_EP(conns_closed); XDPQ_EP(conns_idle_closed); XDPQ_EP(conn_errors);
-  XDPQ_EP(key_updates); XDPQ_EP(path_validations_ok); XDPQ_EP(path_validations_failed);
-  XDPQ_EP(packets_out);
-  XDPQ_H3(requests); XDPQ_H3(header_limit_rejects); XDPQ_H3(body_limit_rejects);
-  XDPQ_H3(stream_errors);
-  add("responses_2xx", sum([](const Worker &w) { return w.h3_stats().responses_by_class[2]; }));
-  add("responses_3xx", sum([](const Worker &w) { return w.h3_stats().responses_by_class[3]; }));
-  add("responses_4xx", sum([](const Worker &w) { return w.h3_stats().responses_by_class[4]; }));
-  add("responses_5xx", sum([](const Worker &w) { return w.h3_stats().responses_by_class[5]; }));
-#undef XDPQ_PORT
-#undef XDPQ_EP
-#undef XDPQ_H3
-  auto tcp_sum = [this](auto field) {
-    uint64_t t = 0;
-    for (const auto &w : workers_) {
-      if (w->tcp()) t += field(w->tcp()->stats());
-    }
-    return t;
-  };
-#define XDPQ_TCP(f) add("tcp_" #f, tcp_sum([](const http::TcpStats &x) { return x.f; }))
-  XDPQ_TCP(accepted); XDPQ_TCP(refused_conn_limit); XDPQ_TCP(tls_handshake_failed);
-  XDPQ_TCP(plaintext_on_tls); XDPQ_TCP(h2_connections); XDPQ_TCP(h1_connections);
-  XDPQ_TCP(requests); XDPQ_TCP(header_limit_rejects); XDPQ_TCP(body_limit_rejects);
-  XDPQ_TCP(bad_requests); XDPQ_TCP(goaways_sent); XDPQ_TCP(protocol_error_closes);
-  XDPQ_TCP(timeouts_handshake); XDPQ_TCP(timeouts_headers); XDPQ_TCP(timeouts_idle);
-  XDPQ_TCP(timeouts_write); XDPQ_TCP(closed); XDPQ_TCP(tls_writes); XDPQ_TCP(bytes_in);
-  XDPQ_TCP(bytes_out);
-#undef XDPQ_TCP
-  for (int cls = 2; cls <= 5; ++cls) {
-    std::string name = "tcp_responses_" + std::to_string(cls) + "xx";
-    add(name.c_str(), tcp_sum([cls](const http::TcpStats &x) { return x.responses_by_class[cls]; }));
-  }
-#ifdef XDPQ_HAVE_AFXDP
-  if (program_) {
-    auto c = program_->counters();
-    for (size_t i = 0; i < c.size(); ++i) add(dataplane::XDP_COUNTER_NAMES[i], c[i]);
-    auto afx = [this](auto field) {
-      uint64_t t = 0;
-      for (const auto &w : workers_) {
-        if (w->afxdp()) t += field(w->afxdp()->xdp_stats());
-      }
-      return t;
-    };
-    for (size_t i = 1; i < static_cast<size_t>(dataplane::ParseStatus::count_); ++i) {
-      std::string name = std::string("rx_invalid_") +
-                         dataplane::parse_status_name(static_cast<dataplane::ParseStatus>(i));
-      add(name.c_str(), afx([i](const dataplane::AfXdpStats &x) { return x.rx_invalid[i]; }));
-    }
-#define XDPQ_AFX(f) add("afxdp_" #f, afx([](const dataplane::AfXdpStats &x) { return x.f; }))
-    XDPQ_AFX(tx_no_neighbor); XDPQ_AFX(tx_ring_full); XDPQ_AFX(tx_kicks);
-    XDPQ_AFX(fill_starved); XDPQ_AFX(xdp_rx_dropped); XDPQ_AFX(xdp_rx_invalid_descs);
-    XDPQ_AFX(xdp_tx_invalid_descs); XDPQ_AFX(xdp_rx_ring_full);
-    XDPQ_AFX(xdp_rx_fill_ring_empty); XDPQ_AFX(xdp_tx_ring_empty);
-#undef XDPQ_AFX
-  }
-#endif
-  json += "}";
-  LOG_INFO("stats %s", json.c_str());
-}
-
-int Server::run() {
-  for (auto &w : workers_) w->start();
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  for (;;) {
-    int sig = 0;
-    if (sigwait(&set, &sig) != 0) continue;
-    if (sig == SIGHUP) {
-      LOG_WARN("SIGHUP: configuration reload is not implemented yet; ignoring");
-      continue;
-    }
-    LOG_INFO("%s: closing connections and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    break;
-  }
-  for (auto &w : workers_) w->request_stop();
-  for (auto &w : workers_) w->join();
-  for (auto &w : workers_) w->log_stats();
-  log_totals();
-  return 0;
 }
 
 } // namespace xdpq::control

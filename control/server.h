@@ -3,6 +3,7 @@
 // (each with its own sockets, TLS context, QUIC endpoint and timer wheel),
 // signal handling and shutdown.
 
+#include "control/capture.h"
 #include "control/options.h"
 #include "http/router.h"
 #include "quic/endpoint.h"
@@ -23,6 +24,7 @@ class XdpProgram;
 namespace xdpq::control {
 
 class Worker;
+struct WorkerSnapshot;
 
 class Server {
 public:
@@ -34,11 +36,24 @@ public:
   Server(const Server &) = delete;
   Server &operator=(const Server &) = delete;
 
-  // Runs the workers until SIGINT or SIGTERM; returns the exit status.
+  // Runs the workers and the control plane (signals, control socket,
+  // metrics, watchdog) until stopped; returns the exit status.
   int run();
 
 private:
-  void log_totals() const;
+  // control_plane.cc
+  void open_control();
+  void close_control();
+  void handle_control_client(int fd);
+  void handle_metrics_client(int fd);
+  std::string command(const std::vector<std::string> &args, bool json);
+  std::vector<WorkerSnapshot> snapshots(bool with_conns);
+  std::string status_text(bool json);
+  std::string stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
+  std::string conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
+  std::string metrics_text(const std::vector<WorkerSnapshot> &snaps) const;
+  std::string reload();
+  void begin_drain(const char *why);
   // Reserves the ports, attaches the XDP program and creates one AF_XDP
   // worker per queue; returns a description for the ready line.
   std::string start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
@@ -51,12 +66,25 @@ private:
                  const std::vector<dataplane::Address> &quic_listen);
 
   Options opts_;
+  quic::TlsConfig tls_cfg_;
+  quic::Secrets secrets_;
+  std::string dataplane_info_;
+  std::vector<dataplane::Address> listen_;
+  Capture capture_;
+  int control_fd_ = -1;
+  std::string control_path_;
+  int metrics_fd_ = -1;
+  uint64_t started_at_ = 0;
+  bool draining_ = false;
   std::shared_ptr<http::TcpTlsContext> tcp_tls_;
   std::vector<int> reservations_; // kernel sockets holding AF_XDP-served ports
   std::unique_ptr<dataplane::XdpProgram> program_; // outlives the workers
   std::vector<std::unique_ptr<Worker>> workers_;
   dataplane::UdpSocketPort *steering_port_ = nullptr;
 };
+
+// The control socket path for these options (the default when unset).
+std::string control_socket_path(const Options &o);
 
 // Blocks the signals the server handles in the calling thread (and in every
 // thread it creates afterwards); call first thing in main.

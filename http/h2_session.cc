@@ -2,6 +2,8 @@
 
 #include "http/tcp_session.h"
 
+#include "dataplane/event_loop.h"
+
 #include <nghttp2/nghttp2.h>
 
 #include <charconv>
@@ -27,8 +29,19 @@ struct H2Stream {
   bool body_too_large = false;
   bool responded = false;
   bool headers_done = false;
+  uint64_t started_ns = 0;
   uint64_t offset = 0; // response body bytes handed to nghttp2
+  TcpStats *stats = nullptr;
 };
+
+// Request latency: headers received to the whole response handed to nghttp2.
+void record_latency(H2Stream &st) {
+  if (st.started_ns && st.stats) {
+    uint64_t now = xdpq::dataplane::monotonic_ns();
+    if (now > st.started_ns) st.stats->request_latency.record(now - st.started_ns);
+    st.started_ns = 0;
+  }
+}
 
 class H2Session final : public TcpSession {
 public:
@@ -133,6 +146,8 @@ private:
     st->header_fields = 0;
     st->too_large = st->body_too_large = st->responded = st->headers_done = false;
     st->offset = 0;
+    st->started_ns = me.now_;
+    st->stats = me.env_.stats;
     me.streams_[st->id].reset(st);
     nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st);
     if (me.pending_headers_++ == 0) me.headers_since_ = me.now_;
@@ -209,6 +224,7 @@ private:
     auto it = me.streams_.find(id);
     if (it != me.streams_.end()) {
       if (!it->second->headers_done && me.pending_headers_ > 0) --me.pending_headers_;
+
       it->second->resp.reset(); // drop the body (file mapping) now
       if (me.free_.size() < 64) me.free_.push_back(std::move(it->second));
       me.streams_.erase(it);
@@ -250,7 +266,10 @@ private:
       n += take;
       st->offset += take;
     }
-    if (!body || st->offset >= body->size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (!body || st->offset >= body->size()) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+      record_latency(*st);
+    }
     return static_cast<ssize_t>(n);
   }
 
@@ -277,6 +296,7 @@ private:
     dp.read_callback = read_body;
     bool has_body = st.resp.body && st.resp.body->size() > 0;
     nghttp2_submit_response(session_, st.id, nva_.data(), nva_.size(), has_body ? &dp : nullptr);
+    if (!has_body) record_latency(st);
   }
 
   SessionEnv env_;

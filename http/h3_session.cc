@@ -1,5 +1,7 @@
 #include "http/h3_session.h"
 
+#include "dataplane/event_loop.h"
+
 #include <charconv>
 #include <stdexcept>
 
@@ -15,6 +17,7 @@ struct H3Session::Stream {
   bool headers_too_large = false;
   bool body_too_large = false;
   bool responded = false;
+  uint64_t started_ns = 0;
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -26,6 +29,7 @@ struct H3Session::Stream {
     headers_too_large = false;
     body_too_large = false;
     responded = false;
+    started_ns = 0;
   }
 };
 
@@ -225,6 +229,7 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
 
 int H3Session::on_end_headers(Stream &s, bool fin) {
   stats_.requests += 1;
+  s.started_ns = dataplane::monotonic_ns();
   if (s.headers_too_large) {
     stats_.header_limit_rejects += 1;
     make_error(s.resp, 431, s.req.method == "HEAD");
@@ -297,9 +302,19 @@ void H3Session::respond(Stream &s) {
   bool has_body = resp.body && resp.body->size() > 0;
   int rv = nghttp3_conn_submit_response(conn_, s.id, nva_.data(), nva_.size(),
                                         has_body ? &dr : nullptr);
+  if (!has_body) record_latency(s);
   if (rv != 0) {
     stats_.stream_errors += 1;
     transport_.h3_reset_writing(s.id, NGHTTP3_H3_INTERNAL_ERROR);
+  }
+}
+
+// Request latency: from the request's headers to the whole response handed
+// to QUIC (not to its acknowledgement, which a departing client may skip).
+void H3Session::record_latency(Stream &s) {
+  if (s.started_ns) {
+    stats_.request_latency.record(dataplane::monotonic_ns() - s.started_ns);
+    s.started_ns = 0;
   }
 }
 
@@ -321,6 +336,7 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
   }
   if (s.body_offset >= size) {
     *flags |= NGHTTP3_DATA_FLAG_EOF;
+    record_latency(s);
   }
   return static_cast<nghttp3_ssize>(n);
 }

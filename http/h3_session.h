@@ -4,6 +4,7 @@
 // nghttp3. It knows nothing of the transport or dataplane under it: the
 // QUIC connection implements H3Transport and moves bytes in and out.
 
+#include "dataplane/histogram.h"
 #include "http/message.h"
 #include "http/router.h"
 
@@ -45,6 +46,7 @@ struct H3Stats {
   uint64_t header_limit_rejects = 0;
   uint64_t body_limit_rejects = 0;
   uint64_t stream_errors = 0;
+  dataplane::Histogram request_latency; // request headers to stream closed
 };
 
 class H3Session {
@@ -94,6 +96,7 @@ public:
 
 private:
   void respond(Stream &s);
+  void record_latency(Stream &s);
   Stream *acquire(int64_t stream_id);
 
   H3Transport &transport_;

@@ -59,6 +59,22 @@ public:
     step();
   }
 
+  TcpConnInfo info() const {
+    TcpConnInfo ci;
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    if (getpeername(fd_, reinterpret_cast<sockaddr *>(&ss), &sl) == 0) {
+      ci.peer = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl).to_string();
+    }
+    ci.proto = state_ != State::open ? "tls-handshake" : (h2_ ? "h2" : "http/1.1");
+    ci.age_ms = (srv_.loop().now() - accepted_at_) / 1'000'000;
+    ci.bytes_in = bytes_in_;
+    ci.bytes_out = bytes_out_;
+    ci.busy = busy();
+    return ci;
+  }
+  bool busy() const { return session_ && (session_->busy() || output_pending() > 0); }
+
   void shutdown() {
     if (dead_) return;
     if (session_) {
@@ -199,6 +215,7 @@ private:
   }
 
   void open_session(bool h2) {
+    h2_ = h2;
     session_ = h2 ? make_h2_session(srv_.env()) : make_h1_session(srv_.env());
     state_ = State::open;
     last_activity_ = srv_.loop().now();
@@ -238,6 +255,7 @@ private:
         }
       }
       total += static_cast<size_t>(n);
+      bytes_in_ += static_cast<uint64_t>(n);
       srv_.mutable_stats().bytes_in += static_cast<uint64_t>(n);
       session_->on_input(buf.data(), static_cast<size_t>(n), srv_.loop().now());
     }
@@ -293,6 +311,7 @@ private:
         }
         srv_.mutable_stats().tls_writes += 1;
         srv_.mutable_stats().bytes_out += static_cast<uint64_t>(n);
+        bytes_out_ += static_cast<uint64_t>(n);
         out_off_ += static_cast<size_t>(n);
         sent += static_cast<size_t>(n);
       }
@@ -355,6 +374,9 @@ private:
   bool want_write_ = false;
   bool peer_closed_ = false;
   bool dead_ = false;
+  bool h2_ = false;
+  uint64_t bytes_in_ = 0;
+  uint64_t bytes_out_ = 0;
 };
 
 TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
@@ -450,6 +472,16 @@ void TcpServer::closed(TcpConnection *c) {
 void TcpServer::end_of_pass() {
   for (auto *c : dead_) delete c;
   dead_.clear();
+}
+
+size_t TcpServer::busy_connections() const {
+  size_t n = 0;
+  for (auto *c : conns_) n += c->busy();
+  return n;
+}
+
+void TcpServer::list_connections(std::vector<TcpConnInfo> &out) const {
+  for (auto *c : conns_) out.push_back(c->info());
 }
 
 void TcpServer::shutdown() {

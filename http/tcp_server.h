@@ -35,6 +35,16 @@ public:
 
 class TcpConnection;
 
+// One live TCP connection, for `xdpqctl conns`.
+struct TcpConnInfo {
+  std::string peer;
+  std::string proto; // "h2", "http/1.1", "tls-handshake"
+  uint64_t age_ms = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  bool busy = false;
+};
+
 class TcpServer final {
 public:
   // Binds the listeners (throws TcpError naming the address and reason).
@@ -49,6 +59,9 @@ public:
   // Stops accepting; asks every session to finish (GOAWAY / close).
   void shutdown();
   size_t connection_count() const { return conns_.size(); }
+  // Connections with requests in flight (drain waits for them).
+  size_t busy_connections() const;
+  void list_connections(std::vector<TcpConnInfo> &out) const;
   const TcpStats &stats() const { return stats_; }
   std::vector<dataplane::Address> bound_addresses() const;
 

@@ -3,6 +3,7 @@
 // bytes and asked for bytes to send. The connection owns TLS, the socket and
 // the timeouts; the session owns framing and the requests.
 
+#include "dataplane/histogram.h"
 #include "http/message.h"
 #include "http/router.h"
 
@@ -47,6 +48,7 @@ struct TcpStats {
   uint64_t tls_writes = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
+  dataplane::Histogram request_latency; // request complete to response queued/closed
 };
 
 struct SessionEnv {

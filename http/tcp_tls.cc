@@ -4,12 +4,19 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 
 namespace xdpq::http {
 
 namespace {
+
+std::atomic<TcpKeylogSink> g_keylog{nullptr};
+
+void keylog_cb(const SSL *, const char *line) {
+  if (auto sink = g_keylog.load(std::memory_order_relaxed)) sink(line);
+}
 
 std::string ssl_error(const char *what) {
   char buf[256];
@@ -34,6 +41,8 @@ int select_alpn(SSL *, const unsigned char **out, unsigned char *outlen, const u
 }
 
 } // namespace
+
+void set_tcp_keylog_sink(TcpKeylogSink sink) { g_keylog.store(sink); }
 
 SSL_CTX *TcpTlsContext::build(const std::string &cert_pem, const std::string &key_pem,
                               const std::array<uint8_t, 64> &ticket_secret) {
@@ -75,6 +84,7 @@ SSL_CTX *TcpTlsContext::build(const std::string &cert_pem, const std::string &ke
   EVP_PKEY_free(key);
   if (!ok || SSL_CTX_check_private_key(ctx) != 1) fail("private key does not match certificate");
   SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
+  SSL_CTX_set_keylog_callback(ctx, keylog_cb);
   // Ticket keys (16 name + 32 HMAC + 32 AES) derived from the persistent
   // secret, so every worker and a restarted server accept the tickets.
   unsigned char keys[80];

@@ -16,6 +16,10 @@
 
 namespace xdpq::http {
 
+// Key log lines from the TCP side's TLS (set once by the control plane).
+using TcpKeylogSink = void (*)(const std::string &line);
+void set_tcp_keylog_sink(TcpKeylogSink sink);
+
 class TcpTlsContext {
 public:
   // Throws std::runtime_error with OpenSSL's reason.

@@ -214,6 +214,7 @@ void Connection::on_datagram(const dataplane::Path &path, uint8_t ecn, const uin
     ep_.mutable_stats().drop_closing += 1;
     return;
   }
+  bytes_in_ += len;
   ngtcp2_path np = make_path(path);
   ngtcp2_pkt_info pi{ecn};
   int rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ep_.clock().now());
@@ -313,6 +314,7 @@ bool Connection::write() {
     if (nwrite == 0) break; // nothing more, or congestion/pacing limited
     tx.tx_commit(from_ngtcp2(ps.path), static_cast<uint8_t>(pi.ecn),
                  static_cast<size_t>(nwrite));
+    bytes_out_ += static_cast<uint64_t>(nwrite);
     buf = {};
     ep_.mutable_stats().packets_out += 1;
     if (++written >= max_pkts) break;
@@ -320,6 +322,34 @@ bool Connection::write() {
   ngtcp2_conn_update_pkt_tx_time(conn_, ts);
   update_timer();
   return ok;
+}
+
+void Connection::shutdown_notice() {
+  if (state_ != State::active || !h3_) return;
+  // Two-step GOAWAY (RFC 9114 5.2): the notice, then the final one; nghttp3
+  // 0.8 sends both from here, and streams in flight complete.
+  h3_->submit_shutdown_notice();
+  h3_->shutdown();
+  ep_.want_write(this);
+}
+
+ConnInfo Connection::info() const {
+  ConnInfo ci;
+  if (conn_) {
+    const ngtcp2_path *p = ngtcp2_conn_get_path(conn_);
+    ci.peer = dataplane::Address::from(p->remote.addr, p->remote.addrlen).to_string();
+    ngtcp2_conn_stat cs;
+    ngtcp2_conn_get_conn_stat(conn_, &cs);
+    ci.rtt_us = cs.smoothed_rtt / 1000;
+  }
+  ci.age_ms = (ep_.clock().now() - started_at_) / 1'000'000;
+  ci.bytes_in = bytes_in_;
+  ci.bytes_out = bytes_out_;
+  ci.streams = active_streams();
+  ci.state = state_ == State::active ? (handshake_done_ ? "established" : "handshake")
+             : state_ == State::closing ? "closing"
+             : state_ == State::draining ? "draining" : "closed";
+  return ci;
 }
 
 void Connection::close(uint64_t app_error) {
@@ -511,6 +541,7 @@ int Connection::on_handshake_completed() {
   ep_.handshake_done(this);
   auto &st = ep_.mutable_stats();
   st.handshakes_completed += 1;
+  st.handshake_time.record(ep_.clock().now() - started_at_);
   if (gnutls_session_is_resumed(tls_)) st.sessions_resumed += 1;
   // Tickets are sent by hand (GNUTLS_NO_AUTO_SEND_TICKET): only after the
   // handshake, so a client always gets one.

@@ -7,6 +7,7 @@
 #include "dataplane/datagram_port.h"
 #include "dataplane/timer_wheel.h"
 #include "http/h3_session.h"
+#include "quic/endpoint_types.h"
 
 #include <gnutls/gnutls.h>
 #include <ngtcp2/ngtcp2.h>
@@ -40,6 +41,11 @@ public:
 
   // Sends CONNECTION_CLOSE with H3_NO_ERROR and enters the closing period.
   void close(uint64_t app_error);
+
+  // Graceful shutdown of HTTP/3: GOAWAY; the streams in flight finish.
+  void shutdown_notice();
+  size_t active_streams() const { return h3_ ? h3_->active_streams() : 0; }
+  ConnInfo info() const;
 
   bool pending_write = false; // queued in the endpoint's write list
   bool retired = false;
@@ -96,6 +102,8 @@ private:
   dataplane::Path close_path_;
   uint64_t close_received_ = 0; // datagrams received while closing
   uint64_t started_at_ = 0;
+  uint64_t bytes_in_ = 0;
+  uint64_t bytes_out_ = 0;
 };
 
 } // namespace xdpq::quic

@@ -41,7 +41,7 @@ size_t CidKeyHash::operator()(const CidKey &k) const {
 Endpoint::Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &secrets,
                    std::shared_ptr<const http::Router> router, dataplane::TimerWheel &timers,
                    const Clock &clock, dataplane::TxSink &tx)
-    : cfg_(cfg), tls_(tls), secrets_(secrets), router_(std::move(router)), timers_(timers),
+    : cfg_(cfg), tls_(&tls), secrets_(secrets), router_(std::move(router)), timers_(timers),
       clock_(clock), tx_(tx), reset_tokens_(cfg.stateless_resets_per_second),
       reset_refill_at_(clock.now()) {
   scratch_.resize(MIN_INITIAL_DATAGRAM);
@@ -123,7 +123,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
     stats_.drop_unknown_packet += 1;
     return;
   }
-  if (conns_.size() >= cfg_.max_connections) {
+  if (conns_.size() >= cfg_.max_connections || draining_) {
     stats_.drop_conn_limit += 1;
     send_close_without_state(dg, hd, NGTCP2_CONNECTION_REFUSED);
     return;
@@ -309,6 +309,21 @@ void Endpoint::end_of_pass() {
     conns_.erase(c);
   }
   retired_.clear();
+}
+
+void Endpoint::start_drain() {
+  draining_ = true;
+  for (auto &[c, owner] : conns_) c->shutdown_notice();
+}
+
+size_t Endpoint::active_requests() const {
+  size_t n = 0;
+  for (const auto &[c, owner] : conns_) n += c->active_streams();
+  return n;
+}
+
+void Endpoint::list_connections(std::vector<ConnInfo> &out) const {
+  for (const auto &[c, owner] : conns_) out.push_back(c->info());
 }
 
 void Endpoint::close_all() {

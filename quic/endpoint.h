@@ -6,10 +6,12 @@
 // an injected Clock and the worker's TimerWheel.
 
 #include "dataplane/datagram_port.h"
+#include "dataplane/histogram.h"
 #include "dataplane/timer_wheel.h"
 #include "http/h3_session.h"
 #include "http/router.h"
 #include "quic/clock.h"
+#include "quic/endpoint_types.h"
 #include "quic/secrets.h"
 #include "quic/tls_context.h"
 
@@ -80,6 +82,7 @@ struct EndpointStats {
   uint64_t path_validations_ok = 0;  // migrations / rebindings validated
   uint64_t path_validations_failed = 0;
   uint64_t packets_out = 0;
+  dataplane::Histogram handshake_time; // first Initial to handshake completed
 };
 
 struct CidKey {
@@ -115,6 +118,16 @@ public:
 
   // Closes every connection with H3_NO_ERROR (CONNECTION_CLOSE sent now).
   void close_all();
+  // Graceful drain: HTTP/3 GOAWAY on every connection, new connections are
+  // refused. close_all() ends it.
+  void start_drain();
+  bool draining() const { return draining_; }
+  // Request streams still open across all connections.
+  size_t active_requests() const;
+  void list_connections(std::vector<ConnInfo> &out) const;
+  // A new TLS context for new connections (certificate reload); existing
+  // connections keep the one they started with, which must stay alive.
+  void set_tls(TlsContext &tls) { tls_ = &tls; }
 
   size_t connection_count() const { return conns_.size(); }
   size_t handshakes_in_progress() const { return handshakes_in_progress_; }
@@ -124,7 +137,7 @@ public:
   // Used by Connection.
   const EndpointConfig &config() const { return cfg_; }
   const Secrets &secrets() const { return secrets_; }
-  TlsContext &tls() { return tls_; }
+  TlsContext &tls() { return *tls_; }
   const Clock &clock() const { return clock_; }
   dataplane::TimerWheel &timers() { return timers_; }
   dataplane::TxSink &tx() { return tx_; }
@@ -149,7 +162,7 @@ private:
   bool send_stateless(const dataplane::RxDatagram &dg, const uint8_t *data, size_t len);
 
   EndpointConfig cfg_;
-  TlsContext &tls_;
+  TlsContext *tls_;
   Secrets secrets_;
   std::shared_ptr<const http::Router> router_;
   dataplane::TimerWheel &timers_;
@@ -164,6 +177,7 @@ private:
   std::vector<Connection *> retired_;
   size_t handshakes_in_progress_ = 0;
   bool write_blocked_ = false;
+  bool draining_ = false;
   // Token bucket for stateless resets.
   double reset_tokens_;
   uint64_t reset_refill_at_;

@@ -2,6 +2,7 @@
 
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 
+#include <atomic>
 #include <stdexcept>
 
 namespace xdpq::quic {
@@ -9,6 +10,27 @@ namespace xdpq::quic {
 namespace {
 
 constexpr size_t MAX_REPLAY_ENTRIES = 65536;
+std::atomic<KeylogSink> g_keylog{nullptr};
+
+std::string hex(const unsigned char *p, size_t n) {
+  static constexpr char H[] = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s.push_back(H[p[i] >> 4]);
+    s.push_back(H[p[i] & 15]);
+  }
+  return s;
+}
+
+int keylog_cb(gnutls_session_t session, const char *label, const gnutls_datum_t *secret) {
+  KeylogSink sink = g_keylog.load(std::memory_order_relaxed);
+  if (!sink) return 0;
+  gnutls_datum_t client_random{}, server_random{};
+  gnutls_session_get_random(session, &client_random, &server_random);
+  sink(std::string(label) + " " + hex(client_random.data, client_random.size) + " " +
+       hex(secret->data, secret->size));
+  return 0;
+}
 
 int anti_replay_add(void *ptr, time_t expires, const gnutls_datum_t *key, const gnutls_datum_t *) {
   return static_cast<TlsContext *>(ptr)->remember_client_hello(expires, key);
@@ -82,6 +104,8 @@ int TlsContext::remember_client_hello(time_t expires, const gnutls_datum_t *key)
   return 0;
 }
 
+void set_keylog_sink(KeylogSink sink) { g_keylog.store(sink); }
+
 gnutls_session_t TlsContext::new_session(void *conn_ref) const {
   gnutls_session_t s = nullptr;
   unsigned flags = GNUTLS_SERVER | GNUTLS_NO_AUTO_SEND_TICKET | GNUTLS_NO_END_OF_EARLY_DATA;
@@ -102,6 +126,7 @@ gnutls_session_t TlsContext::new_session(void *conn_ref) const {
     gnutls_record_set_max_early_data_size(s, 0xffffffffu);
   }
   gnutls_session_set_ptr(s, conn_ref);
+  gnutls_session_set_keylog_function(s, keylog_cb);
   return s;
 }
 

@@ -26,6 +26,11 @@ struct TlsConfig {
   bool early_data = true;
 };
 
+// Where TLS secrets go when key logging is on (NSS key log lines); set once
+// by the control plane. The hook decides whether logging is active.
+using KeylogSink = void (*)(const std::string &line);
+void set_keylog_sink(KeylogSink sink);
+
 class TlsContext {
 public:
   // Throws std::runtime_error with GnuTLS's reason if the certificate or key

@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   # QUIC / HTTP/3 / TLS
   libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev
-  libssl-dev libnghttp2-dev libhttp-parser-dev
+  libssl-dev libnghttp2-dev libhttp-parser-dev libtoml11-dev
   # XDP (later issues) and capture
   libbpf-dev libxdp-dev libpcap-dev clang llvm
   # tests

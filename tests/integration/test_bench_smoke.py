@@ -42,6 +42,7 @@ class BenchSmokeTest(TimedTestCase):
             md = f.read()
         self.assertIn("| proto | cell | variant | req/s |", md)
         self.assertIn("xdpq-afxdp vs xdpq-socket", md)
+        self.assertIn("| cell | A vs B | req/s ratio (median) |", md)
         for png in ("throughput.png", "cpu_per_request.png"):
             with open(os.path.join(out, png), "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")

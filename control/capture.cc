@@ -1,0 +1,127 @@
+#include "control/capture.h"
+
+#include "dataplane/packet.h"
+
+#include <fcntl.h>
+#include <pcap/pcap.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+namespace xdpq::control {
+
+Capture::Capture() = default;
+
+Capture::~Capture() {
+  std::lock_guard lock(mu_);
+  close_locked();
+}
+
+std::string Capture::start(const std::string &file, const std::string &filter, uint64_t count) {
+  std::lock_guard lock(mu_);
+  if (dumper_) return "a capture is already running (" + file_ + "); stop it first";
+  dead_ = pcap_open_dead(DLT_EN10MB, 65535);
+  if (!dead_) return "pcap_open_dead failed";
+  if (!filter.empty()) {
+    filter_ = new bpf_program{};
+    if (pcap_compile(dead_, filter_, filter.c_str(), 1, PCAP_NETMASK_UNKNOWN) != 0) {
+      std::string why = std::string("bad filter '") + filter + "': " + pcap_geterr(dead_);
+      delete filter_;
+      filter_ = nullptr;
+      pcap_close(dead_);
+      dead_ = nullptr;
+      return why;
+    }
+  }
+  dumper_ = pcap_dump_open(dead_, file.c_str());
+  if (!dumper_) {
+    std::string why = file + ": " + pcap_geterr(dead_);
+    close_locked();
+    return why;
+  }
+  file_ = file;
+  limit_ = count;
+  written_.store(0);
+  active_.store(true, std::memory_order_release);
+  return "";
+}
+
+void Capture::close_locked() {
+  active_.store(false, std::memory_order_release);
+  if (dumper_) {
+    pcap_dump_flush(dumper_);
+    pcap_dump_close(dumper_);
+    dumper_ = nullptr;
+  }
+  if (filter_) {
+    pcap_freecode(filter_);
+    delete filter_;
+    filter_ = nullptr;
+  }
+  if (dead_) {
+    pcap_close(dead_);
+    dead_ = nullptr;
+  }
+}
+
+uint64_t Capture::stop() {
+  std::lock_guard lock(mu_);
+  close_locked();
+  return written_.load();
+}
+
+void Capture::record(const dataplane::Address &from, const dataplane::Address &to,
+                     std::span<const uint8_t> payload, uint8_t ecn) {
+  if (!active()) return;
+  // Rebuild Ethernet/IP/UDP around the payload, as it was on the wire.
+  thread_local std::vector<uint8_t> frame(dataplane::TX_HEADROOM + 65536);
+  size_t n = std::min(payload.size(), frame.size() - dataplane::TX_HEADROOM);
+  uint8_t *p = frame.data() + dataplane::TX_HEADROOM;
+  std::memcpy(p, payload.data(), n);
+  dataplane::Path path{from, to}; // headers are written from local to remote
+  static const dataplane::Mac mac_from{0x02, 0x78, 0x64, 0x70, 0x71, 0x01};
+  static const dataplane::Mac mac_to{0x02, 0x78, 0x64, 0x70, 0x71, 0x02};
+  size_t h = dataplane::build_headers(p, n, path, ecn, mac_from, mac_to, 0);
+  pcap_pkthdr hdr{};
+  gettimeofday(&hdr.ts, nullptr);
+  hdr.caplen = hdr.len = static_cast<bpf_u_int32>(h + n);
+  const u_char *bytes = p - h;
+  std::lock_guard lock(mu_);
+  if (!dumper_) return;
+  if (filter_ && pcap_offline_filter(filter_, &hdr, bytes) == 0) return;
+  pcap_dump(reinterpret_cast<u_char *>(dumper_), &hdr, bytes);
+  uint64_t w = written_.fetch_add(1) + 1;
+  if (limit_ && w >= limit_) close_locked();
+}
+
+KeyLog &KeyLog::instance() {
+  static KeyLog k;
+  return k;
+}
+
+std::string KeyLog::start(const std::string &file) {
+  std::lock_guard lock(mu_);
+  if (fd_.load() >= 0) return "key logging already runs; stop it first";
+  int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return file + ": " + std::strerror(errno);
+  fd_.store(fd);
+  return "";
+}
+
+void KeyLog::stop() {
+  std::lock_guard lock(mu_);
+  int fd = fd_.exchange(-1);
+  if (fd >= 0) close(fd);
+}
+
+void KeyLog::write_line(const std::string &line) {
+  std::lock_guard lock(mu_);
+  int fd = fd_.load();
+  if (fd < 0) return;
+  std::string l = line + "\n";
+  [[maybe_unused]] auto r = ::write(fd, l.data(), l.size());
+}
+
+} // namespace xdpq::control

@@ -1,0 +1,63 @@
+#pragma once
+// Packet capture of what the user-space path receives and sends, as pcap
+// (libpcap), filtered by a pcap expression. tcpdump cannot see AF_XDP
+// traffic; this is how operators see it. Workers call record() on every
+// datagram; it costs one relaxed atomic load while no capture runs.
+
+#include "dataplane/datagram_port.h"
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+
+struct pcap;
+struct pcap_dumper;
+struct bpf_program;
+
+namespace xdpq::control {
+
+class Capture {
+public:
+  Capture();
+  ~Capture();
+  // Starts writing to file; "" on success, else the reason (bad filter,
+  // file not writable, already running). count 0: unlimited.
+  std::string start(const std::string &file, const std::string &filter, uint64_t count);
+  // Stops; returns packets written.
+  uint64_t stop();
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+  // A datagram seen by a worker; from = sender, to = receiver.
+  void record(const dataplane::Address &from, const dataplane::Address &to,
+              std::span<const uint8_t> payload, uint8_t ecn);
+  uint64_t written() const { return written_.load(std::memory_order_relaxed); }
+
+private:
+  void close_locked();
+  std::atomic<bool> active_{false};
+  std::atomic<uint64_t> written_{0};
+  std::mutex mu_;
+  pcap *dead_ = nullptr;
+  pcap_dumper *dumper_ = nullptr;
+  bpf_program *filter_ = nullptr;
+  uint64_t limit_ = 0;
+  std::string file_;
+};
+
+// TLS secrets in NSS key log format (for Wireshark), from QUIC's GnuTLS
+// sessions and the TCP side's OpenSSL sessions.
+class KeyLog {
+public:
+  std::string start(const std::string &file);
+  void stop();
+  bool active() const { return fd_.load(std::memory_order_relaxed) >= 0; }
+  void write_line(const std::string &line);
+  static KeyLog &instance();
+
+private:
+  std::atomic<int> fd_{-1};
+  std::mutex mu_;
+};
+
+} // namespace xdpq::control

@@ -1,0 +1,21 @@
+#pragma once
+// xdpqd's configuration file (TOML). Every key maps onto the command-line
+// flag of the same meaning, so one validator serves both and flags given on
+// the command line override the file.
+
+#include "control/options.h"
+
+#include <string>
+#include <vector>
+
+namespace xdpq::control {
+
+// Reads path and returns the equivalent flags, in file order. Throws
+// UsageError naming the file, the line, the key and what was expected (bad
+// syntax, unknown section or key, wrong type, missing file).
+std::vector<std::string> config_file_flags(const std::string &path);
+
+// The documented default configuration (every key, with its default).
+const char *default_config_text();
+
+} // namespace xdpq::control

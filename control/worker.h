@@ -1,0 +1,309 @@
+#pragma once
+// One shard: its datagram port, TLS context, QUIC endpoint, TCP side and
+// timer wheel, all used by one pinned thread only. The control thread talks
+// to it only through the mailboxes below (flag + wake; the worker answers
+// from its own thread), never by touching its state.
+
+#include "control/capture.h"
+#include "control/log.h"
+#include "dataplane/cpu.h"
+#include "dataplane/event_loop.h"
+#include "http/tcp_server.h"
+#include "quic/endpoint.h"
+#include "quic/tls_context.h"
+#ifdef XDPQ_HAVE_AFXDP
+#include "dataplane/afxdp_port.h"
+#endif
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace xdpq::control {
+
+// A copy of a worker's counters (and optionally its connections), taken on
+// the worker's own thread.
+struct WorkerSnapshot {
+  int id = 0;
+  int cpu = -1;
+  dataplane::PortStats port;
+  quic::EndpointStats endpoint;
+  http::H3Stats h3;
+  bool has_tcp = false;
+  http::TcpStats tcp;
+  bool has_afxdp = false;
+#ifdef XDPQ_HAVE_AFXDP
+  dataplane::AfXdpStats afxdp;
+  uint32_t queue = 0;
+  bool zerocopy = false;
+#endif
+  size_t quic_connections = 0;
+  size_t tcp_connections = 0;
+  std::vector<quic::ConnInfo> quic_conns;
+  std::vector<http::TcpConnInfo> tcp_conns;
+};
+
+class Worker final : public dataplane::LoopHandler,
+                     public dataplane::FdHandler,
+                     public dataplane::TxSink {
+public:
+  Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
+         const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
+         std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg,
+         Capture &capture)
+      : id_(id), cpu_(cpu), port_(std::move(port)), secrets_(secrets), capture_(capture),
+        tls_(std::make_unique<quic::TlsContext>(tls_cfg, secrets)),
+        endpoint_(ecfg, *tls_, secrets, router, loop_.timers(), clock_, *this),
+        heartbeat_(heartbeat_fired, this) {
+    for (int fd : port_->fds()) loop_.watch(fd, this);
+    loop_.timers().schedule(heartbeat_, dataplane::monotonic_ns() + HEARTBEAT_NS);
+  }
+
+  // Adds the TCP side to this worker's loop (throws http::TcpError).
+  void add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
+               std::shared_ptr<http::TcpTlsContext> tls) {
+    tcp_ = std::make_unique<http::TcpServer>(cfg, env, std::move(tls), loop_);
+  }
+#ifdef XDPQ_HAVE_AFXDP
+  void set_afxdp(dataplane::AfXdpPort *p) { afxdp_ = p; }
+#endif
+
+  void start() {
+    thread_ = std::thread([this] {
+      if (cpu_ >= 0) {
+        int rv = dataplane::pin_current_thread(cpu_);
+        if (rv != 0) LOG_WARN("worker %d: cannot pin to CPU %d: %s", id_, cpu_, strerror(rv));
+      }
+      loop_.run(*this);
+    });
+  }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // --- mailboxes (any thread) ---------------------------------------------
+
+  // Stop now: CONNECTION_CLOSE / close everything this iteration.
+  void request_stop() {
+    stop_requested_.store(true, std::memory_order_release);
+    loop_.wake();
+  }
+  // Graceful drain: GOAWAY everywhere, finish what is in flight, then stop;
+  // at deadline_ns at the latest.
+  void request_drain(uint64_t deadline_ns) {
+    drain_deadline_.store(deadline_ns, std::memory_order_relaxed);
+    drain_requested_.store(true, std::memory_order_release);
+    loop_.wake();
+  }
+  // New QUIC certificate for new connections.
+  void request_reload(std::shared_ptr<const quic::TlsConfig> cfg) {
+    {
+      std::lock_guard lock(mu_);
+      reload_cfg_ = std::move(cfg);
+    }
+    loop_.wake();
+  }
+  // A copy of the counters (and connections), within timeout.
+  bool snapshot(WorkerSnapshot &out, bool with_conns, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    snap_ready_ = false;
+    snap_conns_ = with_conns;
+    snap_requested_.store(true, std::memory_order_release);
+    loop_.wake();
+    if (!cv_.wait_for(lock, timeout, [this] { return snap_ready_; })) return false;
+    out = std::move(snap_);
+    return true;
+  }
+  // Iterations of the event loop so far (the watchdog checks it moves).
+  uint64_t heartbeat() const { return beats_.load(std::memory_order_relaxed); }
+  // The counters after join() (no other thread runs then).
+  WorkerSnapshot final_snapshot() {
+    fill_snapshot();
+    return std::move(snap_);
+  }
+  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+
+  // --- read after join() --------------------------------------------------
+  const dataplane::DatagramPort &port() const { return *port_; }
+  dataplane::DatagramPort &port() { return *port_; }
+  const quic::EndpointStats &endpoint_stats() const { return endpoint_.stats(); }
+  const http::H3Stats &h3_stats() const { return endpoint_.h3_stats(); }
+  const http::TcpServer *tcp() const { return tcp_.get(); }
+#ifdef XDPQ_HAVE_AFXDP
+  dataplane::AfXdpPort *afxdp() const { return afxdp_; }
+#endif
+
+  // --- dataplane::FdHandler: the port's descriptors ------------------------
+  void on_io(uint32_t) override {
+    // Bounded work per wakeup so timers and writes get their turn.
+    for (int round = 0; round < 16; ++round) {
+      size_t n = port_->receive(batch_);
+      if (n == 0) break;
+      bool cap = capture_.active();
+      for (size_t i = 0; i < n; ++i) {
+        const auto &dg = batch_[i];
+        if (cap) capture_.record(dg.path.remote, dg.path.local, {dg.data, dg.len}, dg.ecn);
+        endpoint_.on_datagram(dg);
+      }
+    }
+  }
+
+  // --- dataplane::TxSink: the endpoint writes through us -------------------
+  std::span<uint8_t> tx_alloc(size_t max_len) override {
+    last_alloc_ = port_->tx_alloc(max_len);
+    return last_alloc_;
+  }
+  void tx_commit(const dataplane::Path &path, uint8_t ecn, size_t len) override {
+    if (capture_.active() && len <= last_alloc_.size()) {
+      capture_.record(path.local, path.remote, {last_alloc_.data(), len}, ecn);
+    }
+    port_->tx_commit(path, ecn, len);
+  }
+
+  // --- dataplane::LoopHandler ----------------------------------------------
+  void on_iteration_end() override {
+    beats_.fetch_add(1, std::memory_order_relaxed);
+    if (tcp_) tcp_->end_of_pass();
+    if (draining_) check_drain();
+    bool drained = true;
+    for (int round = 0; round < 8; ++round) {
+      endpoint_.end_of_pass();
+      drained = port_->flush();
+      if (!drained || !endpoint_.write_blocked()) break;
+    }
+    if (drained == want_write_) {
+      want_write_ = !drained;
+      for (int fd : port_->fds()) loop_.set_want_write(fd, this, want_write_);
+    }
+    if (finishing_) {
+      stopped_.store(true, std::memory_order_release);
+      loop_.stop(); // after this iteration, which flushed the closes
+    }
+  }
+
+  void on_wake() override {
+    if (snap_requested_.exchange(false, std::memory_order_acquire)) fill_snapshot();
+    std::shared_ptr<const quic::TlsConfig> reload;
+    {
+      std::lock_guard lock(mu_);
+      reload.swap(reload_cfg_);
+    }
+    if (reload) apply_reload(*reload);
+    if (drain_requested_.exchange(false, std::memory_order_acquire) && !draining_) {
+      draining_ = true;
+      endpoint_.start_drain();
+      if (tcp_) tcp_->shutdown(); // GOAWAY / close after the current response
+    }
+    if (stop_requested_.load(std::memory_order_acquire)) finish();
+  }
+
+  void log_stats() const;
+
+private:
+  static constexpr uint64_t HEARTBEAT_NS = 250'000'000;
+
+  static void heartbeat_fired(dataplane::Timer &t) {
+    auto *w = static_cast<Worker *>(t.owner());
+    w->loop_.timers().schedule(t, w->loop_.now() + HEARTBEAT_NS);
+  }
+
+  void check_drain() {
+    bool idle = endpoint_.active_requests() == 0 && (!tcp_ || tcp_->busy_connections() == 0);
+    if (idle || loop_.now() >= drain_deadline_.load(std::memory_order_relaxed)) {
+      if (!idle) LOG_WARN("worker %d: drain timeout, closing what is left", id_);
+      finish();
+    }
+  }
+
+  void finish() {
+    if (finishing_) return;
+    finishing_ = true;
+    endpoint_.close_all();
+    if (tcp_) tcp_->shutdown();
+  }
+
+  void apply_reload(const quic::TlsConfig &cfg) {
+    try {
+      auto fresh = std::make_unique<quic::TlsContext>(cfg, secrets_);
+      endpoint_.set_tls(*fresh);
+      // Sessions started with the old credentials still point at them.
+      retired_tls_.push_back(std::move(tls_));
+      tls_ = std::move(fresh);
+    } catch (const std::exception &e) {
+      LOG_ERROR("worker %d: certificate reload failed, keeping the old one: %s", id_, e.what());
+    }
+  }
+
+  void fill_snapshot() {
+    WorkerSnapshot s;
+    s.id = id_;
+    s.cpu = cpu_;
+    s.port = port_->stats();
+    s.endpoint = endpoint_.stats();
+    s.h3 = endpoint_.h3_stats();
+    s.quic_connections = endpoint_.connection_count();
+    if (tcp_) {
+      s.has_tcp = true;
+      s.tcp = tcp_->stats();
+      s.tcp_connections = tcp_->connection_count();
+    }
+#ifdef XDPQ_HAVE_AFXDP
+    if (afxdp_) {
+      s.has_afxdp = true;
+      s.afxdp = afxdp_->xdp_stats();
+      s.queue = afxdp_->queue();
+      s.zerocopy = afxdp_->zerocopy();
+    }
+#endif
+    std::lock_guard lock(mu_);
+    if (snap_conns_) {
+      endpoint_.list_connections(s.quic_conns);
+      if (tcp_) tcp_->list_connections(s.tcp_conns);
+    }
+    snap_ = std::move(s);
+    snap_ready_ = true;
+    cv_.notify_all();
+  }
+
+  int id_;
+  int cpu_;
+  quic::SystemClock clock_;
+  dataplane::EventLoop loop_;
+  std::unique_ptr<dataplane::DatagramPort> port_;
+  quic::Secrets secrets_;
+  Capture &capture_;
+  std::unique_ptr<quic::TlsContext> tls_;
+  std::vector<std::unique_ptr<quic::TlsContext>> retired_tls_;
+  quic::Endpoint endpoint_;
+  std::unique_ptr<http::TcpServer> tcp_;
+  std::array<dataplane::RxDatagram, 64> batch_{};
+  std::span<uint8_t> last_alloc_;
+  dataplane::Timer heartbeat_;
+  std::thread thread_;
+  bool want_write_ = false;
+  bool draining_ = false;
+  bool finishing_ = false;
+#ifdef XDPQ_HAVE_AFXDP
+  dataplane::AfXdpPort *afxdp_ = nullptr;
+#endif
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> drain_requested_{false};
+  std::atomic<uint64_t> drain_deadline_{0};
+  std::atomic<bool> snap_requested_{false};
+  std::atomic<uint64_t> beats_{0};
+  std::atomic<bool> stopped_{false};
+  std::mutex mu_; // guards the mailboxes below, never the packet path
+  std::condition_variable cv_;
+  bool snap_ready_ = false;
+  bool snap_conns_ = false;
+  WorkerSnapshot snap_;
+  std::shared_ptr<const quic::TlsConfig> reload_cfg_;
+};
+
+} // namespace xdpq::control

@@ -1,0 +1,116 @@
+// xdpqctl: the command-line client of xdpqd's control socket.
+
+#include "control/options.h"
+#include "control/server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char *USAGE = R"(Usage: xdpqctl [--socket PATH] [--json] COMMAND
+
+Commands:
+  status                      version, uptime, dataplane, XDP mode, workers
+  stats                       counters, per worker and total
+  conns                       live connections (peer, age, RTT, bytes, streams)
+  reload                      reload certificates (and the log level) now
+  drain                       graceful shutdown: GOAWAY, finish, stop
+  capture start FILE [--filter EXPR] [--count N]
+                              pcap of what the user-space path receives/sends
+  capture stop
+  keylog start FILE           TLS secrets (NSS key log) for Wireshark
+  keylog stop
+
+--socket PATH   the control socket (default: the daemon's default path)
+--json          machine-readable output
+Exit status: 0 ok, 1 the daemon reported an error, 2 usage or connection error.
+)";
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string socket_path;
+  bool json = false;
+  std::vector<std::string> cmd;
+  std::string filter, count;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--socket" && i + 1 < argc) {
+      socket_path = argv[++i];
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--filter" && i + 1 < argc) {
+      filter = argv[++i];
+    } else if (a == "--count" && i + 1 < argc) {
+      count = argv[++i];
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(USAGE, stdout);
+      return 0;
+    } else if (a.starts_with("--")) {
+      std::fprintf(stderr, "xdpqctl: unknown option %s\n%s", a.c_str(), USAGE);
+      return 2;
+    } else {
+      cmd.push_back(a);
+    }
+  }
+  if (cmd.empty()) {
+    std::fputs(USAGE, stderr);
+    return 2;
+  }
+  if (cmd[0] == "capture" && cmd.size() >= 2 && cmd[1] == "start") {
+    if (cmd.size() != 3) {
+      std::fprintf(stderr, "xdpqctl: capture start FILE [--filter EXPR] [--count N]\n");
+      return 2;
+    }
+    cmd.push_back(filter);
+    cmd.push_back(count.empty() ? "0" : count);
+  }
+  if (socket_path.empty()) socket_path = xdpq::control::control_socket_path({});
+  std::string line = json ? "json" : "text";
+  for (const auto &c : cmd) {
+    if (c.find_first_of("\t\n") != std::string::npos) {
+      std::fprintf(stderr, "xdpqctl: arguments may not contain tabs or newlines\n");
+      return 2;
+    }
+    line += "\t" + c;
+  }
+  line += "\n";
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
+  if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0) {
+    std::fprintf(stderr, "xdpqctl: %s: %s (is xdpqd running? --socket PATH)\n",
+                 socket_path.c_str(), std::strerror(errno));
+    return 2;
+  }
+  if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    std::fprintf(stderr, "xdpqctl: write: %s\n", std::strerror(errno));
+    return 2;
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 10000) <= 0) {
+      std::fprintf(stderr, "xdpqctl: no answer from xdpqd within 10 s\n");
+      return 2;
+    }
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  std::fputs(out.c_str(), stdout);
+  bool error = out.starts_with("error:") || out.starts_with("{\"error\"");
+  return error ? 1 : 0;
+}
