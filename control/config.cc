@@ -118,6 +118,8 @@ std::vector<std::string> config_file_flags(const std::string &path) {
         }
         fail(path, v, full, "unknown key; [" + section + "] takes " + known);
       }
+      // Where the flags below came from, for messages from the validator.
+      flags.push_back("\x01" + where(path, v) + ": " + full);
       auto expect = [&](bool ok) {
         if (!ok) fail(path, v, full, std::string("expected ") + key->expect + ", got " + type_name(v));
       };
@@ -153,8 +155,6 @@ std::vector<std::string> config_file_flags(const std::string &path) {
         }
         break;
       }
-      // Keep where each flag came from, for messages from the validator.
-      flags.push_back("\x01" + where(path, v) + ": " + full);
     }
   }
   return flags;

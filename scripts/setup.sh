@@ -14,7 +14,7 @@ PACKAGES=(
   # tests
   libgtest-dev libgmock-dev ngtcp2-client ngtcp2-server nghttp2-client python3-h2
   iproute2 openssl
-  curl python3 procps ethtool iputils-ping
+  curl python3 procps ethtool iputils-ping tcpdump util-linux
   # benchmarks
   libbenchmark-dev nginx-light python3-matplotlib
 )

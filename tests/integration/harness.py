@@ -62,6 +62,12 @@ class Server:
         if workers:
             self.args += ["--workers", str(workers)]
         self.args += list(args)
+        if "--control-socket" not in args and "--config" not in args:
+            # A socket of its own, so tests never collide on the default path.
+            self.control_socket = tempfile.mktemp(prefix="xdpqd-", suffix=".sock")
+            self.args += ["--control-socket", self.control_socket]
+        else:
+            self.control_socket = None
         if netns:
             self.args = ["ip", "netns", "exec", netns] + self.args
         self.log_path = tempfile.mktemp(prefix="xdpqd-", suffix=".log")
@@ -134,6 +140,17 @@ class ClientResult:
 
     def has_file(self, name):
         return os.path.exists(os.path.join(self.download_dir, name))
+
+
+def xdpqctl(server_or_path, *args, json_out=False, user=None, timeout=15):
+    """Runs xdpqctl against a server's control socket; returns (rc, stdout, stderr)."""
+    path = server_or_path if isinstance(server_or_path, str) else server_or_path.control_socket
+    ctl = os.path.join(os.path.dirname(XDPQD), "xdpqctl")
+    cmd = [ctl, "--socket", path] + (["--json"] if json_out else []) + list(args)
+    if user:
+        cmd = ["runuser", "-u", user, "--"] + cmd
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
 
 
 def statuses(output):

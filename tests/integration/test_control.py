@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""The daemon and its control plane: a config file, xdpqctl status/stats/conns
+moving with real traffic, capture read back by tcpdump, keylog, SIGHUP with a
+new certificate during a download, SIGTERM drain (AF_XDP, nothing left
+attached), stateless reset after a restart with the same secrets, the control
+socket refusing others and surviving garbage, Prometheus metrics, sd_notify."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import (GTLSCLIENT, XDPQD, Server, TimedTestCase, free_udp_port,  # noqa: E402
+                     gtlsclient, pattern, require_tools, sha256, xdpqctl)
+from netns import Topology  # noqa: E402
+
+H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
+
+
+def make_cert(d, cn):
+    key, cert = os.path.join(d, f"{cn}.key"), os.path.join(d, f"{cn}.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days",
+                    "2", "-subj", f"/CN={cn}"], check=True, capture_output=True)
+    fp = subprocess.run(["openssl", "x509", "-in", cert, "-noout", "-fingerprint", "-sha256"],
+                        check=True, capture_output=True, text=True).stdout.strip().split("=")[1]
+    return key, cert, fp
+
+
+def read_pcap(path):
+    """(src_port, dst_port, udp_payload) of each Ethernet/IPv4/UDP record."""
+    out = []
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4"), "not a pcap file"
+    off = 24
+    while off + 16 <= len(data):
+        incl = struct.unpack("<I", data[off + 8:off + 12])[0]
+        rec = data[off + 16:off + 16 + incl]
+        off += 16 + incl
+        if len(rec) >= 42 and rec[12:14] == b"\x08\x00" and rec[23] == 17:
+            ihl = (rec[14] & 0xF) * 4
+            sport, dport = struct.unpack("!HH", rec[14 + ihl:14 + ihl + 4])
+            out.append((sport, dport, rec[14 + ihl + 8:]))
+    return out
+
+
+class ControlTest(TimedTestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+        cls.tmp = tempfile.mkdtemp(prefix="xdpq-control-")
+
+    def test_config_file_status_stats_conns_metrics(self):
+        port = free_udp_port()
+        mport = free_udp_port()
+        sock = os.path.join(self.tmp, "cfg.sock")
+        cfg = os.path.join(self.tmp, "xdpqd.toml")
+        with open(cfg, "w") as f:
+            f.write(f'[server]\nlisten = ["127.0.0.1:{port}"]\nworkers = 1\n'
+                    f'control_socket = "{sock}"\nmetrics = "127.0.0.1:{mport}"\n'
+                    f'[quic]\nmax_streams = 64\n')
+        with Server("--config", cfg, listen=[], port=port, workers=0) as srv:
+            srv.control_socket = sock
+            rc, out, _ = xdpqctl(srv, "status")
+            self.assertEqual(rc, 0, out)
+            self.assertIn("dataplane socket", out)
+            rc, out, _ = xdpqctl(srv, "status", json_out=True)
+            st = json.loads(out)
+            self.assertEqual(st["dataplane"], "socket")
+            self.assertEqual(len(st["workers"]), 1)
+            before = json.loads(xdpqctl(srv, "stats", json_out=True)[1])["total"]
+            # A slow download keeps a connection alive while we look at it.
+            dl = threading.Thread(target=lambda: gtlsclient(
+                srv, [f"/bytes/{32 << 20}"], "-r", "0.02", quiet=True, timeout=120))
+            dl.start()
+            conns = []
+            for _ in range(50):
+                conns = json.loads(xdpqctl(srv, "conns", json_out=True)[1])["connections"]
+                if any(c["proto"] == "h3" and c["bytes_out"] > 0 for c in conns):
+                    break
+                time.sleep(0.1)
+            h3 = [c for c in conns if c["proto"] == "h3"]
+            self.assertTrue(h3, "conns showed no HTTP/3 connection during a download")
+            self.assertTrue(h3[0]["peer"].startswith("127.0.0.1:"))
+            self.assertGreater(h3[0]["rtt_us"], 0)
+            rc, text, _ = xdpqctl(srv, "conns")
+            self.assertIn("h3", text)
+            subprocess.run(["curl", "-sk", "--http2", "-o", "/dev/null",
+                            f"https://127.0.0.1:{port}/healthz"], check=True, timeout=10)
+            dl.join()
+            after = json.loads(xdpqctl(srv, "stats", json_out=True)[1])["total"]
+            self.assertGreater(after["requests"], before["requests"])
+            self.assertGreater(after["tx_bytes"], before["tx_bytes"] + (32 << 20))
+            self.assertEqual(after["tcp_requests"], before["tcp_requests"] + 1)
+            rc, text, _ = xdpqctl(srv, "stats")
+            self.assertRegex(text, r"handshakes_completed\s+[1-9]")
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics",
+                                             timeout=5).read().decode()
+            self.assertRegex(metrics, r'xdpq_requests_total\{worker="0"\} [1-9]')
+            self.assertIn('xdpq_request_duration_seconds_bucket{proto="h3",le="+Inf"}', metrics)
+            self.assertRegex(metrics, r"xdpq_quic_handshake_duration_seconds_count\{\} [1-9]")
+
+    def test_capture_is_readable_pcap_with_quic(self):
+        with Server() as srv:
+            cap = os.path.join(self.tmp, "cap.pcap")
+            rc, out, _ = xdpqctl(srv, "capture", "start", cap, "--filter",
+                                 f"udp port {srv.port}")
+            self.assertEqual(rc, 0, out)
+            r = gtlsclient(srv, ["/bytes/5000"])
+            self.assertEqual(r.statuses, {0: 200})
+            rc, out, _ = xdpqctl(srv, "capture", "stop")
+            self.assertIn("packets written", out)
+            rc, out, _ = xdpqctl(srv, "capture", "start", cap + "x", "--filter", "tcp and (")
+            self.assertEqual(rc, 1)
+            self.assertIn("bad filter", out)
+        td = subprocess.run(["tcpdump", "-nn", "-r", cap], capture_output=True, text=True)
+        self.assertEqual(td.returncode, 0, td.stderr)
+        lines = [ln for ln in td.stdout.splitlines() if "UDP" in ln]
+        self.assertGreater(len(lines), 4)
+        pkts = read_pcap(cap)
+        to_srv = [p for p in pkts if p[1] == srv.port]
+        from_srv = [p for p in pkts if p[0] == srv.port]
+        self.assertTrue(to_srv and from_srv, "both directions must be captured")
+        first = to_srv[0][2]
+        self.assertEqual(first[0] & 0xF0, 0xC0, "first client packet: a QUIC long header")
+        self.assertEqual(first[1:5], b"\x00\x00\x00\x01", "QUIC version 1")
+        self.assertGreaterEqual(len(first), 1200, "a padded Initial")
+
+    def test_keylog(self):
+        keys = os.path.join(self.tmp, "keys.log")
+        with Server() as srv:
+            self.assertEqual(xdpqctl(srv, "keylog", "start", keys)[0], 0)
+            gtlsclient(srv, ["/healthz"])
+            subprocess.run(["curl", "-sk", "-o", "/dev/null", srv.url("/healthz")], timeout=10)
+            self.assertEqual(xdpqctl(srv, "keylog", "stop")[0], 0)
+            gtlsclient(srv, ["/healthz"])  # not logged any more
+        text = open(keys).read()
+        self.assertEqual(os.stat(keys).st_mode & 0o777, 0o600)
+        secrets = re.findall(r"^CLIENT_TRAFFIC_SECRET_0 [0-9a-f]{64} [0-9a-f]+$", text, re.M)
+        self.assertEqual(len(secrets), 2, "one QUIC and one TCP handshake logged:\n" + text)
+
+    def test_sighup_new_certificate_while_download_continues(self):
+        key_a, cert_a, fp_a = make_cert(self.tmp, "xdpq-cert-a")
+        key_b, cert_b, fp_b = make_cert(self.tmp, "xdpq-cert-b")
+        live_key, live_cert = os.path.join(self.tmp, "live.key"), os.path.join(self.tmp,
+                                                                             "live.pem")
+        shutil.copy(key_a, live_key)
+        shutil.copy(cert_a, live_cert)
+        size = 48 << 20
+        with Server("--cert", live_cert, "--key", live_key) as srv:
+            before = json.loads(subprocess.run(
+                [H3LOAD, "--json", "-n", "1", srv.url("/healthz")], capture_output=True,
+                text=True, timeout=30).stdout)
+            self.assertEqual(before["server_cert_sha256"], fp_a)
+            result = {}
+            dl = threading.Thread(target=lambda: result.update(r=gtlsclient(
+                srv, [f"/bytes/{size}"], "-r", "0.02", quiet=True, timeout=120)))
+            dl.start()
+            time.sleep(0.5)
+            shutil.copy(key_b, live_key)
+            shutil.copy(cert_b, live_cert)
+            srv.proc.send_signal(signal.SIGHUP)
+            deadline = time.time() + 10
+            while "certificate reloaded" not in srv.output() and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertIn(fp_b, srv.output())
+            after = json.loads(subprocess.run(
+                [H3LOAD, "--json", "-n", "1", srv.url("/healthz")], capture_output=True,
+                text=True, timeout=30).stdout)
+            self.assertEqual(after["server_cert_sha256"], fp_b, "QUIC did not pick up the new cert")
+            tcp = subprocess.run(["curl", "-vsk", "-o", "/dev/null", srv.url("/healthz")],
+                                 capture_output=True, text=True, timeout=10).stderr
+            self.assertIn("CN=xdpq-cert-b", tcp, "TCP did not pick up the new cert")
+            dl.join()
+            still_running = dl.is_alive()
+        self.assertFalse(still_running)
+        self.assertEqual(sha256(result["r"].file(str(size))), sha256(pattern(size)),
+                         "the download that started before the reload must complete")
+
+    def test_sigterm_drain_under_afxdp_leaves_nothing_attached(self):
+        with Topology() as topo:
+            srv = Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                         "native", "--drain-timeout", "3000", host=topo.srv_ip,
+                         netns=topo.srv_ns, workers=0).__enter__()
+            try:
+                size = 24 << 20
+                result = {}
+                dl = threading.Thread(target=lambda: result.update(r=gtlsclient(
+                    srv, [f"/bytes/{size}"], "-r", "0.03", quiet=True, netns=topo.cli_ns,
+                    timeout=60)))
+                dl.start()
+                time.sleep(0.4)
+                t0 = time.time()
+                srv.proc.send_signal(signal.SIGTERM)
+                srv.proc.wait(timeout=15)
+                stop_s = time.time() - t0
+                dl.join(timeout=30)
+            finally:
+                srv.__exit__()
+            self.assertEqual(srv.proc.returncode, 0)
+            self.assertLess(stop_s, 3 + 3, "drain exceeded its timeout")
+            self.assertIn("draining", srv.output())
+            self.assertIsNone(topo.xdp_attached(), "XDP program left attached after SIGTERM")
+            r = result["r"]
+            if r.has_file(str(size)) and os.path.getsize(
+                    os.path.join(r.download_dir, str(size))) == size:
+                self.assertEqual(sha256(r.file(str(size))), sha256(pattern(size)))
+            # Otherwise the server closed it cleanly at the drain deadline: the
+            # client exited on its own (it would hang until its idle timeout
+            # on an unclean stop).
+
+    def test_restart_with_same_secrets_resets_old_connection(self):
+        secrets = os.path.join(self.tmp, "reset-secrets")
+        port = free_udp_port()
+        with Server("--secrets", secrets, port=port) as srv:
+            r = gtlsclient(srv, ["/healthz"], "--quic-dump")
+        token = re.search(r"stateless_reset_token=0x([0-9a-f]{32})", r.output).group(1)
+        dcid = re.search(r"pkt tx pkn=\d+ dcid=0x([0-9a-f]+) type=1RTT", r.output).group(1)
+        pkt = bytes([0x41]) + bytes.fromhex(dcid) + os.urandom(40)
+        with Server("--secrets", secrets, port=port):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.settimeout(3)
+                s.sendto(pkt, ("127.0.0.1", port))
+                reply = s.recv(2048)
+        self.assertEqual(reply[-16:].hex(), token, "not a stateless reset for that connection")
+        self.assertLess(len(reply), len(pkt))
+
+    def test_control_socket_refuses_others_and_survives_garbage(self):
+        with Server() as srv:
+            path = srv.control_socket
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+            rc, out, err = xdpqctl(srv, "status", user="nobody")
+            self.assertEqual(rc, 2, out + err)  # the file system says no
+            os.chmod(path, 0o666)               # even with the file opened up...
+            rc, out, err = xdpqctl(srv, "status", user="nobody")
+            self.assertEqual(rc, 1, out + err)  # ...the daemon checks the peer's uid
+            self.assertIn("permission denied", out)
+            os.chmod(path, 0o600)
+            for junk in (os.urandom(300), b"x" * 20000, b"json\tstatus", b"\n", b"yaml\tstats\n",
+                         b"json\t\xff\xfe\n"):
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(5)
+                    s.connect(path)
+                    try:
+                        s.sendall(junk)
+                        s.shutdown(socket.SHUT_WR)
+                        s.recv(4096)
+                    except OSError:
+                        pass
+            rc, out, _ = xdpqctl(srv, "status")
+            self.assertEqual(rc, 0, "the control socket did not survive garbage")
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+
+    def test_sd_notify_ready_watchdog_stopping(self):
+        path = os.path.join(self.tmp, "notify.sock")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as n:
+            n.bind(path)
+            n.settimeout(5)
+            env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"}
+            with Server(extra_env=env) as srv:
+                got = set()
+                deadline = time.time() + 5
+                while {"READY=1", "WATCHDOG=1"} - got and time.time() < deadline:
+                    got.add(n.recv(256).decode())
+                self.assertIn("READY=1", got)
+                self.assertIn("WATCHDOG=1", got)
+                srv.proc.send_signal(signal.SIGTERM)
+                deadline = time.time() + 5
+                while "STOPPING=1" not in got and time.time() < deadline:
+                    got.add(n.recv(256).decode())
+                self.assertIn("STOPPING=1", got)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
