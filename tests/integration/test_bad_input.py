@@ -131,7 +131,8 @@ class BadInputTest(TimedTestCase):
         # Junk Initials fail to decrypt: each is torn down at once, no state kept.
         self.assertEqual(stats["handshakes_completed"], 1)
         self.assertGreaterEqual(stats["handshakes_failed"], 300)
-        self.assertEqual(stats["conns_closed"], stats["handshakes_started"] - 1)
+        # (the well-behaved client's own connection may or may not be retired yet)
+        self.assertGreaterEqual(stats["conns_closed"], stats["handshakes_started"] - 1)
 
 
 if __name__ == "__main__":
