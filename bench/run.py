@@ -441,7 +441,7 @@ def main():
     if a.rounds is None:
         a.rounds = 1 if a.smoke else 3
     if a.seconds is None:
-        a.seconds = 1.0 if a.smoke else (3.0 if a.quick else 5.0)
+        a.seconds = 1.0 if a.smoke else (3.0 if a.quick else 4.0)
     if os.geteuid() != 0:
         sys.exit("bench/run.py needs root (network namespaces, XDP)")
     Bench(a).run()

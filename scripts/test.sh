@@ -21,3 +21,7 @@ for p in "${presets[@]}"; do
   echo "== $p: tests"
   ctest --preset "$p" "$@"
 done
+# The release build (the demo's and the benchmarks') must build warning-free too.
+echo "== release: build"
+cmake --preset release -DXDPQ_WERROR=ON >/dev/null
+cmake --build --preset release
