@@ -71,6 +71,7 @@ class Bench:
         self.build = args.build
         self.xdpqd = os.path.join(self.build, "xdpqd")
         self.h3load = os.path.join(self.build, "h3load")
+        self.udpecho = os.path.join(self.build, "udpecho")
         self.out = args.out
         os.makedirs(self.out, exist_ok=True)
         self.work = tempfile.mkdtemp(prefix="xdpq-bench-")
@@ -92,10 +93,10 @@ class Bench:
 
     # --- servers -------------------------------------------------------------
 
-    def server_cmd(self, variant, topo):
+    def server_cmd(self, variant, topo, echo=False):
         pin = ["taskset", "-c", SERVER_CPU]
         common = ["--listen", f"{topo.srv_ip}:4433", "--cert", self.cert, "--key", self.key,
-                  "--docroot", self.docroot]
+                  "--docroot", self.docroot] + (["--echo"] if echo else [])
         if variant == "xdpq-afxdp":
             return [self.xdpqd, "--dataplane", "afxdp", "--interface", topo.srv_if,
                     "--xdp-mode", "native", "--cpus", SERVER_CPU, *common]
@@ -119,9 +120,9 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             return ["nginx", "-c", conf]
         raise ValueError(variant)
 
-    def start_server(self, variant, topo):
-        cmd = self.server_cmd(variant, topo)
-        self.commands[variant] = " ".join(cmd)
+    def start_server(self, variant, topo, echo=False):
+        cmd = self.server_cmd(variant, topo, echo)
+        self.commands[variant + (" --echo" if echo else "")] = " ".join(cmd)
         log = open(os.path.join(self.work, f"{variant}.log"), "w")
         proc = subprocess.Popen(["ip", "netns", "exec", topo.srv_ns, *cmd], stdout=log,
                                 stderr=subprocess.STDOUT)
@@ -142,6 +143,10 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
     # --- clients -------------------------------------------------------------
 
     def client_cmd(self, proto, topo, cell):
+        if proto == "udp":
+            return [self.udpecho, "-c", str(cell["c"]), "-w", str(cell["m"]), "-s",
+                    str(BODIES.get(cell["body"], cell["body"])), "-D", str(self.args.seconds),
+                    "--warm-up-time", "0.5", topo.srv_ip, "4433"]
         path = f"/bytes/{BODIES[cell['body']]}" if cell.get("gen") else f"/b{cell['body']}"
         url = f"https://{topo.srv_ip}:4433{path}"
         d = str(self.args.seconds)
@@ -156,7 +161,16 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                 str(cell["m"]), url]
 
     def run_cell(self, variant, proto, cell, topo):
-        proc, log = self.start_server(variant, topo)
+        try:
+            self._run_cell(variant, proto, cell, topo)
+        except Exception as e:  # one broken cell must not lose the whole report
+            print(f"  {variant:12s} {cell_name(cell):22s} FAILED: {e}", flush=True)
+            self.runs.append({"variant": variant, "proto": proto, "round": self.round, **cell,
+                              "req_per_s": 0, "succeeded": 0, "errors": str(e)[-500:],
+                              "server_stats": {}})
+
+    def _run_cell(self, variant, proto, cell, topo):
+        proc, log = self.start_server(variant, topo, echo=proto == "udp")
         try:
             pids = descendants(proc.pid)
             cmd = ["ip", "netns", "exec", topo.cli_ns, "taskset", "-c", CLIENT_CPU,
@@ -171,7 +185,7 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             busy1, total1 = cpu_times()
         finally:
             self.stop_server(proc, log)
-        res = parse_h3load(r.stdout) if proto == "h3" else parse_h2load(r.stdout)
+        res = {"h3": parse_h3load, "h2": parse_h2load, "udp": parse_udpecho}[proto](r.stdout)
         server_stats = {}
         if variant.startswith("xdpq"):
             import re
@@ -201,26 +215,31 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         a = self.args
         # gen: /bytes/N (generated in memory, xdpq only: isolates the dataplane
         # from file serving); otherwise the same static file for every server.
+        echo_cells = [dict(body=b, c=4, m=32, handshake=False, echo=True) for b in ("64", "1200")]
         if a.smoke:
             h3_cells = [dict(body="3", c=2, m=4, handshake=False, gen=True)]
             h2_cells = []
+            echo_cells = []
         elif a.quick:
             h3_cells = [dict(body=b, c=10, m=10, handshake=False, gen=True) for b in ("3", "64k")]
             h3_cells += [dict(body=b, c=10, m=10, handshake=False) for b in ("3", "64k")]
             h3_cells.append(dict(body="3", c=4, m=1, handshake=True))
             h2_cells = [dict(body=b, c=10, m=10, handshake=False) for b in ("3", "64k")]
         else:
+            # 1 MiB with m=32 would put 3200 responses in flight at once: none
+            # could finish within a run. Large bodies get one stream each.
+            loads = lambda b: ((10, 1), (100, 1)) if b == "1m" else ((10, 1), (100, 32))  # noqa
             h3_cells = [dict(body=b, c=c, m=m, handshake=False, gen=True) for b in BODIES
-                        for c, m in ((10, 1), (100, 32))]
+                        for c, m in loads(b)]
             h3_cells += [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
-                         for c, m in ((10, 1), (100, 32))]
+                         for c, m in loads(b)]
             h3_cells += [dict(body="3", c=c, m=1, handshake=True) for c in (4, 16)]
             h2_cells = [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
-                        for c, m in ((10, 1), (100, 32))]
-        return h3_cells, h2_cells
+                        for c, m in loads(b)]
+        return h3_cells, h2_cells, echo_cells
 
     def run(self):
-        h3_cells, h2_cells = self.matrix()
+        h3_cells, h2_cells, echo_cells = self.matrix()
         h3_variants = ["xdpq-afxdp", "xdpq-socket"] + ([] if self.args.smoke else ["gtlsserver"])
         with Topology() as topo:
             for rnd in range(self.args.rounds):
@@ -234,6 +253,9 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                 for cell in h2_cells:
                     for v in ("xdpq-h2", "nginx-h2"):
                         self.run_cell(v, "h2", cell, topo)
+                for cell in echo_cells:
+                    for v in ("xdpq-afxdp", "xdpq-socket"):
+                        self.run_cell(v, "udp", cell, topo)
         self.report()
 
     # --- report --------------------------------------------------------------
@@ -260,8 +282,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
               f"Command: `{meta['command']}`; {self.args.rounds} rounds of "
               f"{self.args.seconds} s per variant, alternating; medians shown.",
               f"Topology: {meta['topology']}.", "",
-              "| proto | cell | variant | req/s | p50 ms | p99 ms | server CPU us/req | "
-              "machine CPU us/req |",
+              "| proto | cell | variant | req/s (udp: round trips/s) | p50 ms | p99 ms | "
+              "server CPU us/req | machine CPU us/req |",
               "|---|---|---|---:|---:|---:|---:|---:|"]
         for r in rows:
             md.append(f"| {r['proto']} | {r['cell']} | {r['variant']} | {r['rps']:.0f} | "
@@ -290,6 +312,8 @@ def fmt(v, digits=1):
 
 
 def cell_name(c):
+    if c.get("echo"):
+        return f"UDP echo {c['body']}B x{c['c']} w={c['m']}"
     return (f"{c['body']}B c={c['c']} m={c['m']}" + (" newconn" if c.get("handshake") else "")
             + (" /bytes" if c.get("gen") else " file"))
 
@@ -314,6 +338,15 @@ def parse_h3load(out):
             "errors": req["failed"] + req["errored"] + j["connect_failures"],
             "p50_us": j["latency_us"]["request"]["p50"],
             "p99_us": j["latency_us"]["request"]["p99"], "bytes_per_s": j["bytes_per_s"]}
+
+
+def parse_udpecho(out):
+    try:
+        j = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"req_per_s": 0, "succeeded": 0, "errors": "no output"}
+    return {"req_per_s": j["round_trips_per_s"], "succeeded": j["received"], "errors": 0,
+            "p50_us": j["p50_us"], "p99_us": j["p99_us"], "bytes_per_s": j["bytes_per_s"]}
 
 
 def parse_h2load(out):

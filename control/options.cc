@@ -88,6 +88,8 @@ Operation:
                           $XDG_RUNTIME_DIR/xdpqd.sock.
   --metrics ADDR:PORT     Serve Prometheus metrics over HTTP there (keep it on
                           loopback or an admin network). Default: off.
+  --echo                  Benchmark mode: echo every UDP datagram back on the
+                          chosen dataplane, no QUIC (the bare packet path).
   --drain-timeout MS      SIGTERM / 'xdpqctl drain': GOAWAY, let requests in
                           flight finish for up to MS (default 10000), then
                           close everything and detach XDP.
@@ -167,6 +169,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       auto a = dataplane::parse_address(v, &why);
       if (!a) throw UsageError("--metrics " + std::string(v) + ": " + why);
       o.metrics = *a;
+    } else if (arg == "--echo") {
+      o.echo = true;
     } else if (arg == "--drain-timeout") {
       o.drain_timeout_ms = parse_number(arg, need(), 0, 3600'000);
     } else if (arg == "--no-early-data") {

@@ -56,6 +56,7 @@ struct Options {
   uint64_t drain_timeout_ms = 10000;
   bool listen_set = false;
   bool print_default_config = false;
+  bool echo = false; // benchmark: UDP echo instead of QUIC
   bool help = false;
   bool version = false;
   bool check_config = false;

@@ -155,7 +155,12 @@ Server::Server(const Options &opts) : opts_(opts) {
                "reach the wrong worker and be reset", strerror(errno));
     }
   }
-  if (opts_.tcp || !opts_.h2c_listen.empty()) start_tcp(tls_cfg, secrets, router, listen);
+  if (opts_.echo) {
+    for (auto &w : workers_) w->set_echo(true);
+    dataplane_info += ", UDP echo mode (no QUIC)";
+  } else if (opts_.tcp || !opts_.h2c_listen.empty()) {
+    start_tcp(tls_cfg, secrets, router, listen);
+  }
 
   std::string where;
   for (const auto &a : listen) where += " " + a.to_string();

@@ -145,6 +145,10 @@ public:
     for (int round = 0; round < 16; ++round) {
       size_t n = port_->receive(batch_);
       if (n == 0) break;
+      if (echo_) {
+        echo(n);
+        continue;
+      }
       bool cap = capture_.active();
       for (size_t i = 0; i < n; ++i) {
         const auto &dg = batch_[i];
@@ -204,8 +208,25 @@ public:
   }
 
   void log_stats() const;
+  // Benchmark mode: every datagram goes straight back (no QUIC), to measure
+  // the bare packet path of this dataplane.
+  void set_echo(bool on) { echo_ = on; }
 
 private:
+  void echo(size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto &dg = batch_[i];
+      auto buf = port_->tx_alloc(dg.len);
+      if (buf.empty()) {
+        port_->flush();
+        buf = port_->tx_alloc(dg.len);
+        if (buf.empty()) continue; // dropped, like a full NIC queue
+      }
+      std::memcpy(buf.data(), dg.data, dg.len);
+      port_->tx_commit(dg.path, dg.ecn, dg.len);
+    }
+  }
+
   static constexpr uint64_t HEARTBEAT_NS = 250'000'000;
 
   static void heartbeat_fired(dataplane::Timer &t) {
@@ -287,6 +308,7 @@ private:
   dataplane::Timer heartbeat_;
   std::thread thread_;
   bool want_write_ = false;
+  bool echo_ = false;
   bool draining_ = false;
   bool finishing_ = false;
 #ifdef XDPQ_HAVE_AFXDP

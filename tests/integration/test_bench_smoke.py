@@ -40,7 +40,7 @@ class BenchSmokeTest(TimedTestCase):
             self.assertEqual(run["errors"], 0)
         with open(os.path.join(out, "report.md")) as f:
             md = f.read()
-        self.assertIn("| proto | cell | variant | req/s |", md)
+        self.assertIn("| proto | cell | variant | req/s", md)
         self.assertIn("xdpq-afxdp vs xdpq-socket", md)
         self.assertIn("| cell | A vs B | req/s ratio (median) |", md)
         for png in ("throughput.png", "cpu_per_request.png"):

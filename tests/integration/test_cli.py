@@ -91,6 +91,15 @@ class CliTest(TimedTestCase):
             srv.stop(signal.SIGINT)
             self.assertEqual(srv.proc.returncode, 0)
 
+    def test_echo_mode_echoes_datagrams(self):
+        with Server("--echo", "--no-tcp") as srv:
+            self.assertIn("UDP echo mode", srv.output())
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.settimeout(3)
+                for payload in (b"x" * 64, os.urandom(1200)):
+                    s.sendto(payload, (srv.host, srv.port))
+                    self.assertEqual(s.recv(2048), payload)
+
     def test_given_certificate_is_used(self):
         d = tempfile.mkdtemp()
         key, cert = os.path.join(d, "k.pem"), os.path.join(d, "c.pem")
