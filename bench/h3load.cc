@@ -6,6 +6,7 @@
 // socket per connection: recvmmsg on receive, UDP GSO on send.
 
 #include "dataplane/event_loop.h"
+#include "quic/client_setup.h"
 
 #include <arpa/inet.h>
 #include <gnutls/crypto.h>
@@ -183,15 +184,6 @@ Conn &C(void *ud) { return *static_cast<Conn *>(ud); }
 
 ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *r) { return static_cast<Conn *>(r->user_data)->conn(); }
 
-void rand_cb(uint8_t *d, size_t n, const ngtcp2_rand_ctx *) { gnutls_rnd(GNUTLS_RND_NONCE, d, n); }
-
-int new_cid_cb(ngtcp2_conn *, ngtcp2_cid *cid, uint8_t *token, size_t len, void *) {
-  gnutls_rnd(GNUTLS_RND_NONCE, cid->data, len);
-  cid->datalen = len;
-  gnutls_rnd(GNUTLS_RND_NONCE, token, NGTCP2_STATELESS_RESET_TOKENLEN);
-  return 0;
-}
-
 Conn::Conn(Worker &w, const Uri &uri) : w_(w), uri_(uri), timer_(timer_cb, this) {
   ref_.get_conn = get_conn;
   ref_.user_data = this;
@@ -226,19 +218,7 @@ bool Conn::start() {
   getsockname(fd_, reinterpret_cast<sockaddr *>(&local_), &local_len_);
 
   ngtcp2_callbacks cb{};
-  cb.client_initial = ngtcp2_crypto_client_initial_cb;
-  cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
-  cb.encrypt = ngtcp2_crypto_encrypt_cb;
-  cb.decrypt = ngtcp2_crypto_decrypt_cb;
-  cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
-  cb.recv_retry = ngtcp2_crypto_recv_retry_cb;
-  cb.rand = rand_cb;
-  cb.get_new_connection_id = new_cid_cb;
-  cb.update_key = ngtcp2_crypto_update_key_cb;
-  cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
-  cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
-  cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
-  cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+  xdpq::quic::set_client_crypto_callbacks(cb);
   cb.handshake_completed = [](ngtcp2_conn *, void *ud) { return C(ud).on_handshake_done(); };
   cb.recv_stream_data = [](ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t,
                            const uint8_t *d, size_t n, void *ud, void *) {
@@ -286,15 +266,8 @@ bool Conn::start() {
                              nullptr, this) != 0) {
     return false;
   }
-  gnutls_init(&tls_, GNUTLS_CLIENT | GNUTLS_NO_END_OF_EARLY_DATA);
-  gnutls_priority_set_direct(tls_, "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3",
-                             nullptr);
-  ngtcp2_crypto_gnutls_configure_client_session(tls_);
-  gnutls_session_set_ptr(tls_, &ref_);
-  gnutls_credentials_set(tls_, GNUTLS_CRD_CERTIFICATE, w_.cred());
-  gnutls_datum_t alpn{reinterpret_cast<unsigned char *>(const_cast<char *>("h3")), 2};
-  gnutls_alpn_set_protocols(tls_, &alpn, 1, 0);
-  gnutls_server_name_set(tls_, GNUTLS_NAME_DNS, "localhost", 9);
+  tls_ = xdpq::quic::new_client_session(w_.cred(), &ref_, "localhost");
+  if (!tls_) return false;
   ngtcp2_conn_set_tls_native_handle(conn_, tls_);
   w_.loop().watch(fd_, this);
   started_at_ = last_progress_ = monotonic_ns();

@@ -143,18 +143,19 @@ private:
     }
   }
 
+  // Looks at the first bytes without consuming them. Returns how many, or
+  // 0 when there is nothing yet (the connection is finished on EOF/error).
+  size_t peek(char *buf, size_t len) {
+    ssize_t n = recv(fd_, buf, len, MSG_PEEK);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) finish();
+    return 0;
+  }
+
   bool peek_tls() {
-    uint8_t b;
-    ssize_t n = recv(fd_, &b, 1, MSG_PEEK);
-    if (n == 0) {
-      finish();
-      return false;
-    }
-    if (n < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK) finish();
-      return false;
-    }
-    if (b != 0x16) { // not a TLS handshake record: someone speaks plain text
+    char b;
+    if (peek(&b, 1) == 0) return false;
+    if (static_cast<uint8_t>(b) != 0x16) { // not a TLS handshake record: someone speaks plain text
       srv_.mutable_stats().plaintext_on_tls += 1;
       [[maybe_unused]] auto w =
           send(fd_, PLAINTEXT_REPLY.data(), PLAINTEXT_REPLY.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -172,19 +173,12 @@ private:
 
   bool detect_protocol() {
     char buf[4];
-    ssize_t n = recv(fd_, buf, sizeof(buf), MSG_PEEK);
-    if (n == 0) {
-      finish();
-      return false;
-    }
-    if (n < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK) finish();
-      return false;
-    }
-    if (n < 4 && std::string_view(buf, static_cast<size_t>(n)) == std::string_view("PRI ", n)) {
+    size_t n = peek(buf, sizeof(buf));
+    if (n == 0) return false;
+    if (n < 4 && std::string_view(buf, n) == std::string_view("PRI ", n)) {
       return false; // wait for enough bytes to tell h2c from HTTP/1.1
     }
-    open_session(std::string_view(buf, static_cast<size_t>(n)) == "PRI ");
+    open_session(std::string_view(buf, n) == "PRI ");
     return true;
   }
 

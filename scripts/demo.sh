@@ -10,12 +10,14 @@ bash scripts/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release >/dev/null
 XDPQD=build/release/xdpqd
+XDPQCTL=build/release/xdpqctl
 
 PORT="${PORT:-4433}"
 LOG="$(mktemp -t xdpqd-demo.XXXXXX.log)"
 OUT="$(mktemp -d -t xdpq-demo.XXXXXX)"
+CTL="$OUT/xdpqd.sock"
 echo "== starting xdpqd on 127.0.0.1:$PORT (log: $LOG)"
-"$XDPQD" --listen "127.0.0.1:$PORT" --listen "[::1]:$PORT" >"$LOG" 2>&1 &
+"$XDPQD" --listen "127.0.0.1:$PORT" --listen "[::1]:$PORT" --control-socket "$CTL" >"$LOG" 2>&1 &
 PID=$!
 trap 'kill -TERM $PID 2>/dev/null || true; wait $PID 2>/dev/null || true' EXIT
 for _ in $(seq 50); do
@@ -48,7 +50,15 @@ fetch "[::1]" /bytes/1048576
 echo "-- received $(stat -c %s "$OUT/1048576") bytes, sha256 $(sha256sum "$OUT/1048576" | cut -c1-16)..."
 
 echo
-echo "== stopping xdpqd"
+echo "== GET /healthz over HTTP/2 on TCP (same address and port; note alt-svc)"
+curl -sk --http2 -D - -o /dev/null "https://127.0.0.1:$PORT/healthz" | sed 's/^/   client| /'
+
+echo
+echo "== xdpqctl status"
+"$XDPQCTL" --socket "$CTL" status | sed 's/^/   | /'
+
+echo
+echo "== stopping xdpqd (SIGTERM: graceful drain)"
 kill -TERM $PID
 wait $PID || true
 trap - EXIT

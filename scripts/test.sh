@@ -12,6 +12,12 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 
+# The release build (the demo's and the benchmarks') must build warning-free
+# too; it runs first so the test summary is the last thing printed.
+echo "== release: build"
+cmake --preset release -DXDPQ_WERROR=ON >/dev/null
+cmake --build --preset release
+
 presets=(dev)
 [[ "${SKIP_SANITIZERS:-0}" == 1 ]] || presets+=(asan-ubsan)
 for p in "${presets[@]}"; do
@@ -21,7 +27,3 @@ for p in "${presets[@]}"; do
   echo "== $p: tests"
   ctest --preset "$p" "$@"
 done
-# The release build (the demo's and the benchmarks') must build warning-free too.
-echo "== release: build"
-cmake --preset release -DXDPQ_WERROR=ON >/dev/null
-cmake --build --preset release

@@ -2,6 +2,7 @@
 
 #include "control/self_signed.h"
 #include "http/router.h"
+#include "quic/client_setup.h"
 
 #include <gnutls/crypto.h>
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
@@ -41,17 +42,6 @@ TestClient &cl(void *ud) { return *static_cast<TestClient *>(ud); }
 
 ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref) {
   return static_cast<TestClient *>(ref->user_data)->conn();
-}
-
-void rand_cb(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *) {
-  gnutls_rnd(GNUTLS_RND_NONCE, dest, len);
-}
-
-int new_cid_cb(ngtcp2_conn *, ngtcp2_cid *cid, uint8_t *token, size_t cidlen, void *) {
-  gnutls_rnd(GNUTLS_RND_NONCE, cid->data, cidlen);
-  cid->datalen = cidlen;
-  gnutls_rnd(GNUTLS_RND_NONCE, token, NGTCP2_STATELESS_RESET_TOKENLEN);
-  return 0;
 }
 
 int recv_stream_data_cb(ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t, const uint8_t *data,
@@ -140,19 +130,7 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path)
   ref_.get_conn = get_conn;
   ref_.user_data = this;
   ngtcp2_callbacks cb{};
-  cb.client_initial = ngtcp2_crypto_client_initial_cb;
-  cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
-  cb.encrypt = ngtcp2_crypto_encrypt_cb;
-  cb.decrypt = ngtcp2_crypto_decrypt_cb;
-  cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
-  cb.recv_retry = ngtcp2_crypto_recv_retry_cb;
-  cb.rand = rand_cb;
-  cb.get_new_connection_id = new_cid_cb;
-  cb.update_key = ngtcp2_crypto_update_key_cb;
-  cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
-  cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
-  cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
-  cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+  quic::set_client_crypto_callbacks(cb);
   cb.recv_stream_data = recv_stream_data_cb;
   cb.acked_stream_data_offset = acked_cb;
   cb.stream_close = stream_close_cb;
@@ -183,15 +161,8 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path)
     throw std::runtime_error("ngtcp2_conn_client_new");
   }
   gnutls_certificate_allocate_credentials(&cred_);
-  gnutls_init(&tls_, GNUTLS_CLIENT | GNUTLS_NO_END_OF_EARLY_DATA);
-  gnutls_priority_set_direct(tls_,
-                             "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3", nullptr);
-  ngtcp2_crypto_gnutls_configure_client_session(tls_);
-  gnutls_session_set_ptr(tls_, &ref_);
-  gnutls_credentials_set(tls_, GNUTLS_CRD_CERTIFICATE, cred_);
-  gnutls_datum_t alpn{reinterpret_cast<unsigned char *>(const_cast<char *>("h3")), 2};
-  gnutls_alpn_set_protocols(tls_, &alpn, 1, 0);
-  gnutls_server_name_set(tls_, GNUTLS_NAME_DNS, "localhost", 9);
+  tls_ = quic::new_client_session(cred_, &ref_, "localhost");
+  if (!tls_) throw std::runtime_error("client TLS session");
   ngtcp2_conn_set_tls_native_handle(conn_, tls_);
 }
 

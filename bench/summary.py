@@ -1,0 +1,48 @@
+#!/usr/bin/python3
+"""Condenses a bench/run.py results directory into the README's key table:
+one row per cell, the median req/s of each variant, and the verdict of the
+per-round ratios (see report.md for every number).
+    bench/summary.py bench/results/DIR
+"""
+
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import cell_name, paired_ratios  # noqa: E402
+
+
+def main():
+    d = sys.argv[1]
+    res = json.load(open(os.path.join(d, "results.json")))
+    runs, meta = res["runs"], res["meta"]
+    cols = ["xdpq-afxdp", "xdpq-socket", "gtlsserver", "xdpq-h2", "nginx-h2"]
+    cells = []
+    for r in runs:
+        if (cell_name(r), r["proto"]) not in cells:
+            cells.append((cell_name(r), r["proto"]))
+    verdicts = {}
+    for cell, a, b, med, lo, hi, verdict, _ in paired_ratios(runs):
+        proto = "h2" if a.endswith("-h2") else ("udp" if cell.startswith("UDP") else "h3")
+        verdicts.setdefault((cell, proto), []).append(f"{a.replace('xdpq-', '')}/{b.replace('xdpq-', '')} "
+                                             f"{med:.2f} ({verdict.replace('xdpq-', '')})")
+    print(f"Commit `{meta['git_commit'][:12]}`, {meta['date'][:10]}, kernel "
+          f"{meta['machine']['kernel']}, {meta['machine']['cpus']} vCPUs "
+          f"({meta['machine']['cpu_model']}); `{meta['command']}`; "
+          f"{meta['rounds']} alternating rounds of {meta['seconds_per_run']:g} s, medians.\n")
+    print("| proto | cell | " + " | ".join(cols) + " | ratios (median A/B, verdict) |")
+    print("|---|---|" + "---:|" * len(cols) + "---|")
+    for cell, proto in cells:
+        row = []
+        for v in cols:
+            xs = [r["req_per_s"] for r in runs if cell_name(r) == cell and r["variant"] == v
+                  and r["proto"] == proto and r.get("req_per_s")]
+            row.append(f"{statistics.median(xs):,.0f}" if xs else "")
+        print(f"| {proto} | {cell} | " + " | ".join(row) + " | " +
+              "; ".join(verdicts.get((cell, proto), [])) + " |")
+
+
+if __name__ == "__main__":
+    main()
