@@ -284,7 +284,9 @@ std::string Server::status_text(bool json) {
   t << "xdpqd " XDPQ_VERSION " (pid " << getpid() << "), up " << up << " s, "
     << (draining_ ? "draining" : "running") << "\n"
     << "listen:     " << listen << "\n"
-    << "dataplane:  " << dataplane_info_ << "\n";
+    << "dataplane:  "
+    << (dataplane_info_.starts_with("dataplane ") ? dataplane_info_.substr(10) : dataplane_info_)
+    << "\n";
   if (!xdp_mode.empty()) {
     t << "xdp:        " << opts_.interface << ", " << xdp_mode << " mode, program id " << prog
       << "\n";
