@@ -75,7 +75,7 @@ class ControlTest(TimedTestCase):
             srv.control_socket = sock
             rc, out, _ = xdpqctl(srv, "status")
             self.assertEqual(rc, 0, out)
-            self.assertIn("dataplane socket", out)
+            self.assertRegex(out, r"dataplane:\s+socket")
             rc, out, _ = xdpqctl(srv, "status", json_out=True)
             st = json.loads(out)
             self.assertEqual(st["dataplane"], "socket")
