@@ -62,6 +62,11 @@ class Server:
         if workers:
             self.args += ["--workers", str(workers)]
         self.args += list(args)
+        if "--drain-timeout" not in args and "--config" not in args:
+            # SIGTERM drains; a peer that vanished under loss leaves a stream
+            # "in flight" until the drain timeout. Keep it short in tests
+            # (test_control covers the drain itself).
+            self.args += ["--drain-timeout", "2000"]
         if "--control-socket" not in args and "--config" not in args:
             # A socket of its own, so tests never collide on the default path.
             self.control_socket = tempfile.mktemp(prefix="xdpqd-", suffix=".sock")
