@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 using namespace xdpq;
@@ -125,17 +126,24 @@ void BM_QpackEncodeTypicalResponse(benchmark::State &state) {
 BENCHMARK(BM_QpackEncodeTypicalResponse);
 
 #ifdef XDPQ_HAVE_AFXDP
-// The XDP program itself, through BPF_PROG_TEST_RUN (needs root).
-void BM_XdpProgram(benchmark::State &state) {
+// The XDP program serving 10.0.0.1:443, or nullptr (error set) without root.
+std::unique_ptr<dataplane::XdpProgram> load_xdp(benchmark::State &state) {
   if (geteuid() != 0) {
     state.SkipWithError("needs root to load the XDP program");
-    return;
+    return nullptr;
   }
-  dataplane::XdpProgram prog;
-  prog.add_served(*dataplane::parse_address("10.0.0.1:443"));
+  auto prog = std::make_unique<dataplane::XdpProgram>();
+  prog->add_served(*dataplane::parse_address("10.0.0.1:443"));
+  return prog;
+}
+
+// The XDP program itself, through BPF_PROG_TEST_RUN.
+void BM_XdpProgram(benchmark::State &state) {
+  auto prog = load_xdp(state);
+  if (!prog) return;
   auto f = sample_frame(static_cast<size_t>(state.range(0)));
   for (auto _ : state) {
-    benchmark::DoNotOptimize(prog.test_run(f));
+    benchmark::DoNotOptimize(prog->test_run(f));
   }
   state.SetItemsProcessed(state.iterations());
   state.SetLabel("includes the syscall; kernel-side ns/packet is lower");
@@ -144,16 +152,12 @@ BENCHMARK(BM_XdpProgram)->Arg(60)->Arg(1200);
 
 // Kernel-side cost per packet: the kernel repeats the run and times it.
 void BM_XdpProgramKernelNs(benchmark::State &state) {
-  if (geteuid() != 0) {
-    state.SkipWithError("needs root to load the XDP program");
-    return;
-  }
-  dataplane::XdpProgram prog;
-  prog.add_served(*dataplane::parse_address("10.0.0.1:443"));
+  auto prog = load_xdp(state);
+  if (!prog) return;
   auto f = sample_frame(static_cast<size_t>(state.range(0)));
   uint64_t total = 0, n = 0;
   for (auto _ : state) {
-    total += prog.test_run_ns(f, 10000);
+    total += prog->test_run_ns(f, 10000);
     ++n;
   }
   state.counters["kernel_ns_per_packet"] = n ? static_cast<double>(total) / n : 0;

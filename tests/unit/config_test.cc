@@ -1,6 +1,8 @@
 #include "control/config.h"
 #include "control/options.h"
 
+#include "parse_args.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -18,19 +20,9 @@ std::string write_config(const std::string &text) {
   return path;
 }
 
-Options parse(std::vector<std::string> args) {
-  std::vector<const char *> argv = {"xdpqd"};
-  for (auto &a : args) argv.push_back(a.c_str());
-  return parse_options(static_cast<int>(argv.size()), argv.data());
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const UsageError &e) {
-    return e.what();
-  }
-  return "";
+Options parse(const std::vector<std::string> &args) { return xdpq::testing::parse_args(args); }
+std::string error_of(const std::vector<std::string> &args) {
+  return xdpq::testing::parse_error(args);
 }
 
 } // namespace

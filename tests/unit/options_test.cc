@@ -1,21 +1,15 @@
 #include "control/options.h"
 
+#include "parse_args.h"
+
 #include <gtest/gtest.h>
 
 using namespace xdpq::control;
 
 namespace {
-Options parse(std::vector<const char *> args) {
-  args.insert(args.begin(), "xdpqd");
-  return parse_options(static_cast<int>(args.size()), args.data());
-}
-std::string error_of(std::vector<const char *> args) {
-  try {
-    parse(std::move(args));
-  } catch (const UsageError &e) {
-    return e.what();
-  }
-  return "";
+Options parse(const std::vector<std::string> &args) { return xdpq::testing::parse_args(args); }
+std::string error_of(const std::vector<std::string> &args) {
+  return xdpq::testing::parse_error(args);
 }
 } // namespace
 
