@@ -403,15 +403,6 @@ void Connection::enter_draining() {
   ep_.timers().schedule(timer_, ep_.clock().now() + 3 * ngtcp2_conn_get_pto(conn_));
 }
 
-std::vector<ngtcp2_cid> Connection::cids() const {
-  std::vector<ngtcp2_cid> v;
-  if (!conn_) return v;
-  v.resize(ngtcp2_conn_get_num_scid(conn_));
-  v.resize(ngtcp2_conn_get_scid(conn_, v.data()));
-  v.push_back(*ngtcp2_conn_get_client_initial_dcid(conn_));
-  return v;
-}
-
 void Connection::retire() {
   if (state_ == State::dead) return;
   state_ = State::dead;
@@ -569,7 +560,7 @@ int Connection::on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t cidlen) {
 }
 
 int Connection::on_remove_cid(const ngtcp2_cid *cid) {
-  ep_.remove_cid(*cid);
+  ep_.remove_cid(*cid, this);
   return 0;
 }
 

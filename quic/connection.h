@@ -49,10 +49,11 @@ public:
 
   bool pending_write = false; // queued in the endpoint's write list
   bool retired = false;
+  // Every key the endpoint's CID table routes to this connection (kept by
+  // the endpoint; removed with the connection).
+  std::vector<CidKey> routes;
 
   ngtcp2_conn *conn() const { return conn_; }
-  // Every CID the endpoint may route to this connection.
-  std::vector<ngtcp2_cid> cids() const;
   bool handshake_done() const { return handshake_done_; }
 
   // ngtcp2 callbacks (called from the C trampolines).

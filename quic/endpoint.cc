@@ -59,9 +59,26 @@ void Endpoint::make_cid(ngtcp2_cid &cid, size_t len) {
   gnutls_rnd(GNUTLS_RND_NONCE, cid.data + 1, len - 1);
 }
 
-void Endpoint::add_cid(const ngtcp2_cid &cid, Connection *c) { cids_[CidKey::from(cid)] = c; }
+void Endpoint::add_cid(const ngtcp2_cid &cid, Connection *c) {
+  auto key = CidKey::from(cid);
+  // A key routed already (another client's DCID, reused) stays its owner's.
+  if (cids_.try_emplace(key, c).second) c->routes.push_back(key);
+}
 
-void Endpoint::remove_cid(const ngtcp2_cid &cid) { cids_.erase(CidKey::from(cid)); }
+void Endpoint::drop_routes(Connection *c) {
+  for (const auto &key : c->routes) {
+    auto it = cids_.find(key);
+    if (it != cids_.end() && it->second == c) cids_.erase(it);
+  }
+  c->routes.clear();
+}
+
+void Endpoint::remove_cid(const ngtcp2_cid &cid, Connection *c) {
+  auto key = CidKey::from(cid);
+  auto it = cids_.find(key);
+  if (it != cids_.end() && it->second == c) cids_.erase(it);
+  std::erase(c->routes, key);
+}
 
 void Endpoint::want_write(Connection *c) {
   if (!c->pending_write && !c->retired) {
@@ -166,6 +183,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   auto conn = std::make_unique<Connection>(*this);
   Connection *c = conn.get();
   if (c->init(hd, dg.path, podcid, token) != 0) {
+    drop_routes(c);
     stats_.drop_unparsable += 1; // no resources for it; the client retries
     return;
   }
@@ -173,7 +191,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   stats_.handshakes_started += 1;
   ++handshakes_in_progress_;
   // The client's DCID routes its further Initials until it switches CIDs.
-  cids_[CidKey::from(hd.dcid)] = c;
+  add_cid(hd.dcid, c);
   c->on_datagram(dg.path, dg.ecn, dg.data, dg.len);
 }
 
@@ -298,10 +316,7 @@ void Endpoint::end_of_pass() {
   }
   pending_writes_.erase(pending_writes_.begin(), pending_writes_.begin() + static_cast<long>(i));
   for (Connection *c : retired_) {
-    for (const auto &cid : c->cids()) {
-      auto it = cids_.find(CidKey::from(cid));
-      if (it != cids_.end() && it->second == c) cids_.erase(it);
-    }
+    drop_routes(c);
     if (c->pending_write) {
       std::erase(pending_writes_, c);
     }

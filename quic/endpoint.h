@@ -85,17 +85,6 @@ struct EndpointStats {
   dataplane::Histogram handshake_time; // first Initial to handshake completed
 };
 
-struct CidKey {
-  uint8_t len = 0;
-  uint8_t data[NGTCP2_MAX_CIDLEN] = {};
-  static CidKey from(const uint8_t *p, size_t n);
-  static CidKey from(const ngtcp2_cid &c) { return from(c.data, c.datalen); }
-  bool operator==(const CidKey &o) const;
-};
-struct CidKeyHash {
-  size_t operator()(const CidKey &k) const;
-};
-
 class Endpoint {
 public:
   static constexpr size_t SCID_LEN = 18;
@@ -130,6 +119,8 @@ public:
   void set_tls(TlsContext &tls) { tls_ = &tls; }
 
   size_t connection_count() const { return conns_.size(); }
+  // Entries in the CID routing table (every one names a live connection).
+  size_t route_count() const { return cids_.size(); }
   size_t handshakes_in_progress() const { return handshakes_in_progress_; }
   const EndpointStats &stats() const { return stats_; }
   const http::H3Stats &h3_stats() const { return h3_stats_; }
@@ -145,13 +136,17 @@ public:
   http::H3Stats &mutable_h3_stats() { return h3_stats_; }
   const std::shared_ptr<const http::Router> &router() const { return router_; }
   void make_cid(ngtcp2_cid &cid, size_t len);
+  // Routes cid to c. The route is c's: it is removed by remove_cid or,
+  // whatever ngtcp2 recorded, when c is freed, so no entry ever outlives
+  // its connection.
   void add_cid(const ngtcp2_cid &cid, Connection *c);
-  void remove_cid(const ngtcp2_cid &cid);
+  void remove_cid(const ngtcp2_cid &cid, Connection *c);
   void want_write(Connection *c);
   void retire(Connection *c);
   void handshake_done(Connection *c);
 
 private:
+  void drop_routes(Connection *c);
   void accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid &vc);
   void send_version_negotiation(const dataplane::RxDatagram &dg, const ngtcp2_version_cid &vc);
   void send_retry(const dataplane::RxDatagram &dg, const ngtcp2_pkt_hd &hd);

@@ -1,6 +1,8 @@
 #pragma once
 // Plain types shared by the endpoint and its connections.
 
+#include <ngtcp2/ngtcp2.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -16,6 +18,18 @@ struct ConnInfo {
   uint64_t bytes_out = 0;
   size_t streams = 0;
   std::string state;
+};
+
+// A connection ID as a hash-map key.
+struct CidKey {
+  uint8_t len = 0;
+  uint8_t data[NGTCP2_MAX_CIDLEN] = {};
+  static CidKey from(const uint8_t *p, size_t n);
+  static CidKey from(const ngtcp2_cid &c) { return from(c.data, c.datalen); }
+  bool operator==(const CidKey &o) const;
+};
+struct CidKeyHash {
+  size_t operator()(const CidKey &k) const;
 };
 
 } // namespace xdpq::quic

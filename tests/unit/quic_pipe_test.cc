@@ -248,3 +248,36 @@ TEST_F(QuicPipe, StatelessResetsAreRateLimited) {
   EXPECT_LE(answered, 6u);
   EXPECT_GE(stats().drop_reset_rate, 40u);
 }
+
+// Regression (issue 10, pre-authentication use-after-free): an Initial whose
+// Length runs past the datagram creates a connection that ngtcp2 rejects
+// before it records the client's DCID. The endpoint's route for that DCID
+// must die with the connection, or a second copy reaches freed memory.
+TEST_F(QuicPipe, RejectedInitialLeavesNoDanglingRoute) {
+  TestServer srv(clock_, cfg_, secrets_);
+  auto initial = [](const std::vector<uint8_t> &dcid) {
+    std::vector<uint8_t> p = {0xc3, 0, 0, 0, 1, static_cast<uint8_t>(dcid.size())};
+    p.insert(p.end(), dcid.begin(), dcid.end());
+    p.push_back(8);
+    for (int i = 0; i < 8; ++i) p.push_back(static_cast<uint8_t>(0x20 + i));
+    p.push_back(0x00);                    // no token
+    p.push_back(0x4f);                    // Length 4095: past the end
+    p.push_back(0xff);
+    p.resize(1200, 0x5a);
+    return p;
+  };
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<uint8_t> dcid(8);
+    for (int k = 0; k < 8; ++k) dcid[k] = static_cast<uint8_t>((i * 31 + k * 7) ^ (i >> 3));
+    auto pkt = initial(dcid);
+    srv.deliver(raw(pkt, static_cast<uint16_t>(20000 + i)));
+    clock_.set(clock_.now() + 2'000'000);
+    srv.deliver(raw(pkt, static_cast<uint16_t>(20000 + i)));
+  }
+  const auto &st = srv.endpoint->stats();
+  // The second copy is a new (again rejected) Initial, never "routed".
+  EXPECT_EQ(st.datagrams_routed, 0u);
+  EXPECT_EQ(st.handshakes_started, 2000u);
+  EXPECT_EQ(srv.endpoint->connection_count(), 0u);
+  EXPECT_EQ(srv.endpoint->route_count(), 0u);
+}
