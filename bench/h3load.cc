@@ -150,6 +150,14 @@ private:
   uint64_t started_at_ = 0, last_progress_ = 0;
   int done_here_ = 0;
   bool handshake_ = false, closed_ = false, draining_ = false;
+  bool finish_wanted_ = false; // close politely at the next write()
+  uint64_t last_ts_ = 0;
+  // ngtcp2 requires timestamps that never go back.
+  uint64_t ts() {
+    uint64_t t = monotonic_ns();
+    if (t < last_ts_) t = last_ts_;
+    return last_ts_ = t;
+  }
   std::vector<uint8_t> txbuf_;
 };
 
@@ -356,7 +364,7 @@ void Conn::submit_more() {
     r.measured = w_.run().measuring(r.start);
     if (r.measured) w_.stats().started += 1;
   }
-  if (draining_ && reqs_.empty()) finish();
+  if (draining_ && reqs_.empty()) finish_wanted_ = true;
 }
 
 int Conn::on_stream_data(int64_t sid, const uint8_t *d, size_t n, bool fin) {
@@ -422,7 +430,7 @@ void Conn::complete(int64_t sid, bool ok) {
   ++done_here_;
   last_progress_ = now;
   if (w_.run().cfg.conn_per_request && reqs_.empty()) {
-    finish();
+    finish_wanted_ = true; // not from inside ngtcp2's read: write() closes
   } else {
     submit_more();
   }
@@ -448,11 +456,11 @@ void Conn::finish() {
   ngtcp2_path_storage ps;
   ngtcp2_path_storage_zero(&ps);
   ngtcp2_pkt_info pi{};
-  ngtcp2_connection_close_error ce;
-  ngtcp2_connection_close_error_default(&ce);
-  ngtcp2_connection_close_error_set_application_error(&ce, NGHTTP3_H3_NO_ERROR, nullptr, 0);
+  ngtcp2_ccerr ce;
+  ngtcp2_ccerr_default(&ce);
+  ngtcp2_ccerr_set_application_error(&ce, NGHTTP3_H3_NO_ERROR, nullptr, 0);
   auto n = ngtcp2_conn_write_connection_close(conn_, &ps.path, &pi, txbuf_.data(), 1452, &ce,
-                                              monotonic_ns());
+                                              ts());
   if (n > 0) [[maybe_unused]] auto s = ::send(fd_, txbuf_.data(), static_cast<size_t>(n), 0);
   closed_ = true;
   w_.conn_done(this);
@@ -473,7 +481,7 @@ void Conn::on_io(uint32_t) {
     }
     int n = recvmmsg(fd_, msgs, BATCH, MSG_DONTWAIT, nullptr);
     if (n <= 0) break;
-    uint64_t now = monotonic_ns();
+    uint64_t now = ts();
     ngtcp2_path path{{reinterpret_cast<sockaddr *>(&local_), local_len_},
                      {reinterpret_cast<sockaddr *>(&remote_), remote_len_},
                      nullptr};
@@ -486,9 +494,11 @@ void Conn::on_io(uint32_t) {
         fail_all(false);
         return;
       }
+      if (finish_wanted_) break; // the rest of the batch is for a connection we close
     }
     last_progress_ = now;
     if (closed_) return;
+    if (finish_wanted_) break;
   }
   write();
 }
@@ -514,10 +524,11 @@ void Conn::send_batch(const uint8_t *data, size_t len, size_t seg) {
 
 void Conn::write() {
   if (closed_) return;
+  if (finish_wanted_) return finish();
   ngtcp2_path_storage ps;
   ngtcp2_path_storage_zero(&ps);
   ngtcp2_pkt_info pi{};
-  uint64_t ts = monotonic_ns();
+  const uint64_t now = ts();
   size_t off = 0, seg = 0;
   for (int pkts = 0; pkts < 64;) {
     int64_t sid = -1;
@@ -532,7 +543,7 @@ void Conn::write() {
     uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
     auto n = ngtcp2_conn_writev_stream(conn_, &ps.path, &pi, txbuf_.data() + off, 1452, &ndatalen,
                                        flags, sid, reinterpret_cast<const ngtcp2_vec *>(vec),
-                                       static_cast<size_t>(nvec), ts);
+                                       static_cast<size_t>(nvec), now);
     if (n < 0) {
       if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) { nghttp3_conn_block_stream(h3_, sid); continue; }
       if (n == NGTCP2_ERR_STREAM_SHUT_WR) { nghttp3_conn_shutdown_stream_write(h3_, sid); continue; }
@@ -556,7 +567,7 @@ void Conn::write() {
     ++pkts;
   }
   if (off) send_batch(txbuf_.data(), off, seg);
-  ngtcp2_conn_update_pkt_tx_time(conn_, ts);
+  ngtcp2_conn_update_pkt_tx_time(conn_, now);
   update_timer();
 }
 
@@ -568,7 +579,7 @@ void Conn::update_timer() {
 
 void Conn::on_timer() {
   if (closed_) return;
-  uint64_t now = monotonic_ns();
+  uint64_t now = ts();
   if (now >= last_progress_ + static_cast<uint64_t>(w_.run().cfg.timeout * 1e9)) {
     return fail_all(true);
   }

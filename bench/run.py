@@ -11,6 +11,8 @@ static files from one document root.
     bench/run.py --quick          # ~2 minutes
     bench/run.py                  # the full matrix, ~15 minutes
     bench/run.py --smoke          # one short cell: CI keeps the harness alive
+    bench/run.py --compare OLD/build/release --variants xdpq-socket,base-socket \
+        --cells '3B c=100'        # before/after a change, same client, alternating
 
 Writes OUT/results.json (raw runs, git commit, machine, exact commands),
 OUT/report.md (medians, ratios) and OUT/*.png (plots). Benchmarks measure;
@@ -22,6 +24,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -70,6 +73,9 @@ class Bench:
         self.args = args
         self.build = args.build
         self.xdpqd = os.path.join(self.build, "xdpqd")
+        # --compare: the same xdpq variants from another build ("base-*"), for
+        # before/after figures measured in one run.
+        self.base_xdpqd = os.path.join(args.compare, "xdpqd") if args.compare else None
         self.h3load = os.path.join(self.build, "h3load")
         self.udpecho = os.path.join(self.build, "udpecho")
         self.out = args.out
@@ -97,11 +103,15 @@ class Bench:
         pin = ["taskset", "-c", SERVER_CPU]
         common = ["--listen", f"{topo.srv_ip}:4433", "--cert", self.cert, "--key", self.key,
                   "--docroot", self.docroot] + (["--echo"] if echo else [])
+        binary = self.xdpqd
+        if variant.startswith("base-"):
+            binary = self.base_xdpqd
+            variant = "xdpq-" + variant[5:]
         if variant == "xdpq-afxdp":
-            return [self.xdpqd, "--dataplane", "afxdp", "--interface", topo.srv_if,
+            return [binary, "--dataplane", "afxdp", "--interface", topo.srv_if,
                     "--xdp-mode", "native", "--cpus", SERVER_CPU, *common]
         if variant in ("xdpq-socket", "xdpq-h2"):
-            return [self.xdpqd, "--dataplane", "socket", "--workers", "1", "--cpus",
+            return [binary, "--dataplane", "socket", "--workers", "1", "--cpus",
                     SERVER_CPU, *common]
         if variant == "gtlsserver":
             return pin + ["gtlsserver", "-q", "-d", self.docroot, topo.srv_ip, "4433",
@@ -134,7 +144,7 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
     def stop_server(self, proc, log, variant=""):
         # xdpqd drains on SIGTERM (up to its drain timeout while the load
         # generator's abandoned streams look in flight); SIGINT stops at once.
-        proc.send_signal(signal.SIGINT if variant.startswith("xdpq") else signal.SIGTERM)
+        proc.send_signal(signal.SIGINT if is_xdpq(variant) else signal.SIGTERM)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -189,8 +199,7 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             self.stop_server(proc, log, variant)
         res = {"h3": parse_h3load, "h2": parse_h2load, "udp": parse_udpecho}[proto](r.stdout)
         server_stats = {}
-        if variant.startswith("xdpq"):
-            import re
+        if is_xdpq(variant):
             m = re.search(r"stats (\{.*\})", open(log.name).read())
             if m:
                 server_stats = {k: v for k, v in json.loads(m.group(1)).items() if v}
@@ -240,24 +249,36 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                         for c, m in loads(b)]
         return h3_cells, h2_cells, echo_cells
 
+    def wanted(self, variant, cell):
+        a = self.args
+        if a.variants and variant not in a.variants.split(","):
+            return False
+        if a.cells and not re.search(a.cells, cell_name(cell)):
+            return False
+        return True
+
     def run(self):
         h3_cells, h2_cells, echo_cells = self.matrix()
         h3_variants = ["xdpq-afxdp", "xdpq-socket"] + ([] if self.args.smoke else ["gtlsserver"])
+        h2_variants = ["xdpq-h2", "nginx-h2"]
+        echo_variants = ["xdpq-afxdp", "xdpq-socket"]
+        if self.base_xdpqd:
+            h3_variants += ["base-afxdp", "base-socket"]
+            h2_variants.append("base-h2")
+            echo_variants += ["base-afxdp", "base-socket"]
         with Topology() as topo:
             for rnd in range(self.args.rounds):
                 self.round = rnd
                 print(f"round {rnd + 1}/{self.args.rounds}", flush=True)
-                for cell in h3_cells:
-                    for v in h3_variants:
-                        if cell.get("gen") and not v.startswith("xdpq"):
-                            continue  # /bytes/N is xdpq's own route
-                        self.run_cell(v, "h3", cell, topo)
-                for cell in h2_cells:
-                    for v in ("xdpq-h2", "nginx-h2"):
-                        self.run_cell(v, "h2", cell, topo)
-                for cell in echo_cells:
-                    for v in ("xdpq-afxdp", "xdpq-socket"):
-                        self.run_cell(v, "udp", cell, topo)
+                for proto, cells, variants in (("h3", h3_cells, h3_variants),
+                                               ("h2", h2_cells, h2_variants),
+                                               ("udp", echo_cells, echo_variants)):
+                    for cell in cells:
+                        for v in variants:
+                            if cell.get("gen") and not is_xdpq(v):
+                                continue  # /bytes/N is xdpq's own route
+                            if self.wanted(v, cell):
+                                self.run_cell(v, proto, cell, topo)
         self.report()
 
     # --- report --------------------------------------------------------------
@@ -310,6 +331,10 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             f.write("\n".join(md) + "\n")
         plots(rows, self.out)
         print("\n".join(md))
+
+
+def is_xdpq(variant):
+    return variant.startswith("xdpq") or variant.startswith("base-")
 
 
 def fmt(v, digits=1):
@@ -400,7 +425,8 @@ def summarize(runs):
 
 
 PAIRS = (("xdpq-afxdp", "xdpq-socket"), ("xdpq-afxdp", "gtlsserver"),
-         ("xdpq-socket", "gtlsserver"), ("xdpq-h2", "nginx-h2"))
+         ("xdpq-socket", "gtlsserver"), ("xdpq-h2", "nginx-h2"),
+         ("xdpq-afxdp", "base-afxdp"), ("xdpq-socket", "base-socket"), ("xdpq-h2", "base-h2"))
 
 
 def paired_ratios(runs):
@@ -488,6 +514,11 @@ def main():
     p.add_argument("--seconds", type=float, default=None, help="per run")
     p.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "latest"))
+    p.add_argument("--compare", metavar="BUILD",
+                   help="also run the xdpq variants from this build dir (base-afxdp, "
+                        "base-socket, base-h2): before/after figures in one run")
+    p.add_argument("--variants", help="comma list: run only these variants")
+    p.add_argument("--cells", help="regex: run only cells whose name matches")
     a = p.parse_args()
     if a.rounds is None:
         a.rounds = 1 if a.smoke else 3

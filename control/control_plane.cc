@@ -8,7 +8,7 @@
 // that format and closes. Errors: {"error": "..."} (json) or "error: ...".
 
 #include "control/config.h"
-#include "control/log.h"
+#include "base/log.h"
 #include "control/self_signed.h"
 #include "control/server.h"
 #include "control/systemd.h"

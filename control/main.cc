@@ -1,7 +1,7 @@
 // xdpqd: the xdpq daemon.
 
 #include "control/config.h"
-#include "control/log.h"
+#include "base/log.h"
 #include "control/options.h"
 #include "control/server.h"
 

@@ -1,7 +1,7 @@
 #include "control/options.h"
 
 #include "control/config.h"
-#include "control/log.h"
+#include "base/log.h"
 #include "dataplane/cpu.h"
 
 #include <charconv>

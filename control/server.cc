@@ -1,6 +1,6 @@
 #include "control/server.h"
 
-#include "control/log.h"
+#include "base/log.h"
 #include "control/self_signed.h"
 #include "control/worker.h"
 #include "dataplane/cpu.h"

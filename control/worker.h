@@ -5,7 +5,7 @@
 // from its own thread), never by touching its state.
 
 #include "control/capture.h"
-#include "control/log.h"
+#include "base/log.h"
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
 #include "http/tcp_server.h"

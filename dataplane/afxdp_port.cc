@@ -1,6 +1,6 @@
 #include "dataplane/afxdp_port.h"
 
-#include "control/log.h"
+#include "base/log.h"
 #include "dataplane/xdp_program.h"
 
 #include <linux/if_xdp.h>

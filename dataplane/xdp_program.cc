@@ -1,7 +1,7 @@
 #include "dataplane/xdp_program.h"
 
 #include "bpf/xdpq_shared.h"
-#include "control/log.h"
+#include "base/log.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>

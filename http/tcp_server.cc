@@ -1,6 +1,6 @@
 #include "http/tcp_server.h"
 
-#include "control/log.h"
+#include "base/log.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>

@@ -1,6 +1,6 @@
 #include "quic/connection.h"
 
-#include "control/log.h"
+#include "base/log.h"
 #include "quic/endpoint.h"
 
 #include <gnutls/crypto.h>
@@ -61,21 +61,42 @@ int cb_remove_connection_id(ngtcp2_conn *, const ngtcp2_cid *cid, void *ud) {
   return self(ud).on_remove_cid(cid);
 }
 
-int cb_recv_tx_key(ngtcp2_conn *, ngtcp2_crypto_level level, void *ud) {
+int cb_recv_tx_key(ngtcp2_conn *, ngtcp2_encryption_level level, void *ud) {
   return self(ud).on_recv_tx_key(level);
 }
+
+// The connection whose datagram ngtcp2 is reading on this thread: the
+// decrypt callback has no user data, and key updates are seen there.
+thread_local Connection *t_reading = nullptr;
 
 int cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t *tx_secret,
                   ngtcp2_crypto_aead_ctx *rx_aead_ctx, uint8_t *rx_iv,
                   ngtcp2_crypto_aead_ctx *tx_aead_ctx, uint8_t *tx_iv,
                   const uint8_t *current_rx_secret, const uint8_t *current_tx_secret,
                   size_t secretlen, void *ud) {
-  self(ud).on_key_update();
-  return ngtcp2_crypto_update_key_cb(conn, rx_secret, tx_secret, rx_aead_ctx, rx_iv, tx_aead_ctx,
-                                     tx_iv, current_rx_secret, current_tx_secret, secretlen, ud);
+  int rv = ngtcp2_crypto_update_key_cb(conn, rx_secret, tx_secret, rx_aead_ctx, rx_iv,
+                                       tx_aead_ctx, tx_iv, current_rx_secret, current_tx_secret,
+                                       secretlen, ud);
+  if (rv == 0) self(ud).next_rx_key = rx_aead_ctx->native_handle;
+  return rv;
 }
 
-int cb_path_validation(ngtcp2_conn *, uint32_t, const ngtcp2_path *,
+int cb_decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
+               const ngtcp2_crypto_aead_ctx *aead_ctx, const uint8_t *ciphertext,
+               size_t ciphertextlen, const uint8_t *nonce, size_t noncelen, const uint8_t *aad,
+               size_t aadlen) {
+  int rv = ngtcp2_crypto_decrypt_cb(dest, aead, aead_ctx, ciphertext, ciphertextlen, nonce,
+                                    noncelen, aad, aadlen);
+  // A packet that opens with the next generation's key: the peer updated.
+  Connection *c = t_reading;
+  if (rv == 0 && c && c->next_rx_key && aead_ctx->native_handle == c->next_rx_key) {
+    c->next_rx_key = nullptr;
+    c->on_key_update();
+  }
+  return rv;
+}
+
+int cb_path_validation(ngtcp2_conn *, uint32_t, const ngtcp2_path *, const ngtcp2_path *,
                        ngtcp2_path_validation_result res, void *ud) {
   self(ud).on_path_validation(res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS);
   return 0;
@@ -112,7 +133,7 @@ dataplane::Path from_ngtcp2(const ngtcp2_path &np) {
 Connection::Connection(Endpoint &ep) : ep_(ep), timer_(timer_fired, this) {
   conn_ref_.get_conn = get_conn;
   conn_ref_.user_data = this;
-  ngtcp2_connection_close_error_default(&last_error_);
+  ngtcp2_ccerr_default(&last_error_);
 }
 
 Connection::~Connection() {
@@ -132,7 +153,7 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
   cb.handshake_completed = cb_handshake_completed;
   cb.encrypt = ngtcp2_crypto_encrypt_cb;
-  cb.decrypt = ngtcp2_crypto_decrypt_cb;
+  cb.decrypt = cb_decrypt;
   cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
   cb.recv_stream_data = cb_recv_stream_data;
   cb.acked_stream_data_offset = cb_acked_stream_data_offset;
@@ -162,7 +183,10 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   settings.max_window = cfg.max_conn_window;
   settings.max_stream_window = cfg.max_stream_window;
   settings.cc_algo = NGTCP2_CC_ALGO_CUBIC;
-  settings.token = token; // ngtcp2 copies it; a validated token lifts the 3x limit
+  // ngtcp2 copies it; a validated token lifts the 3x limit.
+  settings.token = token.base;
+  settings.tokenlen = token.len;
+  settings.token_type = odcid ? NGTCP2_TOKEN_TYPE_RETRY : NGTCP2_TOKEN_TYPE_NEW_TOKEN;
 
   ngtcp2_transport_params params;
   ngtcp2_transport_params_default(&params);
@@ -181,6 +205,7 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   } else {
     params.original_dcid = hd.dcid;
   }
+  params.original_dcid_present = 1;
 
   ngtcp2_cid scid;
   ep_.make_cid(scid, Endpoint::SCID_LEN);
@@ -217,7 +242,9 @@ void Connection::on_datagram(const dataplane::Path &path, uint8_t ecn, const uin
   bytes_in_ += len;
   ngtcp2_path np = make_path(path);
   ngtcp2_pkt_info pi{ecn};
+  t_reading = this;
   int rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ep_.clock().now());
+  t_reading = nullptr;
   if (rv != 0) {
     switch (rv) {
     case NGTCP2_ERR_DRAINING:
@@ -229,14 +256,14 @@ void Connection::on_datagram(const dataplane::Path &path, uint8_t ecn, const uin
       return;
     case NGTCP2_ERR_CRYPTO:
       if (last_error_.error_code == 0) {
-        ngtcp2_connection_close_error_set_transport_error_tls_alert(
+        ngtcp2_ccerr_set_tls_alert(
             &last_error_, ngtcp2_conn_get_tls_alert(conn_), nullptr, 0);
       }
       fail();
       return;
     default:
       if (last_error_.error_code == 0) {
-        ngtcp2_connection_close_error_set_transport_error_liberr(&last_error_, rv, nullptr, 0);
+        ngtcp2_ccerr_set_liberr(&last_error_, rv, nullptr, 0);
       }
       fail();
       return;
@@ -268,7 +295,7 @@ bool Connection::write() {
     if (h3_ && ngtcp2_conn_get_max_data_left(conn_)) {
       nvec = h3_->writev_stream(stream_id, fin, vec, 16);
       if (nvec < 0) {
-        ngtcp2_connection_close_error_set_application_error(
+        ngtcp2_ccerr_set_application_error(
             &last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(nvec)),
             nullptr, 0);
         fail();
@@ -302,7 +329,7 @@ bool Connection::write() {
         h3_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
         continue;
       default:
-        ngtcp2_connection_close_error_set_transport_error_liberr(
+        ngtcp2_ccerr_set_liberr(
             &last_error_, static_cast<int>(nwrite), nullptr, 0);
         fail();
         return true;
@@ -338,8 +365,8 @@ ConnInfo Connection::info() const {
   if (conn_) {
     const ngtcp2_path *p = ngtcp2_conn_get_path(conn_);
     ci.peer = dataplane::Address::from(p->remote.addr, p->remote.addrlen).to_string();
-    ngtcp2_conn_stat cs;
-    ngtcp2_conn_get_conn_stat(conn_, &cs);
+    ngtcp2_conn_info cs;
+    ngtcp2_conn_get_conn_info(conn_, &cs);
     ci.rtt_us = cs.smoothed_rtt / 1000;
   }
   ci.age_ms = (ep_.clock().now() - started_at_) / 1'000'000;
@@ -354,18 +381,18 @@ ConnInfo Connection::info() const {
 
 void Connection::close(uint64_t app_error) {
   if (state_ != State::active) return;
-  ngtcp2_connection_close_error_set_application_error(&last_error_, app_error, nullptr, 0);
+  ngtcp2_ccerr_set_application_error(&last_error_, app_error, nullptr, 0);
   fail();
 }
 
 bool Connection::fail() {
   if (state_ != State::active) return false;
-  if (last_error_.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT_IDLE_CLOSE) {
+  if (last_error_.type == NGTCP2_CCERR_TYPE_IDLE_CLOSE) {
     ep_.mutable_stats().conns_idle_closed += 1;
     retire();
     return false;
   }
-  if (!(last_error_.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION &&
+  if (!(last_error_.type == NGTCP2_CCERR_TYPE_APPLICATION &&
         last_error_.error_code == NGHTTP3_H3_NO_ERROR)) {
     ep_.mutable_stats().conn_errors += 1;
     LOG_DEBUG("connection closed: error type %d code 0x%llx", static_cast<int>(last_error_.type),
@@ -426,7 +453,7 @@ void Connection::on_timer() {
   if (state_ != State::active) return;
   int rv = ngtcp2_conn_handle_expiry(conn_, ep_.clock().now());
   if (rv != 0) {
-    ngtcp2_connection_close_error_set_transport_error_liberr(&last_error_, rv, nullptr, 0);
+    ngtcp2_ccerr_set_liberr(&last_error_, rv, nullptr, 0);
     fail();
     return;
   }
@@ -464,15 +491,15 @@ int Connection::setup_h3() {
   return 0;
 }
 
-int Connection::on_recv_tx_key(ngtcp2_crypto_level level) {
-  if (level != NGTCP2_CRYPTO_LEVEL_APPLICATION) return 0;
+int Connection::on_recv_tx_key(ngtcp2_encryption_level level) {
+  if (level != NGTCP2_ENCRYPTION_LEVEL_1RTT) return 0;
   return setup_h3() == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
 }
 
 int Connection::on_recv_stream_data(uint32_t flags, int64_t stream_id, const uint8_t *data,
                                     size_t len) {
   if (!h3_ && setup_h3() != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
-  if ((flags & NGTCP2_STREAM_DATA_FLAG_EARLY) && !handshake_done_) {
+  if ((flags & NGTCP2_STREAM_DATA_FLAG_0RTT) && !handshake_done_) {
     // Request bytes that arrived in 0-RTT (counted once per connection).
     if (!early_counted_) {
       early_counted_ = true;
@@ -481,7 +508,7 @@ int Connection::on_recv_stream_data(uint32_t flags, int64_t stream_id, const uin
   }
   auto n = h3_->read_stream(stream_id, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
   if (n < 0) {
-    ngtcp2_connection_close_error_set_application_error(
+    ngtcp2_ccerr_set_application_error(
         &last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(n)), nullptr, 0);
     return NGTCP2_ERR_CALLBACK_FAILURE;
   }
@@ -500,7 +527,7 @@ int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_
   if (h3_) {
     int rv = h3_->close_stream(stream_id, app_error);
     if (rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND) {
-      ngtcp2_connection_close_error_set_application_error(
+      ngtcp2_ccerr_set_application_error(
           &last_error_, nghttp3_err_infer_quic_app_error_code(rv), nullptr, 0);
       return NGTCP2_ERR_CALLBACK_FAILURE;
     }
@@ -581,11 +608,11 @@ void Connection::h3_consume(int64_t stream_id, uint64_t n) {
 }
 
 void Connection::h3_stop_reading(int64_t stream_id, uint64_t app_error) {
-  ngtcp2_conn_shutdown_stream_read(conn_, stream_id, app_error);
+  ngtcp2_conn_shutdown_stream_read(conn_, 0, stream_id, app_error);
 }
 
 void Connection::h3_reset_writing(int64_t stream_id, uint64_t app_error) {
-  ngtcp2_conn_shutdown_stream_write(conn_, stream_id, app_error);
+  ngtcp2_conn_shutdown_stream_write(conn_, 0, stream_id, app_error);
 }
 
 } // namespace xdpq::quic

@@ -66,8 +66,12 @@ public:
   int on_handshake_completed();
   int on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t cidlen);
   int on_remove_cid(const ngtcp2_cid *cid);
-  int on_recv_tx_key(ngtcp2_crypto_level level);
+  int on_recv_tx_key(ngtcp2_encryption_level level);
+  // The peer switched to the next key generation (counted once each).
   void on_key_update();
+  // The next generation's receive key, derived ahead of the update that
+  // will use it (ngtcp2 derives it lazily); nullptr until then.
+  void *next_rx_key = nullptr;
   void on_path_validation(bool ok);
 
   // http::H3Transport
@@ -98,7 +102,7 @@ private:
   State state_ = State::active;
   bool handshake_done_ = false;
   bool early_counted_ = false;
-  ngtcp2_connection_close_error last_error_{};
+  ngtcp2_ccerr last_error_{};
   std::vector<uint8_t> close_packet_;
   dataplane::Path close_path_;
   uint64_t close_received_ = 0; // datagrams received while closing

@@ -1,6 +1,6 @@
 #include "quic/endpoint.h"
 
-#include "control/log.h"
+#include "base/log.h"
 #include "quic/connection.h"
 
 #include <gnutls/crypto.h>
@@ -150,10 +150,10 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   const ngtcp2_cid *podcid = nullptr;
   ngtcp2_vec token{};
   const uint64_t wall = clock_.wall();
-  if (hd.token.len > 0) {
-    if (hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
+  if (hd.tokenlen > 0) {
+    if (hd.token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
       if (ngtcp2_crypto_verify_retry_token(
-              &odcid, hd.token.base, hd.token.len, secrets_.token_key.data(),
+              &odcid, hd.token, hd.tokenlen, secrets_.token_key.data(),
               secrets_.token_key.size(), hd.version, &dg.path.remote.u.sa, dg.path.remote.len,
               &hd.dcid, cfg_.retry_token_lifetime, wall) != 0) {
         stats_.drop_bad_token += 1;
@@ -161,14 +161,14 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
         return;
       }
       podcid = &odcid;
-      token = hd.token;
-    } else if (hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR &&
+      token = {const_cast<uint8_t *>(hd.token), hd.tokenlen};
+    } else if (hd.token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR &&
                ngtcp2_crypto_verify_regular_token(
-                   hd.token.base, hd.token.len, secrets_.token_key.data(),
+                   hd.token, hd.tokenlen, secrets_.token_key.data(),
                    secrets_.token_key.size(), &dg.path.remote.u.sa, dg.path.remote.len,
                    cfg_.new_token_lifetime, wall) == 0) {
       stats_.new_tokens_accepted += 1;
-      token = hd.token;
+      token = {const_cast<uint8_t *>(hd.token), hd.tokenlen};
     }
   }
   bool validated = token.len > 0;

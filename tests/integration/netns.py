@@ -2,8 +2,8 @@
 
     server ns  [srv veth 10.77.x.1 fd77:x::1] ===== [cli veth 10.77.x.2 fd77:x::2]  client ns
 
-Fixed addresses and MACs; GRO off on the server side (AF_XDP copy mode must
-not see coalesced UDP). Torn down on exit even when the test fails. Needs
+Fixed addresses and MACs; GRO off on the server side and UDP segmentation
+offload off on the client side (AF_XDP must not see coalesced UDP). Torn down on exit even when the test fails. Needs
 root: under CI=true a missing privilege fails the test, it never skips.
 """
 
@@ -53,6 +53,11 @@ class Topology:
                 sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
                 sh("ip", "-n", ns, "addr", "add", f"{ip6}/64", "dev", dev, "nodad")
             sh("ethtool", "-K", self.srv_if, "gro", "off", ns=self.srv_ns)
+            # A veth hands a local sender's UDP GSO batch to its peer as one
+            # super-packet, which generic XDP then redirects whole: several
+            # QUIC datagrams glued into one. A real NIC segments on the wire;
+            # here the client's kernel must segment before the veth.
+            sh("ethtool", "-K", self.cli_if, "tx-udp-segmentation", "off", ns=self.cli_ns)
             # Wait for the link (and IPv6) to come up.
             sh("ping", "-c", "1", "-W", "2", self.srv_ip, ns=self.cli_ns)
         except Exception:

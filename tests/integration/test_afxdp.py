@@ -144,7 +144,8 @@ class AfXdpCases:
             r = self.fetch(srv, [f"/bytes/{size}"], "--change-local-addr=20ms", "-r", "0.001",
                            quiet=True, timeout=120)
             stats = srv.stop()
-        self.assertEqual(sha256(r.file(str(size))), sha256(pattern(size)))
+        self.assertEqual(sha256(r.file(str(size))), sha256(pattern(size)),
+                         r.output[-3000:] + "\n" + srv.output()[-3000:])
         self.assertGreater(stats["path_validations_ok"], 0)
 
     def test_ipv6(self):

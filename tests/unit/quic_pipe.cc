@@ -92,12 +92,12 @@ int h3_end_stream(nghttp3_conn *, int64_t sid, void *ud, void *) {
 }
 
 int h3_reset_stream(nghttp3_conn *, int64_t sid, uint64_t code, void *ud, void *) {
-  ngtcp2_conn_shutdown_stream_write(cl(ud).conn(), sid, code);
+  ngtcp2_conn_shutdown_stream_write(cl(ud).conn(), 0, sid, code);
   return 0;
 }
 
 int h3_stop_sending(nghttp3_conn *, int64_t sid, uint64_t code, void *ud, void *) {
-  ngtcp2_conn_shutdown_stream_read(cl(ud).conn(), sid, code);
+  ngtcp2_conn_shutdown_stream_read(cl(ud).conn(), 0, sid, code);
   return 0;
 }
 

@@ -1,4 +1,4 @@
-#include "control/log.h"
+#include "base/log.h"
 
 #include <unistd.h>
 
