@@ -7,7 +7,9 @@
 // where FORMAT is "json" or "text"; the server answers with one document in
 // that format and closes. Errors: {"error": "..."} (json) or "error: ...".
 
+#include "control/admin.h"
 #include "control/config.h"
+#include "control/counters.h"
 #include "base/log.h"
 #include "control/self_signed.h"
 #include "control/server.h"
@@ -56,113 +58,6 @@ std::string json_escape(const std::string &s) {
     }
   }
   return o;
-}
-
-// Name/value pairs of every counter of a snapshot, in a stable order.
-using Counters = std::vector<std::pair<std::string, uint64_t>>;
-
-Counters counters_of(const WorkerSnapshot &s) {
-  Counters c;
-  auto add = [&c](const char *n, uint64_t v) { c.emplace_back(n, v); };
-#define P(f) add(#f, s.port.f)
-  P(rx_datagrams); P(rx_bytes); P(tx_datagrams); P(tx_bytes); P(tx_sends); P(tx_gso_batches);
-  P(tx_dropped); P(rx_truncated); P(rx_errors);
-#undef P
-#define E(f) add(#f, s.endpoint.f)
-  E(datagrams_in); E(datagrams_routed); E(drop_unparsable); E(drop_small_initial);
-  E(drop_unknown_packet); E(drop_bad_token); E(drop_conn_limit); E(drop_amplification);
-  E(drop_reset_rate); E(drop_closing); E(drop_tx_full); E(version_negotiations);
-  E(retries_sent); E(stateless_resets_sent); E(handshakes_started); E(handshakes_completed);
-  E(handshakes_failed); E(sessions_resumed); E(early_data_accepted); E(new_tokens_accepted);
-  E(conns_closed); E(conns_idle_closed); E(conn_errors); E(key_updates);
-  E(path_validations_ok); E(path_validations_failed); E(packets_out);
-#undef E
-  add("requests", s.h3.requests);
-  add("header_limit_rejects", s.h3.header_limit_rejects);
-  add("body_limit_rejects", s.h3.body_limit_rejects);
-  add("stream_errors", s.h3.stream_errors);
-  add("responses_2xx", s.h3.responses_by_class[2]);
-  add("responses_3xx", s.h3.responses_by_class[3]);
-  add("responses_4xx", s.h3.responses_by_class[4]);
-  add("responses_5xx", s.h3.responses_by_class[5]);
-  add("quic_connections", s.quic_connections);
-  if (s.has_tcp) {
-#define T(f) add("tcp_" #f, s.tcp.f)
-    T(accepted); T(refused_conn_limit); T(tls_handshake_failed); T(plaintext_on_tls);
-    T(h2_connections); T(h1_connections); T(requests); T(header_limit_rejects);
-    T(body_limit_rejects); T(bad_requests); T(goaways_sent); T(protocol_error_closes);
-    T(timeouts_handshake); T(timeouts_headers); T(timeouts_idle); T(timeouts_write); T(closed);
-    T(tls_writes); T(bytes_in); T(bytes_out);
-#undef T
-    add("tcp_responses_2xx", s.tcp.responses_by_class[2]);
-    add("tcp_responses_3xx", s.tcp.responses_by_class[3]);
-    add("tcp_responses_4xx", s.tcp.responses_by_class[4]);
-    add("tcp_responses_5xx", s.tcp.responses_by_class[5]);
-    add("tcp_connections", s.tcp_connections);
-  }
-#ifdef XDPQ_HAVE_AFXDP
-  if (s.has_afxdp) {
-    for (size_t i = 1; i < static_cast<size_t>(dataplane::ParseStatus::count_); ++i) {
-      c.emplace_back(std::string("rx_invalid_") +
-                         dataplane::parse_status_name(static_cast<dataplane::ParseStatus>(i)),
-                     s.afxdp.rx_invalid[i]);
-    }
-#define A(f) add("afxdp_" #f, s.afxdp.f)
-    A(tx_no_neighbor); A(tx_ring_full); A(tx_kicks); A(fill_starved); A(xdp_rx_dropped);
-    A(xdp_rx_invalid_descs); A(xdp_tx_invalid_descs); A(xdp_rx_ring_full);
-    A(xdp_rx_fill_ring_empty); A(xdp_tx_ring_empty);
-#undef A
-  }
-#endif
-  return c;
-}
-
-Counters sum(const std::vector<WorkerSnapshot> &snaps) {
-  Counters total;
-  for (const auto &s : snaps) {
-    auto c = counters_of(s);
-    if (total.empty()) {
-      total = c;
-      continue;
-    }
-    for (size_t i = 0; i < c.size() && i < total.size(); ++i) total[i].second += c[i].second;
-  }
-  return total;
-}
-
-std::string counters_json(const Counters &c) {
-  std::string j = "{";
-  for (size_t i = 0; i < c.size(); ++i) {
-    j += (i ? ",\"" : "\"") + c[i].first + "\":" + std::to_string(c[i].second);
-  }
-  return j + "}";
-}
-
-bool read_line(int fd, std::string &line, int timeout_ms) {
-  char buf[512];
-  while (line.size() < MAX_REQUEST) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, timeout_ms) <= 0) return false;
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) return false;
-    line.append(buf, static_cast<size_t>(n));
-    auto nl = line.find('\n');
-    if (nl != std::string::npos) {
-      line.resize(nl);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      return true;
-    }
-  }
-  return false;
-}
-
-void write_all(int fd, const std::string &s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
 }
 
 std::string default_control_path() {
@@ -275,8 +170,8 @@ std::string Server::status_text(bool json) {
              (s.zerocopy ? "true" : "false");
       }
 #endif
-      j += ",\"quic_connections\":" + std::to_string(s.quic_connections) +
-           ",\"tcp_connections\":" + std::to_string(s.tcp_connections) + "}";
+      j += ",\"quic_connections\":" + std::to_string(s.gauges.quic_connections) +
+           ",\"tcp_connections\":" + std::to_string(s.gauges.tcp_connections) + "}";
     }
     return j + "]}";
   }
@@ -302,56 +197,24 @@ std::string Server::status_text(bool json) {
     }
 #endif
     snprintf(line, sizeof(line), "%6d  %3d  %5s  %9s  %10zu  %9zu\n", s.id, s.cpu, queue.c_str(),
-             zc.c_str(), s.quic_connections, s.tcp_connections);
+             zc.c_str(), static_cast<size_t>(s.gauges.quic_connections),
+             static_cast<size_t>(s.gauges.tcp_connections));
     t << line;
   }
   return t.str();
 }
 
 std::string Server::stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const {
-  Counters total = sum(snaps);
-  Counters xdp;
-#ifdef XDPQ_HAVE_AFXDP
-  if (program_) {
-    auto c = program_->counters();
-    for (size_t i = 0; i < c.size(); ++i) xdp.emplace_back(dataplane::XDP_COUNTER_NAMES[i], c[i]);
+  Counters xdp = xdp_counters(program_.get());
+  if (!json) return counters_table(snaps, xdp);
+  Counters all = sum(snaps);
+  all.insert(all.end(), xdp.begin(), xdp.end());
+  std::string j = "{\"total\":" + counters_json(all) + ",\"workers\":[";
+  for (size_t i = 0; i < snaps.size(); ++i) {
+    j += (i ? "," : "") + std::string("{\"id\":") + std::to_string(snaps[i].id) +
+         ",\"counters\":" + counters_json(counters_of(snaps[i])) + "}";
   }
-#endif
-  if (json) {
-    Counters all = total;
-    all.insert(all.end(), xdp.begin(), xdp.end());
-    std::string j = "{\"total\":" + counters_json(all) + ",\"workers\":[";
-    for (size_t i = 0; i < snaps.size(); ++i) {
-      j += (i ? "," : "") + std::string("{\"id\":") + std::to_string(snaps[i].id) +
-           ",\"counters\":" + counters_json(counters_of(snaps[i])) + "}";
-    }
-    return j + "]}";
-  }
-  std::ostringstream t;
-  t << "counter                          total";
-  for (const auto &s : snaps) t << "   worker" << s.id;
-  t << "\n";
-  std::vector<Counters> per;
-  for (const auto &s : snaps) per.push_back(counters_of(s));
-  for (size_t i = 0; i < total.size(); ++i) {
-    char line[96];
-    snprintf(line, sizeof(line), "%-28s %9llu", total[i].first.c_str(),
-             static_cast<unsigned long long>(total[i].second));
-    t << line;
-    for (const auto &p : per) {
-      snprintf(line, sizeof(line), " %9llu",
-               static_cast<unsigned long long>(i < p.size() ? p[i].second : 0));
-      t << line;
-    }
-    t << "\n";
-  }
-  for (const auto &[n, v] : xdp) {
-    char line[96];
-    snprintf(line, sizeof(line), "%-28s %9llu  (XDP program, all CPUs)\n", n.c_str(),
-             static_cast<unsigned long long>(v));
-    t << line;
-  }
-  return t.str();
+  return j + "]}";
 }
 
 std::string Server::conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const {
@@ -403,61 +266,10 @@ std::string Server::conns_text(const std::vector<WorkerSnapshot> &snaps, bool js
   return t.str();
 }
 
-std::string Server::metrics_text(const std::vector<WorkerSnapshot> &snaps) const {
-  std::ostringstream t;
-  auto gauge = [](const std::string &n) {
-    return n == "quic_connections" || n == "tcp_connections";
-  };
-  std::vector<Counters> per;
-  for (const auto &s : snaps) per.push_back(counters_of(s));
-  if (!per.empty()) {
-    for (size_t i = 0; i < per[0].size(); ++i) {
-      const std::string &n = per[0][i].first;
-      std::string metric = "xdpq_" + n + (gauge(n) ? "" : "_total");
-      t << "# TYPE " << metric << (gauge(n) ? " gauge\n" : " counter\n");
-      for (size_t w = 0; w < per.size(); ++w) {
-        t << metric << "{worker=\"" << snaps[w].id << "\"} " << per[w][i].second << "\n";
-      }
-    }
-  }
-#ifdef XDPQ_HAVE_AFXDP
-  if (program_) {
-    auto c = program_->counters();
-    for (size_t i = 0; i < c.size(); ++i) {
-      std::string metric = std::string("xdpq_") + dataplane::XDP_COUNTER_NAMES[i] + "_total";
-      t << "# TYPE " << metric << " counter\n" << metric << " " << c[i] << "\n";
-    }
-  }
-#endif
-  auto histogram = [&t](const std::string &name, const std::string &labels,
-                        const dataplane::Histogram &h, bool header) {
-    if (header) t << "# TYPE " << name << " histogram\n";
-    uint64_t cum = 0;
-    for (size_t i = 0; i < h.counts.size(); ++i) {
-      cum += h.counts[i];
-      std::string le = i < dataplane::Histogram::BOUNDS_NS.size()
-                           ? std::to_string(dataplane::Histogram::BOUNDS_NS[i] / 1e9)
-                           : "+Inf";
-      if (le != "+Inf") {
-        le.erase(le.find_last_not_of('0') + 1);
-        if (le.back() == '.') le.pop_back();
-      }
-      t << name << "_bucket{" << labels << (labels.empty() ? "" : ",") << "le=\"" << le << "\"} "
-        << cum << "\n";
-    }
-    t << name << "_sum{" << labels << "} " << h.sum_ns / 1e9 << "\n";
-    t << name << "_count{" << labels << "} " << h.count << "\n";
-  };
-  dataplane::Histogram h3, tcp, hs;
-  for (const auto &s : snaps) {
-    h3.merge(s.h3.request_latency);
-    tcp.merge(s.tcp.request_latency);
-    hs.merge(s.endpoint.handshake_time);
-  }
-  histogram("xdpq_request_duration_seconds", "proto=\"h3\"", h3, true);
-  histogram("xdpq_request_duration_seconds", "proto=\"tcp\"", tcp, false);
-  histogram("xdpq_quic_handshake_duration_seconds", "", hs, true);
-  return t.str();
+bool Server::metrics_page(std::string_view path, std::string &body) {
+  if (path != "/metrics" && path != "/") return false;
+  body = prometheus_text(snapshots(false), xdp_counters(program_.get()));
+  return true;
 }
 
 std::string Server::reload() {
@@ -566,20 +378,7 @@ std::string Server::command(const std::vector<std::string> &args, bool json) {
              "' (status, stats, conns, reload, drain, capture start|stop, keylog start|stop)");
 }
 
-void Server::handle_control_client(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-      (cred.uid != geteuid() && cred.uid != 0)) {
-    write_all(fd, "error: permission denied (only the owner may use this socket)\n");
-    LOG_WARN("control socket: refused uid %u", cred.uid);
-    return;
-  }
-  std::string line;
-  if (!read_line(fd, line, 2000)) {
-    write_all(fd, "error: expected one line: FORMAT<TAB>COMMAND[<TAB>ARG...]\n");
-    return;
-  }
+std::string Server::control_request(const std::string &line) {
   std::vector<std::string> fields;
   size_t pos = 0;
   while (pos <= line.size()) {
@@ -589,94 +388,104 @@ void Server::handle_control_client(int fd) {
     pos = tab + 1;
   }
   if (fields.size() < 2 || (fields[0] != "json" && fields[0] != "text")) {
-    write_all(fd, "error: expected FORMAT (json or text) TAB COMMAND\n");
-    return;
+    return "error: expected FORMAT (json or text) TAB COMMAND\n";
   }
   bool json = fields[0] == "json";
   std::vector<std::string> args(fields.begin() + 1, fields.end());
   std::string out = command(args, json);
   if (json && (out.empty() || out.back() != '\n')) out += "\n";
-  write_all(fd, out);
+  return out;
 }
 
-void Server::handle_metrics_client(int fd) {
-  std::string req;
-  char buf[1024];
-  while (req.find("\r\n\r\n") == std::string::npos && req.size() < 8192) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 2000) <= 0) return;
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) return;
-    req.append(buf, static_cast<size_t>(n));
+namespace {
+
+// The control thread's signals, read from a signalfd in its event loop.
+class SignalReader final : public dataplane::FdHandler {
+public:
+  explicit SignalReader(Server &srv) : srv_(srv) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + strerror(errno));
   }
-  std::string body, status = "200 OK";
-  if (req.starts_with("GET /metrics ") || req.starts_with("GET / ")) {
-    body = metrics_text(snapshots(false));
-  } else {
-    status = "404 Not Found";
-    body = "try /metrics\n";
+  ~SignalReader() { close(fd_); }
+  int fd() const { return fd_; }
+  void on_io(uint32_t) override {
+    signalfd_siginfo si;
+    while (read(fd_, &si, sizeof(si)) == sizeof(si)) srv_.on_signal(static_cast<int>(si.ssi_signo));
   }
-  write_all(fd, "HTTP/1.1 " + status +
-                    "\r\ncontent-type: text/plain; version=0.0.4\r\nconnection: close\r\n"
-                    "content-length: " +
-                    std::to_string(body.size()) + "\r\n\r\n" + body);
+
+private:
+  Server &srv_;
+  int fd_ = -1;
+};
+
+} // namespace
+
+void Server::on_signal(int signo) {
+  if (signo == SIGHUP) {
+    reload();
+  } else if (signo == SIGTERM) {
+    begin_drain("SIGTERM");
+  } else if (!hard_stop_) { // SIGINT: stop now
+    hard_stop_ = true;
+    LOG_INFO("SIGINT: closing connections and stopping");
+    for (auto &w : workers_) w->request_stop();
+  }
 }
 
-int Server::run() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  int sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-  for (auto &w : workers_) w->start();
-  sd_notify_state("READY=1");
-  uint64_t wd_usec = sd_watchdog_usec();
-  uint64_t wd_next = dataplane::monotonic_ns();
-  std::vector<uint64_t> beats(workers_.size(), UINT64_MAX);
-  bool hard_stop = false;
-  for (;;) {
+// The control thread's loop: signals, admin clients and the watchdog, all
+// non-blocking; a tick checks the workers.
+struct Server::ControlLoop final : public dataplane::LoopHandler {
+  static constexpr uint64_t TICK_NS = 100'000'000;
+  Server &srv;
+  dataplane::EventLoop loop;
+  SignalReader signals;
+  AdminServer admin;
+  dataplane::Timer tick;
+  uint64_t wd_usec;
+  uint64_t wd_next;
+  std::vector<uint64_t> beats;
+
+  explicit ControlLoop(Server &s)
+      : srv(s), signals(s), admin(loop, s, s.control_fd_, s.metrics_fd_), tick(on_tick, this),
+        wd_usec(sd_watchdog_usec()), wd_next(dataplane::monotonic_ns()),
+        beats(s.workers_.size(), UINT64_MAX) {
+    loop.watch(signals.fd(), &signals);
+    loop.timers().schedule(tick, loop.now());
+  }
+  ~ControlLoop() { loop.unwatch(signals.fd()); }
+
+  static void on_tick(dataplane::Timer &t) {
+    auto *self = static_cast<ControlLoop *>(t.owner());
+    self->check();
+    self->loop.timers().schedule(t, self->loop.now() + TICK_NS);
+  }
+
+  void check() {
     bool all_stopped = true;
-    for (auto &w : workers_) all_stopped &= w->stopped();
-    if (all_stopped) break;
-    pollfd fds[3] = {{sfd, POLLIN, 0}, {control_fd_, POLLIN, 0}, {metrics_fd_, POLLIN, 0}};
-    int timeout = 200;
-    poll(fds, 3, timeout);
-    if (fds[0].revents & POLLIN) {
-      signalfd_siginfo si;
-      while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-        if (si.ssi_signo == SIGHUP) {
-          reload();
-        } else if (si.ssi_signo == SIGTERM) {
-          begin_drain("SIGTERM");
-        } else if (!hard_stop) { // SIGINT: stop now
-          hard_stop = true;
-          LOG_INFO("SIGINT: closing connections and stopping");
-          for (auto &w : workers_) w->request_stop();
-        }
+    for (auto &w : srv.workers_) {
+      all_stopped &= w->stopped();
+      if (w->failed() && !srv.failed_) {
+        srv.failed_ = true;
+        srv.hard_stop_ = true;
+        for (auto &o : srv.workers_) o->request_stop();
       }
     }
-    if (fds[1].revents & POLLIN) {
-      int c = accept4(control_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c >= 0) {
-        handle_control_client(c);
-        close(c);
-      }
-    }
-    if (metrics_fd_ >= 0 && (fds[2].revents & POLLIN)) {
-      int c = accept4(metrics_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c >= 0) {
-        handle_metrics_client(c);
-        close(c);
-      }
+    if (all_stopped) {
+      loop.stop();
+      return;
     }
     // Watchdog: ping only while every worker's loop keeps turning.
-    uint64_t now = dataplane::monotonic_ns();
+    uint64_t now = loop.now();
     if (wd_usec && now >= wd_next) {
       bool alive = true;
-      for (size_t i = 0; i < workers_.size(); ++i) {
-        uint64_t b = workers_[i]->heartbeat();
-        if (b == beats[i] && !workers_[i]->stopped()) alive = false;
+      for (size_t i = 0; i < srv.workers_.size(); ++i) {
+        uint64_t b = srv.workers_[i]->heartbeat();
+        if (b == beats[i] && !srv.workers_[i]->stopped()) alive = false;
         beats[i] = b;
       }
       if (alive) sd_notify_state("WATCHDOG=1");
@@ -684,19 +493,30 @@ int Server::run() {
       wd_next = now + wd_usec * 1000 / 2;
     }
   }
-  close(sfd);
+
+  void on_iteration_end() override { admin.end_of_pass(); }
+  void on_wake() override {}
+};
+
+int Server::run() {
+  ControlLoop control(*this);
+  for (auto &w : workers_) w->start();
+  sd_notify_state("READY=1");
+  control.loop.run(control);
   for (auto &w : workers_) w->join();
-  for (auto &w : workers_) w->log_stats();
   std::vector<WorkerSnapshot> snaps;
-  for (auto &w : workers_) snaps.push_back(w->final_snapshot());
-  Counters all = sum(snaps);
-#ifdef XDPQ_HAVE_AFXDP
-  if (program_) {
-    auto c = program_->counters();
-    for (size_t i = 0; i < c.size(); ++i) all.emplace_back(dataplane::XDP_COUNTER_NAMES[i], c[i]);
+  for (auto &w : workers_) {
+    snaps.push_back(w->final_snapshot());
+    LOG_INFO("worker %d: %s", snaps.back().id, counters_line(counters_of(snaps.back())).c_str());
   }
-#endif
+  Counters all = sum(snaps);
+  Counters xdp = xdp_counters(program_.get());
+  all.insert(all.end(), xdp.begin(), xdp.end());
   LOG_INFO("stats %s", counters_json(all).c_str());
+  if (failed_) {
+    LOG_ERROR("exiting with status 1: a worker failed (see above)");
+    return 1;
+  }
   return 0;
 }
 

@@ -32,6 +32,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   try {
+    if (!opts.check_config) raise_descriptor_limit();
     Server server(opts);
     if (opts.check_config) {
       std::printf("xdpqd: configuration OK\n");

@@ -17,6 +17,7 @@
 #include "quic/secrets.h"
 #include "quic/tls_context.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -53,6 +54,24 @@ void block_server_signals() {
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+}
+
+void raise_descriptor_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      LOG_INFO("descriptor limit raised from %llu to %llu", static_cast<unsigned long long>(was),
+               static_cast<unsigned long long>(rl.rlim_max));
+    }
+  }
+  if (rl.rlim_cur < 4096) {
+    LOG_WARN("descriptor limit is %llu: TCP connections and open files beyond it are refused "
+             "(raise LimitNOFILE / ulimit -n)",
+             static_cast<unsigned long long>(rl.rlim_cur));
+  }
 }
 
 Server::Server(const Options &opts) : opts_(opts) {

@@ -3,6 +3,7 @@
 // (each with its own sockets, TLS context, QUIC endpoint and timer wheel),
 // signal handling and shutdown.
 
+#include "control/admin.h"
 #include "control/capture.h"
 #include "control/options.h"
 #include "http/router.h"
@@ -26,7 +27,7 @@ namespace xdpq::control {
 class Worker;
 struct WorkerSnapshot;
 
-class Server {
+class Server final : public AdminHandler {
 public:
   // Prepares everything that can fail on bad input: files, addresses,
   // sockets. Throws UsageError for configuration problems (exit 2) and
@@ -40,18 +41,24 @@ public:
   // metrics, watchdog) until stopped; returns the exit status.
   int run();
 
+  // The control thread's signal handler (SIGHUP reload, SIGTERM drain,
+  // SIGINT stop now).
+  void on_signal(int signo);
+
+  // AdminHandler: requests from the control socket and the metrics port.
+  std::string control_request(const std::string &line) override;
+  bool metrics_page(std::string_view path, std::string &body) override;
+
 private:
+  struct ControlLoop;
   // control_plane.cc
   void open_control();
   void close_control();
-  void handle_control_client(int fd);
-  void handle_metrics_client(int fd);
   std::string command(const std::vector<std::string> &args, bool json);
   std::vector<WorkerSnapshot> snapshots(bool with_conns);
   std::string status_text(bool json);
   std::string stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
   std::string conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
-  std::string metrics_text(const std::vector<WorkerSnapshot> &snaps) const;
   std::string reload();
   void begin_drain(const char *why);
   // Reserves the ports, attaches the XDP program and creates one AF_XDP
@@ -76,6 +83,8 @@ private:
   int metrics_fd_ = -1;
   uint64_t started_at_ = 0;
   bool draining_ = false;
+  bool hard_stop_ = false;
+  bool failed_ = false; // a worker failed: exit status 1
   std::shared_ptr<http::TcpTlsContext> tcp_tls_;
   std::vector<int> reservations_; // kernel sockets holding AF_XDP-served ports
   std::unique_ptr<dataplane::XdpProgram> program_; // outlives the workers
@@ -89,5 +98,9 @@ std::string control_socket_path(const Options &o);
 // Blocks the signals the server handles in the calling thread (and in every
 // thread it creates afterwards); call first thing in main.
 void block_server_signals();
+
+// Raises the soft RLIMIT_NOFILE to the hard limit (every connection and
+// file in flight holds a descriptor); logs what it got.
+void raise_descriptor_limit();
 
 } // namespace xdpq::control

@@ -5,6 +5,7 @@
 // from its own thread), never by touching its state.
 
 #include "control/capture.h"
+#include "base/counters.h"
 #include "base/log.h"
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
@@ -27,6 +28,15 @@
 
 namespace xdpq::control {
 
+#define XDPQ_WORKER_GAUGES(X)                                                          \
+  X(quic_connections, "QUIC connections open")                                         \
+  X(tcp_connections, "TCP connections open")
+
+struct WorkerGauges {
+  XDPQ_COUNTER_FIELDS(XDPQ_WORKER_GAUGES)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_WORKER_GAUGES) }
+};
+
 // A copy of a worker's counters (and optionally its connections), taken on
 // the worker's own thread.
 struct WorkerSnapshot {
@@ -43,8 +53,7 @@ struct WorkerSnapshot {
   uint32_t queue = 0;
   bool zerocopy = false;
 #endif
-  size_t quic_connections = 0;
-  size_t tcp_connections = 0;
+  WorkerGauges gauges;
   std::vector<quic::ConnInfo> quic_conns;
   std::vector<http::TcpConnInfo> tcp_conns;
 };
@@ -80,7 +89,18 @@ public:
         int rv = dataplane::pin_current_thread(cpu_);
         if (rv != 0) LOG_WARN("worker %d: cannot pin to CPU %d: %s", id_, cpu_, strerror(rv));
       }
-      loop_.run(*this);
+      // Nothing may leave a worker silently: a failure stops the daemon,
+      // loudly, with exit status 1.
+      try {
+        loop_.run(*this);
+      } catch (const std::exception &e) {
+        LOG_ERROR("worker %d failed: %s; stopping xdpqd", id_, e.what());
+        failed_.store(true, std::memory_order_release);
+      } catch (...) {
+        LOG_ERROR("worker %d failed (unknown exception); stopping xdpqd", id_);
+        failed_.store(true, std::memory_order_release);
+      }
+      stopped_.store(true, std::memory_order_release);
     });
   }
   void join() {
@@ -128,6 +148,8 @@ public:
     return std::move(snap_);
   }
   bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+  // The worker's loop ended with an exception (it stopped; the daemon must).
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   // --- read after join() --------------------------------------------------
   const dataplane::DatagramPort &port() const { return *port_; }
@@ -207,7 +229,6 @@ public:
     if (stop_requested_.load(std::memory_order_acquire)) finish();
   }
 
-  void log_stats() const;
   // Benchmark mode: every datagram goes straight back (no QUIC), to measure
   // the bare packet path of this dataplane.
   void set_echo(bool on) { echo_ = on; }
@@ -268,11 +289,11 @@ private:
     s.port = port_->stats();
     s.endpoint = endpoint_.stats();
     s.h3 = endpoint_.h3_stats();
-    s.quic_connections = endpoint_.connection_count();
+    s.gauges.quic_connections = endpoint_.connection_count();
     if (tcp_) {
       s.has_tcp = true;
       s.tcp = tcp_->stats();
-      s.tcp_connections = tcp_->connection_count();
+      s.gauges.tcp_connections = tcp_->connection_count();
     }
 #ifdef XDPQ_HAVE_AFXDP
     if (afxdp_) {
@@ -320,6 +341,7 @@ private:
   std::atomic<bool> snap_requested_{false};
   std::atomic<uint64_t> beats_{0};
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> failed_{false};
   std::mutex mu_; // guards the mailboxes below, never the packet path
   std::condition_variable cv_;
   bool snap_ready_ = false;

@@ -93,7 +93,10 @@ int main(int argc, char **argv) {
                  socket_path.c_str(), std::strerror(errno));
     return 2;
   }
-  if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+  // MSG_NOSIGNAL: a daemon that answers early (a refusal) and closes must
+  // not kill us with SIGPIPE before we read its answer.
+  if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()) &&
+      errno != EPIPE && errno != ECONNRESET) {
     std::fprintf(stderr, "xdpqctl: write: %s\n", std::strerror(errno));
     return 2;
   }

@@ -186,7 +186,7 @@ size_t AfXdpPort::receive(std::span<RxDatagram> out) {
     stats_.rx_bytes += d->len;
     auto st = parse_frame(data, d->len, pf);
     if (st != ParseStatus::ok) {
-      xdp_stats_.rx_invalid[static_cast<size_t>(st)] += 1;
+      xdp_stats_.count_invalid(st);
       continue;
     }
     learn(pf);
@@ -277,6 +277,20 @@ bool AfXdpPort::flush() {
     return false;
   }
   return true;
+}
+
+void AfXdpStats::count_invalid(ParseStatus st) {
+  switch (st) {
+  case ParseStatus::ok:
+  case ParseStatus::count_: break;
+  case ParseStatus::truncated: rx_invalid_truncated += 1; break;
+  case ParseStatus::not_ip: rx_invalid_not_ip += 1; break;
+  case ParseStatus::not_udp: rx_invalid_not_udp += 1; break;
+  case ParseStatus::bad_ip_header: rx_invalid_bad_ip_header += 1; break;
+  case ParseStatus::bad_ip_len: rx_invalid_bad_ip_len += 1; break;
+  case ParseStatus::bad_udp_len: rx_invalid_bad_udp_len += 1; break;
+  case ParseStatus::fragment: rx_invalid_fragment += 1; break;
+  }
 }
 
 const AfXdpStats &AfXdpPort::xdp_stats() {

@@ -12,6 +12,7 @@
 // ring. Frames of a receive() batch go back to the fill ring at the next
 // receive(), which is why RxDatagram data is valid until then.
 
+#include "base/counters.h"
 #include "dataplane/datagram_port.h"
 #include "dataplane/packet.h"
 
@@ -38,19 +39,29 @@ struct AfXdpOptions {
   uint32_t batch = 64;
 };
 
+#define XDPQ_AFXDP_COUNTERS(X)                                                         \
+  X(rx_invalid_truncated, "frames dropped: shorter than their headers claim")          \
+  X(rx_invalid_not_ip, "frames dropped: not IPv4 or IPv6")                             \
+  X(rx_invalid_not_udp, "frames dropped: not UDP")                                     \
+  X(rx_invalid_bad_ip_header, "frames dropped: bad IP header or checksum")             \
+  X(rx_invalid_bad_ip_len, "frames dropped: IP length inconsistent with the frame")    \
+  X(rx_invalid_bad_udp_len, "frames dropped: UDP length inconsistent with IP")         \
+  X(rx_invalid_fragment, "frames dropped: IP fragment")                                \
+  X(tx_no_neighbor, "datagrams not sent: no MAC known for the next hop")               \
+  X(tx_ring_full, "flushes that left datagrams pending (TX ring full)")                \
+  X(tx_kicks, "sendto() wakeups of the TX ring")                                       \
+  X(fill_starved, "receives that found no free frame to refill")                       \
+  X(xdp_rx_dropped, "kernel XDP_STATISTICS rx_dropped")                                \
+  X(xdp_rx_invalid_descs, "kernel XDP_STATISTICS rx_invalid_descs")                    \
+  X(xdp_tx_invalid_descs, "kernel XDP_STATISTICS tx_invalid_descs")                    \
+  X(xdp_rx_ring_full, "kernel XDP_STATISTICS rx_ring_full")                            \
+  X(xdp_rx_fill_ring_empty, "kernel XDP_STATISTICS rx_fill_ring_empty_descs")          \
+  X(xdp_tx_ring_empty, "kernel XDP_STATISTICS tx_ring_empty_descs")
+
 struct AfXdpStats {
-  uint64_t rx_invalid[static_cast<size_t>(ParseStatus::count_)] = {}; // by parse status
-  uint64_t tx_no_neighbor = 0;  // no MAC learned for the destination
-  uint64_t tx_ring_full = 0;    // flushes that left datagrams pending
-  uint64_t tx_kicks = 0;        // sendto() wakeups
-  uint64_t fill_starved = 0;    // receive() found no free frame to refill
-  // From getsockopt(XDP_STATISTICS).
-  uint64_t xdp_rx_dropped = 0;
-  uint64_t xdp_rx_invalid_descs = 0;
-  uint64_t xdp_tx_invalid_descs = 0;
-  uint64_t xdp_rx_ring_full = 0;
-  uint64_t xdp_rx_fill_ring_empty = 0;
-  uint64_t xdp_tx_ring_empty = 0;
+  XDPQ_COUNTER_FIELDS(XDPQ_AFXDP_COUNTERS)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_AFXDP_COUNTERS) }
+  void count_invalid(ParseStatus st);
 };
 
 class AfXdpPort final : public DatagramPort {

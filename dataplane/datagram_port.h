@@ -9,6 +9,7 @@
 // backend coalesces runs of one path into UDP GSO sends, the AF_XDP backend
 // hands out UMEM frames and fills in the headers around the payload.
 
+#include "base/counters.h"
 #include "dataplane/address.h"
 
 #include <cstddef>
@@ -30,16 +31,20 @@ struct RxDatagram {
   uint8_t ecn; // low two bits of the TOS / traffic class
 };
 
+#define XDPQ_PORT_COUNTERS(X)                                                          \
+  X(rx_datagrams, "UDP datagrams received")                                            \
+  X(rx_bytes, "UDP payload bytes received")                                            \
+  X(tx_datagrams, "UDP datagrams sent")                                                \
+  X(tx_bytes, "UDP payload bytes sent")                                                \
+  X(tx_sends, "system calls or ring kicks that sent datagrams")                        \
+  X(tx_gso_batches, "sends that carried more than one datagram (GSO)")                 \
+  X(tx_dropped, "datagrams the dataplane could not send")                              \
+  X(rx_truncated, "datagrams cut short by the receive buffer")                         \
+  X(rx_errors, "receive errors")
+
 struct PortStats {
-  uint64_t rx_datagrams = 0;
-  uint64_t rx_bytes = 0;
-  uint64_t tx_datagrams = 0;
-  uint64_t tx_bytes = 0;
-  uint64_t tx_sends = 0;      // system calls (or ring kicks) that sent
-  uint64_t tx_gso_batches = 0; // sends that carried more than one datagram
-  uint64_t tx_dropped = 0;    // datagrams the backend could not send
-  uint64_t rx_truncated = 0;  // datagrams cut short by the receive buffer
-  uint64_t rx_errors = 0;
+  XDPQ_COUNTER_FIELDS(XDPQ_PORT_COUNTERS)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_PORT_COUNTERS) }
 };
 
 // Where stateless packets and connection packets go. quic/ writes through

@@ -215,7 +215,7 @@ private:
   }
 
   void enqueue(Response &resp, bool close) {
-    count_response(*env_.stats, resp.status);
+    env_.stats->count_response(resp.status);
     Queued q;
     q.head.reserve(256);
     q.head += "HTTP/1.1 ";

@@ -12,11 +12,6 @@
 
 namespace xdpq::http {
 
-void count_response(TcpStats &st, int status) {
-  int cls = status / 100;
-  if (cls >= 1 && cls <= 5) st.responses_by_class[cls] += 1;
-}
-
 namespace {
 
 struct H2Stream {
@@ -275,7 +270,7 @@ private:
 
   void respond(H2Stream &st) {
     st.responded = true;
-    count_response(*env_.stats, st.resp.status);
+    env_.stats->count_response(st.resp.status);
     char status[4];
     std::to_chars(status, status + 3, st.resp.status);
     status[3] = 0;

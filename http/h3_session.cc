@@ -282,8 +282,7 @@ void H3Session::on_stream_close(int64_t stream_id) {
 void H3Session::respond(Stream &s) {
   s.responded = true;
   const auto &resp = s.resp;
-  int cls = resp.status / 100;
-  if (cls >= 1 && cls <= 5) stats_.responses_by_class[cls] += 1;
+  stats_.count_response(resp.status);
 
   char status[4];
   std::to_chars(status, status + 3, resp.status);

@@ -4,6 +4,7 @@
 // nghttp3. It knows nothing of the transport or dataplane under it: the
 // QUIC connection implements H3Transport and moves bytes in and out.
 
+#include "base/counters.h"
 #include "dataplane/histogram.h"
 #include "http/message.h"
 #include "http/router.h"
@@ -40,13 +41,23 @@ struct H3Limits {
 };
 
 // Per-worker counters; plain fields, one writer (the worker).
+#define XDPQ_H3_COUNTERS(X)                                                            \
+  X(requests, "HTTP/3 requests")                                                       \
+  X(responses_1xx, "HTTP/3 responses 1xx")                                             \
+  X(responses_2xx, "HTTP/3 responses 2xx")                                             \
+  X(responses_3xx, "HTTP/3 responses 3xx")                                             \
+  X(responses_4xx, "HTTP/3 responses 4xx")                                             \
+  X(responses_5xx, "HTTP/3 responses 5xx")                                             \
+  X(header_limit_rejects, "HTTP/3 requests refused with 431 (header size or count)")   \
+  X(body_limit_rejects, "HTTP/3 requests refused with 413 (body over its limit)")      \
+  X(stream_errors, "HTTP/3 streams reset by the server")
+
+// Per-worker counters; plain fields, one writer (the worker).
 struct H3Stats {
-  uint64_t requests = 0;
-  uint64_t responses_by_class[6] = {}; // index status / 100
-  uint64_t header_limit_rejects = 0;
-  uint64_t body_limit_rejects = 0;
-  uint64_t stream_errors = 0;
+  XDPQ_COUNTER_FIELDS(XDPQ_H3_COUNTERS)
   dataplane::Histogram request_latency; // request headers to stream closed
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_H3_COUNTERS) }
+  void count_response(int status) { count_status_class(*this, status); }
 };
 
 class H3Session {

@@ -1,6 +1,7 @@
 #include "http/tcp_server.h"
 
 #include "base/log.h"
+#include "dataplane/accept_backoff.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,6 +32,7 @@ struct TcpServer::Listener final : public dataplane::FdHandler {
   int fd = -1;
   bool tls = true;
   dataplane::Address bound;
+  std::unique_ptr<dataplane::AcceptBackoff> backoff;
   void on_io(uint32_t) override { srv->accept_all(*this); }
 };
 
@@ -411,6 +413,7 @@ TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
     getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl);
     l->bound = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
     loop_.watch(fd, l.get());
+    l->backoff = std::make_unique<dataplane::AcceptBackoff>(loop_, fd, l.get());
     listeners_.push_back(std::move(l));
   };
   try {
@@ -443,7 +446,14 @@ std::vector<dataplane::Address> TcpServer::bound_addresses() const {
 void TcpServer::accept_all(Listener &l) {
   for (int i = 0; i < 64 && !shutting_down_; ++i) {
     int fd = accept4(l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (l.backoff->on_error(errno)) {
+        stats_.accept_paused += 1;
+        LOG_DEBUG("tcp accept: %s; pausing the listener", strerror(errno));
+      }
+      return;
+    }
+    l.backoff->on_success();
     if (conns_.size() >= cfg_.max_connections) {
       stats_.refused_conn_limit += 1;
       close(fd);
@@ -480,7 +490,10 @@ void TcpServer::list_connections(std::vector<TcpConnInfo> &out) const {
 
 void TcpServer::shutdown() {
   shutting_down_ = true;
-  for (auto &l : listeners_) loop_.unwatch(l->fd);
+  for (auto &l : listeners_) {
+    l->backoff->stop();
+    loop_.unwatch(l->fd);
+  }
   std::vector<TcpConnection *> all(conns_.begin(), conns_.end());
   for (auto *c : all) c->shutdown();
 }

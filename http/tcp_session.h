@@ -3,6 +3,7 @@
 // bytes and asked for bytes to send. The connection owns TLS, the socket and
 // the timeouts; the session owns framing and the requests.
 
+#include "base/counters.h"
 #include "dataplane/histogram.h"
 #include "http/message.h"
 #include "http/router.h"
@@ -26,29 +27,39 @@ struct TcpLimits {
   size_t max_continuations = 8;
 };
 
+#define XDPQ_TCP_COUNTERS(X)                                                           \
+  X(accepted, "TCP connections accepted")                                              \
+  X(refused_conn_limit, "TCP connections refused: too many")                           \
+  X(accept_paused, "accept() paused: out of descriptors or memory (EMFILE, ENFILE)")   \
+  X(tls_handshake_failed, "TLS handshakes that failed")                                \
+  X(plaintext_on_tls, "plain-text clients on the TLS port (answered 400)")             \
+  X(h2_connections, "HTTP/2 sessions")                                                 \
+  X(h1_connections, "HTTP/1.1 sessions")                                               \
+  X(requests, "HTTP/2 and HTTP/1.1 requests")                                          \
+  X(responses_1xx, "TCP-side responses 1xx")                                           \
+  X(responses_2xx, "TCP-side responses 2xx")                                           \
+  X(responses_3xx, "TCP-side responses 3xx")                                           \
+  X(responses_4xx, "TCP-side responses 4xx")                                           \
+  X(responses_5xx, "TCP-side responses 5xx")                                           \
+  X(header_limit_rejects, "requests refused with 431")                                 \
+  X(body_limit_rejects, "requests refused with 413")                                   \
+  X(bad_requests, "malformed HTTP/1.1 requests (400)")                                 \
+  X(goaways_sent, "HTTP/2 GOAWAY frames sent")                                         \
+  X(protocol_error_closes, "connections closed after too many client-caused errors")   \
+  X(timeouts_handshake, "connections closed: TLS handshake deadline")                  \
+  X(timeouts_headers, "connections closed: request headers deadline (slow client)")    \
+  X(timeouts_idle, "connections closed: idle")                                         \
+  X(timeouts_write, "connections closed: output stalled (client not reading)")         \
+  X(closed, "TCP connections closed")                                                  \
+  X(tls_writes, "TLS or socket writes")                                                \
+  X(bytes_in, "bytes received (decrypted)")                                            \
+  X(bytes_out, "bytes sent (before encryption)")
+
 struct TcpStats {
-  uint64_t accepted = 0;
-  uint64_t refused_conn_limit = 0;
-  uint64_t tls_handshake_failed = 0;
-  uint64_t plaintext_on_tls = 0;
-  uint64_t h2_connections = 0;
-  uint64_t h1_connections = 0;
-  uint64_t requests = 0;
-  uint64_t responses_by_class[6] = {};
-  uint64_t header_limit_rejects = 0;
-  uint64_t body_limit_rejects = 0;
-  uint64_t bad_requests = 0;
-  uint64_t goaways_sent = 0;
-  uint64_t protocol_error_closes = 0; // GOAWAY after too many client-caused errors
-  uint64_t timeouts_handshake = 0;
-  uint64_t timeouts_headers = 0;
-  uint64_t timeouts_idle = 0;
-  uint64_t timeouts_write = 0;
-  uint64_t closed = 0;
-  uint64_t tls_writes = 0;
-  uint64_t bytes_in = 0;
-  uint64_t bytes_out = 0;
+  XDPQ_COUNTER_FIELDS(XDPQ_TCP_COUNTERS)
   dataplane::Histogram request_latency; // request complete to response queued/closed
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_TCP_COUNTERS) }
+  void count_response(int status) { count_status_class(*this, status); }
 };
 
 struct SessionEnv {
@@ -81,8 +92,5 @@ public:
 
 std::unique_ptr<TcpSession> make_h2_session(const SessionEnv &env);
 std::unique_ptr<TcpSession> make_h1_session(const SessionEnv &env);
-
-// Adds server, alt-svc and the given response's headers; shared by both.
-void count_response(TcpStats &st, int status);
 
 } // namespace xdpq::http

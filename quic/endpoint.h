@@ -5,6 +5,7 @@
 // every packet leaves through the TxSink it was given, and time comes from
 // an injected Clock and the worker's TimerWheel.
 
+#include "base/counters.h"
 #include "dataplane/datagram_port.h"
 #include "dataplane/histogram.h"
 #include "dataplane/timer_wheel.h"
@@ -50,39 +51,43 @@ struct EndpointConfig {
   http::H3Limits h3;
 };
 
+// Every datagram lands in exactly one of: datagrams_routed,
+// handshakes_started, retries_sent, version_negotiations,
+// stateless_resets_sent, or a drop_* counter.
+#define XDPQ_ENDPOINT_COUNTERS(X)                                                      \
+  X(datagrams_in, "datagrams handed to QUIC")                                          \
+  X(bytes_in, "bytes handed to QUIC")                                                  \
+  X(datagrams_routed, "datagrams routed to an existing connection")                    \
+  X(drop_unparsable, "dropped: not a QUIC header we can read")                         \
+  X(drop_small_initial, "dropped: Initial in a datagram under 1200 bytes")             \
+  X(drop_unknown_packet, "dropped: long header for no connection, not an Initial")     \
+  X(drop_bad_token, "dropped: Retry token failed validation")                          \
+  X(drop_conn_limit, "refused: too many connections")                                  \
+  X(drop_amplification, "dropped: stateless reply over 3x the datagram")               \
+  X(drop_reset_rate, "dropped: stateless reset suppressed by its rate limit")          \
+  X(drop_closing, "datagrams for a connection in closing or draining (also routed)")   \
+  X(drop_tx_full, "stateless replies not sent: no room to transmit")                   \
+  X(version_negotiations, "Version Negotiation packets sent")                          \
+  X(retries_sent, "Retry packets sent")                                                \
+  X(stateless_resets_sent, "stateless resets sent")                                    \
+  X(handshakes_started, "connections accepted (handshakes started)")                   \
+  X(handshakes_completed, "handshakes completed")                                      \
+  X(handshakes_failed, "connections that ended before their handshake completed")      \
+  X(sessions_resumed, "handshakes that resumed a TLS session")                         \
+  X(early_data_accepted, "connections whose requests arrived in 0-RTT")                \
+  X(new_tokens_accepted, "Initials with a valid NEW_TOKEN token")                      \
+  X(conns_closed, "connections freed")                                                 \
+  X(conns_idle_closed, "connections closed by the idle timeout")                       \
+  X(conn_errors, "connections closed by a protocol or TLS error")                      \
+  X(key_updates, "key updates by peers")                                               \
+  X(path_validations_ok, "path validations that succeeded (migration, rebinding)")     \
+  X(path_validations_failed, "path validations that failed")                           \
+  X(packets_out, "QUIC packets sent")
+
 struct EndpointStats {
-  // Every datagram lands in exactly one of: routed, handshakes_started,
-  // retries_sent, version_negotiations, stateless_resets_sent, or a drop_*.
-  uint64_t datagrams_in = 0;
-  uint64_t bytes_in = 0;
-  uint64_t datagrams_routed = 0;     // to an existing connection
-  // Dropped before reaching a connection, by reason.
-  uint64_t drop_unparsable = 0;      // not a QUIC header we can read
-  uint64_t drop_small_initial = 0;   // Initial in a datagram under 1200 bytes
-  uint64_t drop_unknown_packet = 0;  // long header for no connection, not an Initial
-  uint64_t drop_bad_token = 0;       // Retry token failed validation
-  uint64_t drop_conn_limit = 0;      // refused: too many connections
-  uint64_t drop_amplification = 0;   // stateless reply over 3x the datagram
-  uint64_t drop_reset_rate = 0;      // stateless reset suppressed by rate limit
-  uint64_t drop_closing = 0;         // for a connection in closing/draining (also routed)
-  uint64_t drop_tx_full = 0;         // stateless reply not sent: no TX room
-  uint64_t version_negotiations = 0;
-  uint64_t retries_sent = 0;
-  uint64_t stateless_resets_sent = 0;
-  uint64_t handshakes_started = 0;
-  uint64_t handshakes_completed = 0;
-  uint64_t handshakes_failed = 0;
-  uint64_t sessions_resumed = 0;
-  uint64_t early_data_accepted = 0;
-  uint64_t new_tokens_accepted = 0;
-  uint64_t conns_closed = 0;
-  uint64_t conns_idle_closed = 0;
-  uint64_t conn_errors = 0;          // closed by a protocol or TLS error
-  uint64_t key_updates = 0;          // 1-RTT key generations derived
-  uint64_t path_validations_ok = 0;  // migrations / rebindings validated
-  uint64_t path_validations_failed = 0;
-  uint64_t packets_out = 0;
+  XDPQ_COUNTER_FIELDS(XDPQ_ENDPOINT_COUNTERS)
   dataplane::Histogram handshake_time; // first Initial to handshake completed
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_ENDPOINT_COUNTERS) }
 };
 
 class Endpoint {

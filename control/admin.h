@@ -1,0 +1,77 @@
+#pragma once
+// The admin endpoints (the control socket for xdpqctl and the Prometheus
+// metrics listener), served from the control thread's event loop with
+// non-blocking sockets: each client has one deadline for its whole
+// exchange, the number of clients is capped, and a request is answered
+// only once it is complete, so no client can hold the loop that also
+// handles signals and the watchdog.
+
+#include "dataplane/event_loop.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace xdpq::control {
+
+class AdminHandler {
+public:
+  // One control request line (without its newline): the reply document.
+  virtual std::string control_request(const std::string &line) = 0;
+  // The metrics page for an HTTP request path ("/metrics"); false for 404.
+  virtual bool metrics_page(std::string_view path, std::string &body) = 0;
+
+protected:
+  ~AdminHandler() = default;
+};
+
+struct AdminStats {
+  uint64_t clients = 0;          // accepted
+  uint64_t refused_busy = 0;     // over the client cap
+  uint64_t refused_uid = 0;      // control socket: another user
+  uint64_t timeouts = 0;         // deadline passed before the exchange finished
+  uint64_t bad_requests = 0;     // too long or malformed
+  uint64_t accept_paused = 0;    // out of descriptors: listener paused
+};
+
+class AdminServer {
+public:
+  static constexpr size_t MAX_CLIENTS = 32;
+  static constexpr uint64_t DEADLINE_NS = 2'000'000'000;
+  static constexpr size_t MAX_CONTROL_REQUEST = 4096;
+  static constexpr size_t MAX_HTTP_REQUEST = 8192;
+
+  // control_fd and metrics_fd are listening, non-blocking sockets (-1: none);
+  // the caller keeps owning them.
+  AdminServer(dataplane::EventLoop &loop, AdminHandler &handler, int control_fd, int metrics_fd);
+  ~AdminServer();
+  AdminServer(const AdminServer &) = delete;
+  AdminServer &operator=(const AdminServer &) = delete;
+
+  // Frees clients finished during this iteration (call at its end).
+  void end_of_pass();
+  size_t client_count() const { return clients_.size(); }
+  const AdminStats &stats() const { return stats_; }
+
+  class Client;
+  // Used by clients.
+  void finished(Client *c);
+  AdminHandler &handler() { return handler_; }
+  dataplane::EventLoop &loop() { return loop_; }
+  AdminStats &mutable_stats() { return stats_; }
+
+private:
+  struct Listener;
+  void accept_all(Listener &l);
+
+  dataplane::EventLoop &loop_;
+  AdminHandler &handler_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::unordered_set<Client *> clients_;
+  std::vector<Client *> dead_;
+  AdminStats stats_;
+};
+
+} // namespace xdpq::control
