@@ -41,6 +41,9 @@ constexpr Key KEYS[] = {
     {"http", "docroot", Kind::string, "--docroot", "a directory path string"},
     {"http", "max_header_size", Kind::integer, "--max-header-size", "bytes"},
     {"http", "max_header_fields", Kind::integer, "--max-header-fields", "an integer"},
+    {"http", "max_request_body", Kind::integer, "--max-request-body", "bytes"},
+    {"http", "max_body_per_connection", Kind::integer, "--max-body-per-connection", "bytes"},
+    {"http", "max_body_per_worker", Kind::integer, "--max-body-per-worker", "bytes"},
     {"quic", "retry", Kind::string, "--retry", "\"off\", \"on\" or \"auto\""},
     {"quic", "retry_threshold", Kind::integer, "--retry-threshold", "an integer"},
     {"quic", "idle_timeout_ms", Kind::integer, "--idle-timeout", "milliseconds"},
@@ -191,6 +194,9 @@ xdp_replace = false
 # docroot = "/srv/www"                   # default: an embedded page
 max_header_size = 16384
 max_header_fields = 128
+max_request_body = 16777216              # 413 over it
+max_body_per_connection = 16777216       # bodies held at once; over it: refused
+max_body_per_worker = 268435456          # the same for all of a worker's connections
 
 [quic]
 retry = "auto"                           # off, on, auto

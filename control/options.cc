@@ -64,6 +64,16 @@ QUIC behaviour and limits:
   --max-header-fields N   Most request header fields, enforced with 431
                           (default 128).
   --max-connections N     Connections per worker (default 65536).
+  --max-request-body N    Largest request body in bytes, on every protocol;
+                          over it: 413 (default 16777216).
+  --max-body-per-connection N
+                          Request bodies (and /echo responses made from
+                          them) one connection may make a worker hold at
+                          once; over it the request is refused (HTTP/3
+                          H3_REQUEST_REJECTED, HTTP/2 REFUSED_STREAM,
+                          HTTP/1.1 503). Default 16777216.
+  --max-body-per-worker N The same for all of a worker's connections
+                          together (default 268435456).
   --no-early-data         Refuse 0-RTT.
 
 TCP side (HTTP/2 and HTTP/1.1 over TLS, advertising HTTP/3 with Alt-Svc):
@@ -278,6 +288,12 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.max_header_size = parse_number(arg, need(), 256, 1u << 20);
     } else if (arg == "--max-header-fields") {
       o.max_header_fields = parse_number(arg, need(), 8, 4096);
+    } else if (arg == "--max-request-body") {
+      o.max_request_body = parse_number(arg, need(), 0, 1ull << 32);
+    } else if (arg == "--max-body-per-connection") {
+      o.max_body_per_connection = parse_number(arg, need(), 0, 1ull << 34);
+    } else if (arg == "--max-body-per-worker") {
+      o.max_body_per_worker = parse_number(arg, need(), 0, 1ull << 40);
     } else if (arg == "--max-connections") {
       o.max_connections = parse_number(arg, need(), 1, 1u << 24);
     } else {
@@ -323,6 +339,16 @@ Options parse_options(int argc, const char *const *argv) {
     }
   } else if (!o.interface.empty() || !o.queues.empty()) {
     throw UsageError("--interface and --queues go with --dataplane afxdp");
+  }
+  if (o.max_body_per_connection < o.max_request_body) {
+    throw UsageError("--max-body-per-connection (" + std::to_string(o.max_body_per_connection) +
+                     ") must be at least --max-request-body (" +
+                     std::to_string(o.max_request_body) + ")");
+  }
+  if (o.max_body_per_worker < o.max_body_per_connection) {
+    throw UsageError("--max-body-per-worker (" + std::to_string(o.max_body_per_worker) +
+                     ") must be at least --max-body-per-connection (" +
+                     std::to_string(o.max_body_per_connection) + ")");
   }
   if (o.cert_file.empty() != o.key_file.empty()) {
     throw UsageError("--cert and --key go together: give both, or neither for a "

@@ -41,6 +41,9 @@ struct Options {
   uint64_t max_header_size = 16384;
   size_t max_header_fields = 128;
   size_t max_connections = 65536;
+  uint64_t max_request_body = 16u << 20;      // per request: 413
+  uint64_t max_body_per_connection = 16u << 20; // held at once per connection
+  uint64_t max_body_per_worker = 256u << 20;  // held at once per worker
   bool early_data = true;
   // TCP side: HTTP/2 and HTTP/1.1 over TLS on the same addresses and ports.
   bool tcp = true;

@@ -141,6 +141,8 @@ Server::Server(const Options &opts) : opts_(opts) {
   ecfg.early_data = opts_.early_data;
   ecfg.h3.max_field_section_size = opts_.max_header_size;
   ecfg.h3.max_header_fields = opts_.max_header_fields;
+  ecfg.h3.max_request_body = opts_.max_request_body;
+  ecfg.h3.max_body_per_connection = opts_.max_body_per_connection;
 
   std::vector<dataplane::Address> listen = opts_.listen;
   std::string dataplane_info;
@@ -166,7 +168,8 @@ Server::Server(const Options &opts) : opts_(opts) {
       ecfg.worker_id = static_cast<uint8_t>(i);
       auto *raw = port.get();
       workers_.push_back(std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets,
-                                                  router, ecfg, capture_));
+                                                  router, ecfg, capture_,
+                                                  opts_.max_body_per_worker));
       if (i == 0) steering_port_ = raw;
     }
     if (nworkers > 1 && !steering_port_->steer_by_connection_id()) {
@@ -213,6 +216,8 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
   env.limits.max_header_size = opts_.max_header_size;
   env.limits.max_header_fields = opts_.max_header_fields;
   env.limits.max_concurrent_streams = static_cast<uint32_t>(opts_.max_streams);
+  env.limits.max_request_body = opts_.max_request_body;
+  env.limits.max_body_per_connection = opts_.max_body_per_connection;
   for (uint16_t p : ports) {
     if (!env.alt_svc.empty()) env.alt_svc += ", ";
     env.alt_svc += "h3=\":" + std::to_string(p) + "\"; ma=86400";
@@ -312,7 +317,8 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
     ecfg.worker_id = static_cast<uint8_t>(i);
     auto *raw = port.get();
     workers_.push_back(std::make_unique<Worker>(static_cast<int>(i), cpu, std::move(port), tls_cfg,
-                                                secrets, router, ecfg, capture_));
+                                                secrets, router, ecfg, capture_,
+                                                  opts_.max_body_per_worker));
     workers_.back()->set_afxdp(raw);
   }
   return "dataplane afxdp on " + opts_.interface + " (XDP " + program_->mode() + " mode, prog id " +

@@ -30,7 +30,9 @@ namespace xdpq::control {
 
 #define XDPQ_WORKER_GAUGES(X)                                                          \
   X(quic_connections, "QUIC connections open")                                         \
-  X(tcp_connections, "TCP connections open")
+  X(tcp_connections, "TCP connections open")                                           \
+  X(body_bytes_held, "request body bytes held (and responses made from them)")        \
+  X(body_bytes_limit, "the worker's body budget (--max-body-per-worker)")
 
 struct WorkerGauges {
   XDPQ_COUNTER_FIELDS(XDPQ_WORKER_GAUGES)
@@ -65,10 +67,11 @@ public:
   Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
          const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
          std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg,
-         Capture &capture)
+         Capture &capture, size_t body_budget)
       : id_(id), cpu_(cpu), port_(std::move(port)), secrets_(secrets), capture_(capture),
-        tls_(std::make_unique<quic::TlsContext>(tls_cfg, secrets)),
-        endpoint_(ecfg, *tls_, secrets, router, loop_.timers(), clock_, *this),
+        tls_(std::make_unique<quic::TlsContext>(tls_cfg, secrets)), budget_(body_budget),
+        endpoint_(with_budget(ecfg, budget_), *tls_, secrets, router, loop_.timers(), clock_,
+                  *this),
         heartbeat_(heartbeat_fired, this) {
     for (int fd : port_->fds()) loop_.watch(fd, this);
     loop_.timers().schedule(heartbeat_, dataplane::monotonic_ns() + HEARTBEAT_NS);
@@ -77,7 +80,9 @@ public:
   // Adds the TCP side to this worker's loop (throws http::TcpError).
   void add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
                std::shared_ptr<http::TcpTlsContext> tls) {
-    tcp_ = std::make_unique<http::TcpServer>(cfg, env, std::move(tls), loop_);
+    http::SessionEnv e = env;
+    e.budget = &budget_;
+    tcp_ = std::make_unique<http::TcpServer>(cfg, e, std::move(tls), loop_);
   }
 #ifdef XDPQ_HAVE_AFXDP
   void set_afxdp(dataplane::AfXdpPort *p) { afxdp_ = p; }
@@ -234,6 +239,11 @@ public:
   void set_echo(bool on) { echo_ = on; }
 
 private:
+  static quic::EndpointConfig with_budget(quic::EndpointConfig c, http::MemoryBudget &b) {
+    c.h3.budget = &b;
+    return c;
+  }
+
   void echo(size_t n) {
     for (size_t i = 0; i < n; ++i) {
       const auto &dg = batch_[i];
@@ -290,6 +300,8 @@ private:
     s.endpoint = endpoint_.stats();
     s.h3 = endpoint_.h3_stats();
     s.gauges.quic_connections = endpoint_.connection_count();
+    s.gauges.body_bytes_held = budget_.held();
+    s.gauges.body_bytes_limit = budget_.limit();
     if (tcp_) {
       s.has_tcp = true;
       s.tcp = tcp_->stats();
@@ -321,6 +333,7 @@ private:
   quic::Secrets secrets_;
   Capture &capture_;
   std::unique_ptr<quic::TlsContext> tls_;
+  http::MemoryBudget budget_; // before the endpoint and the TCP side, which use it
   std::vector<std::unique_ptr<quic::TlsContext>> retired_tls_;
   quic::Endpoint endpoint_;
   std::unique_ptr<http::TcpServer> tcp_;

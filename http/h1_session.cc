@@ -17,11 +17,13 @@ struct Queued {
   std::unique_ptr<Body> body;
   uint64_t body_off = 0;
   bool close_after = false;
+  size_t charged = 0; // body budget held until the response is written
 };
 
 class H1Session final : public TcpSession {
 public:
-  explicit H1Session(const SessionEnv &env) : env_(env) {
+  explicit H1Session(const SessionEnv &env)
+      : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
     http_parser_init(&parser_, HTTP_REQUEST);
     parser_.data = this;
     http_parser_settings_init(&settings_);
@@ -87,6 +89,7 @@ public:
         continue;
       }
       if (q.close_after) closing_ = true;
+      budget_.give_back(q.charged);
       queue_.pop_front();
       if (paused_ && queue_.size() < env_.limits.max_pipelined / 2) {
         http_parser_pause(&parser_, 0);
@@ -181,11 +184,26 @@ private:
     if (req_.body.size() + n > env_.limits.max_request_body) {
       body_too_large_ = true;
       env_.stats->body_limit_rejects += 1;
+      release_body();
       fail(413);
       return 0;
     }
+    if (!budget_.try_take(n)) {
+      // Over the connection's (pipelined bodies) or worker's budget.
+      env_.stats->body_budget_refusals += 1;
+      release_body();
+      fail(503);
+      return 0;
+    }
+    charged_ += n;
     req_.body.append(at, n);
     return 0;
+  }
+
+  void release_body() {
+    budget_.give_back(charged_);
+    charged_ = 0;
+    std::string().swap(req_.body);
   }
 
   int message_complete() {
@@ -194,6 +212,9 @@ private:
     Response resp;
     env_.router->route(req_, resp);
     enqueue(resp, !keep_alive_);
+    // The body (or the response made from it) stays charged until written.
+    queue_.back().charged = charged_;
+    charged_ = 0;
     if (queue_.size() >= env_.limits.max_pipelined) {
       http_parser_pause(&parser_, 1); // let the responses drain first
       paused_ = true;
@@ -236,6 +257,8 @@ private:
   }
 
   SessionEnv env_;
+  BudgetAccount budget_;
+  size_t charged_ = 0; // the request body being received
   http_parser parser_{};
   http_parser_settings settings_{};
   Request req_;

@@ -23,8 +23,11 @@ struct H2Stream {
   bool too_large = false;
   bool body_too_large = false;
   bool responded = false;
+  bool refused = false;
+  bool ended = false;            // the client's END_STREAM arrived
   bool headers_done = false;
   uint64_t started_ns = 0;
+  size_t charged = 0; // bytes taken from the body budget
   uint64_t offset = 0; // response body bytes handed to nghttp2
   TcpStats *stats = nullptr;
 };
@@ -40,7 +43,8 @@ void record_latency(H2Stream &st) {
 
 class H2Session final : public TcpSession {
 public:
-  explicit H2Session(const SessionEnv &env) : env_(env) {
+  explicit H2Session(const SessionEnv &env)
+      : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
     nghttp2_session_callbacks *cb;
     nghttp2_session_callbacks_new(&cb);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
@@ -140,6 +144,8 @@ private:
     st->header_bytes = 0;
     st->header_fields = 0;
     st->too_large = st->body_too_large = st->responded = st->headers_done = false;
+    st->refused = st->ended = false;
+    st->charged = 0;
     st->offset = 0;
     st->started_ns = me.now_;
     st->stats = me.env_.stats;
@@ -192,7 +198,8 @@ private:
         return 0;
       }
     }
-    if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded) {
+    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) st->ended = true;
+    if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded && !st->refused) {
       me.env_.router->route(st->req, st->resp);
       me.respond(*st);
     }
@@ -203,13 +210,23 @@ private:
                            size_t len, void *ud) {
     auto &me = self(ud);
     auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, id));
-    if (!st || st->responded) return 0;
+    if (!st || st->responded || st->refused) return 0;
     if (st->req.body.size() + len > me.env_.limits.max_request_body) {
       me.env_.stats->body_limit_rejects += 1;
+      me.release_body(*st);
       make_error(st->resp, 413);
       me.respond(*st);
       return 0;
     }
+    if (!me.budget_.try_take(len)) {
+      // Over the connection's or worker's budget: refuse, hold nothing.
+      st->refused = true;
+      me.env_.stats->body_budget_refusals += 1;
+      me.release_body(*st);
+      nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
+      return 0;
+    }
+    st->charged += len;
     st->req.body.append(reinterpret_cast<const char *>(data), len);
     return 0;
   }
@@ -220,6 +237,9 @@ private:
     if (it != me.streams_.end()) {
       if (!it->second->headers_done && me.pending_headers_ > 0) --me.pending_headers_;
 
+      me.budget_.give_back(it->second->charged); // the body or the response made from it
+      it->second->charged = 0;
+      it->second->req.reset();
       it->second->resp.reset(); // drop the body (file mapping) now
       if (me.free_.size() < 64) me.free_.push_back(std::move(it->second));
       me.streams_.erase(it);
@@ -232,13 +252,32 @@ private:
     return 0;
   }
 
-  static int on_frame_send(nghttp2_session *, const nghttp2_frame *f, void *ud) {
+  static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
     // A server-sent RST_STREAM is usually the client's doing (the
     // "MadeYouReset" class): count them with the other protocol errors.
-    if (f->hd.type == NGHTTP2_RST_STREAM) self(ud).protocol_error();
+    // Our NO_ERROR "stop sending" after an early response is not one.
+    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
+      self(ud).protocol_error();
+    }
+    if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+      auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
+      if (st && !st->ended) {
+        // The response went out before the request ended (413, 431): tell
+        // the client to stop sending (RFC 9113 8.1) instead of reading and
+        // discarding the rest of its body.
+        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+      }
+    }
     // Counted here: nghttp2 also sends GOAWAYs of its own (rate limits).
     if (f->hd.type == NGHTTP2_GOAWAY) self(ud).env_.stats->goaways_sent += 1;
     return 0;
+  }
+
+  void release_body(H2Stream &st) {
+    budget_.give_back(st.charged);
+    st.charged = 0;
+    std::string().swap(st.req.body);
   }
 
   void protocol_error() {
@@ -295,6 +334,7 @@ private:
   }
 
   SessionEnv env_;
+  BudgetAccount budget_;
   nghttp2_session *session_ = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<H2Stream>> streams_;
   std::vector<std::unique_ptr<H2Stream>> free_;

@@ -16,8 +16,10 @@ struct H3Session::Stream {
   size_t header_fields = 0;
   bool headers_too_large = false;
   bool body_too_large = false;
+  bool refused = false;
   bool responded = false;
   uint64_t started_ns = 0;
+  size_t charged = 0; // bytes taken from the body budget
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -28,8 +30,10 @@ struct H3Session::Stream {
     header_fields = 0;
     headers_too_large = false;
     body_too_large = false;
+    refused = false;
     responded = false;
     started_ns = 0;
+    charged = 0;
   }
 };
 
@@ -110,7 +114,8 @@ nghttp3_nv make_nv(std::string_view name, std::string_view value) {
 
 H3Session::H3Session(H3Transport &transport, std::shared_ptr<const Router> router,
                      const H3Limits &limits, H3Stats &stats)
-    : transport_(transport), router_(std::move(router)), limits_(limits), stats_(stats) {
+    : transport_(transport), router_(std::move(router)), limits_(limits), stats_(stats),
+      budget_(limits.budget, limits.max_body_per_connection) {
   nghttp3_callbacks cbs{};
   cbs.stream_close = cb_stream_close;
   cbs.recv_data = cb_recv_data;
@@ -248,21 +253,42 @@ int H3Session::on_end_headers(Stream &s, bool fin) {
 }
 
 int H3Session::on_data(Stream &s, const uint8_t *data, size_t len) {
-  if (s.responded) return 0;
+  if (s.responded || s.refused) return 0;
   if (s.req.body.size() + len > limits_.max_request_body) {
     s.body_too_large = true;
     stats_.body_limit_rejects += 1;
+    release_body(s);
     make_error(s.resp, 413);
     respond(s);
     transport_.h3_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     return 0;
   }
+  if (!budget_.try_take(len)) {
+    refuse(s);
+    return 0;
+  }
+  s.charged += len;
   s.req.body.append(reinterpret_cast<const char *>(data), len);
   return 0;
 }
 
+void H3Session::release_body(Stream &s) {
+  budget_.give_back(s.charged);
+  s.charged = 0;
+  std::string().swap(s.req.body);
+}
+
+void H3Session::refuse(Stream &s) {
+  s.refused = true;
+  stats_.body_budget_refusals += 1;
+  release_body(s);
+  // Nothing of the request was processed: the client may retry it.
+  transport_.h3_stop_reading(s.id, NGHTTP3_H3_REQUEST_REJECTED);
+  transport_.h3_reset_writing(s.id, NGHTTP3_H3_REQUEST_REJECTED);
+}
+
 int H3Session::on_end_stream(Stream &s) {
-  if (!s.responded) {
+  if (!s.responded && !s.refused) {
     router_->route(s.req, s.resp);
     respond(s);
   }
@@ -274,6 +300,8 @@ void H3Session::on_stream_close(int64_t stream_id) {
   if (it == streams_.end()) return;
   Stream *s = it->second;
   streams_.erase(it);
+  budget_.give_back(s->charged); // the body, or the response made from it
+  s->charged = 0;
   s->req.reset();
   s->resp.reset(); // releases the body (and a file mapping) now
   free_.push_back(s);

@@ -6,6 +6,7 @@
 
 #include "base/counters.h"
 #include "dataplane/histogram.h"
+#include "http/memory_budget.h"
 #include "http/message.h"
 #include "http/router.h"
 
@@ -38,6 +39,11 @@ struct H3Limits {
   uint64_t max_field_section_size = 16384;
   size_t max_header_fields = 128; // enforced: 431 when exceeded
   size_t max_request_body = 16u << 20; // 413 when exceeded
+  // Request bodies (and responses made from them) held per connection;
+  // over it a request is refused with H3_REQUEST_REJECTED.
+  size_t max_body_per_connection = 16u << 20;
+  // The worker's budget (shared by its connections); null: none.
+  MemoryBudget *budget = nullptr;
 };
 
 // Per-worker counters; plain fields, one writer (the worker).
@@ -50,6 +56,7 @@ struct H3Limits {
   X(responses_5xx, "HTTP/3 responses 5xx")                                             \
   X(header_limit_rejects, "HTTP/3 requests refused with 431 (header size or count)")   \
   X(body_limit_rejects, "HTTP/3 requests refused with 413 (body over its limit)")      \
+  X(body_budget_refusals, "HTTP/3 requests refused: body budget of the connection or worker spent") \
   X(stream_errors, "HTTP/3 streams reset by the server")
 
 // Per-worker counters; plain fields, one writer (the worker).
@@ -107,6 +114,10 @@ public:
 
 private:
   void respond(Stream &s);
+  // Over the connection's or worker's body budget: H3_REQUEST_REJECTED
+  // both ways, bytes discarded and given back.
+  void refuse(Stream &s);
+  void release_body(Stream &s);
   void record_latency(Stream &s);
   Stream *acquire(int64_t stream_id);
 
@@ -114,6 +125,7 @@ private:
   std::shared_ptr<const Router> router_;
   H3Limits limits_;
   H3Stats &stats_;
+  BudgetAccount budget_;
   nghttp3_conn *conn_ = nullptr;
   std::unordered_map<int64_t, Stream *> streams_;
   std::vector<std::unique_ptr<Stream>> pool_; // every Stream ever made

@@ -29,7 +29,7 @@ void EchoHandler::handle(const Request &req, Response &resp) const {
   }
   const std::string *ct = req.find("content-type");
   resp.set(200, ct ? std::string_view(*ct) : "application/octet-stream",
-           std::make_unique<MemoryBody>(req.body));
+           std::make_unique<MemoryBody>(std::move(req.body)));
 }
 
 void BytesHandler::handle(const Request &req, Response &resp) const {

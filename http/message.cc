@@ -13,13 +13,21 @@ const std::string *Request::find(std::string_view name) const {
   return nullptr;
 }
 
+namespace {
+constexpr size_t KEEP_BODY_CAPACITY = 64 * 1024;
+} // namespace
+
 void Request::reset() {
   method.clear();
   scheme.clear();
   authority.clear();
   path.clear();
   headers.clear();
-  body.clear();
+  if (body.capacity() > KEEP_BODY_CAPACITY) {
+    std::string().swap(body);
+  } else {
+    body.clear();
+  }
 }
 
 std::span<const uint8_t> MemoryBody::chunk(uint64_t offset) const {

@@ -25,10 +25,15 @@ struct Request {
   std::string authority;
   std::string path; // as sent, including the query
   std::vector<Header> headers;
-  std::string body;
+  // mutable: the handler is the body's last reader and may move it out
+  // (/echo does), so a body is never held twice.
+  mutable std::string body;
 
   // Returns the first header with this (lower-case) name, or nullptr.
   const std::string *find(std::string_view name) const;
+  // Clears for the next request, keeping small buffers for reuse and
+  // freeing large ones (a big upload must not stay allocated in a pooled
+  // stream slot).
   void reset();
 };
 

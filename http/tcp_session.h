@@ -5,6 +5,7 @@
 
 #include "base/counters.h"
 #include "dataplane/histogram.h"
+#include "http/memory_budget.h"
 #include "http/message.h"
 #include "http/router.h"
 
@@ -19,6 +20,9 @@ struct TcpLimits {
   size_t max_header_size = 16384;    // enforced: 431
   size_t max_header_fields = 128;    // enforced: 431
   size_t max_request_body = 16u << 20; // 413
+  // Request bodies and the responses made from them held per connection;
+  // over it (or the worker's budget) a request is refused.
+  size_t max_body_per_connection = 16u << 20;
   uint32_t max_concurrent_streams = 100;
   size_t max_pipelined = 32;         // HTTP/1.1 requests queued before reading pauses
   uint32_t max_protocol_errors = 100; // per connection, before GOAWAY (MadeYouReset class)
@@ -43,6 +47,7 @@ struct TcpLimits {
   X(responses_5xx, "TCP-side responses 5xx")                                           \
   X(header_limit_rejects, "requests refused with 431")                                 \
   X(body_limit_rejects, "requests refused with 413")                                   \
+  X(body_budget_refusals, "requests refused: body budget of the connection or worker spent") \
   X(bad_requests, "malformed HTTP/1.1 requests (400)")                                 \
   X(goaways_sent, "HTTP/2 GOAWAY frames sent")                                         \
   X(protocol_error_closes, "connections closed after too many client-caused errors")   \
@@ -66,6 +71,7 @@ struct SessionEnv {
   std::shared_ptr<const Router> router;
   TcpLimits limits;
   TcpStats *stats = nullptr;
+  MemoryBudget *budget = nullptr; // the worker's; null: per-connection limit only
   std::string alt_svc; // value of the alt-svc header; empty: none
 };
 

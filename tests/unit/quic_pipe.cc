@@ -107,10 +107,12 @@ nghttp3_ssize read_upload(nghttp3_conn *, int64_t sid, nghttp3_vec *vec, size_t 
   auto &body = c.upload_[sid];
   auto &pos = c.upload_pos_[sid];
   if (veccnt == 0) return 0;
+  bool end = !c.unended_.count(sid);
+  if (pos == body.size() && !end) return NGHTTP3_ERR_WOULDBLOCK; // hold the stream open
   vec[0].base = reinterpret_cast<uint8_t *>(body.data()) + pos;
   vec[0].len = body.size() - pos;
   pos = body.size();
-  *flags |= NGHTTP3_DATA_FLAG_EOF;
+  if (end) *flags |= NGHTTP3_DATA_FLAG_EOF;
   return 1;
 }
 
@@ -236,7 +238,7 @@ int TestClient::on_stream_close(int64_t sid, uint64_t code) {
 
 int64_t TestClient::request(const std::string &method, const std::string &path,
                             const std::vector<std::pair<std::string, std::string>> &headers,
-                            const std::string &body) {
+                            const std::string &body, bool end_stream) {
   if (!h3_) return -1;
   int64_t sid;
   if (ngtcp2_conn_open_bidi_stream(conn_, &sid, nullptr) != 0) return -1;
@@ -251,6 +253,7 @@ int64_t TestClient::request(const std::string &method, const std::string &path,
   }
   nghttp3_data_reader dr{read_upload};
   if (!body.empty()) upload_[sid] = body;
+  if (!end_stream) unended_.insert(sid);
   responses[sid] = Response{};
   if (nghttp3_conn_submit_request(h3_, sid, nva.data(), nva.size(), body.empty() ? nullptr : &dr,
                                   nullptr) != 0) {

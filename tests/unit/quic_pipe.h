@@ -14,6 +14,7 @@
 #include <ngtcp2/ngtcp2_crypto.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,10 +58,11 @@ public:
   void handle_expiry();
   uint64_t expiry() const;
 
-  // Opens a request stream; returns its id or -1.
+  // Opens a request stream; returns its id or -1. With end_stream false
+  // the body is sent and the stream stays open (a client that never ends).
   int64_t request(const std::string &method, const std::string &path,
                   const std::vector<std::pair<std::string, std::string>> &headers = {},
-                  const std::string &body = {});
+                  const std::string &body = {}, bool end_stream = true);
 
   bool handshake_completed() const { return handshake_completed_; }
   bool closed() const { return closed_; }
@@ -77,6 +79,7 @@ public:
   nghttp3_conn *h3() const { return h3_; }
   std::map<int64_t, std::string> upload_; // request bodies
   std::map<int64_t, size_t> upload_pos_;
+  std::set<int64_t> unended_;
 
 private:
   quic::ManualClock &clock_;

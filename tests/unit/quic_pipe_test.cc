@@ -291,3 +291,45 @@ TEST_F(QuicPipe, RejectedInitialLeavesNoDanglingRoute) {
   EXPECT_EQ(srv.endpoint->connection_count(), 0u);
   EXPECT_EQ(srv.endpoint->route_count(), 0u);
 }
+
+// Regression (issue 10, body hoarding): streams that send body bytes and
+// never end them hold at most the connection's budget; the rest are refused
+// with H3_REQUEST_REJECTED, and everything is given back when they close.
+TEST_F(QuicPipe, RequestBodiesAreBudgetedPerConnectionAndWorker) {
+  http::MemoryBudget worker(3u << 20);
+  quic::EndpointConfig cfg;
+  cfg.h3.max_request_body = 1u << 20;
+  cfg.h3.max_body_per_connection = 1u << 20;
+  cfg.h3.budget = &worker;
+  start(cfg);
+  std::string chunk(200 * 1024, 'q');
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 10; ++i) {
+    ids.push_back(client_->request("POST", "/echo", {}, chunk, false));
+  }
+  ASSERT_TRUE(run([&] {
+    size_t done = 0;
+    for (auto id : ids) done += client_->responses[id].reset;
+    return done >= 5;
+  }));
+  EXPECT_LE(worker.held(), 1u << 20);
+  size_t rejected = 0;
+  for (auto id : ids) {
+    auto &r = client_->responses[id];
+    if (r.reset) {
+      EXPECT_EQ(r.reset_code, NGHTTP3_H3_REQUEST_REJECTED);
+      ++rejected;
+    }
+  }
+  EXPECT_GE(rejected, 5u);
+  EXPECT_EQ(server_->endpoint->h3_stats().body_budget_refusals, rejected);
+  // The connection is still fine for a request that fits.
+  auto &e = fetch("POST", "/echo", {}, "small");
+  EXPECT_EQ(e.status, 200);
+  EXPECT_EQ(e.body, "small");
+  // Closing the connection gives everything back.
+  server_->endpoint->close_all();
+  run([&] { return server_->endpoint->connection_count() == 0; });
+  server_.reset();
+  EXPECT_EQ(worker.held(), 0u);
+}
