@@ -46,6 +46,9 @@ constexpr Key KEYS[] = {
     {"http", "max_body_per_worker", Kind::integer, "--max-body-per-worker", "bytes"},
     {"quic", "retry", Kind::string, "--retry", "\"off\", \"on\" or \"auto\""},
     {"quic", "retry_threshold", Kind::integer, "--retry-threshold", "an integer"},
+    {"quic", "retry_rate", Kind::integer, "--retry-rate", "handshakes per second"},
+    {"server", "per_source_connections", Kind::integer, "--per-source-connections", "an integer"},
+    {"server", "per_source_rate", Kind::integer, "--per-source-rate", "connections per second"},
     {"quic", "idle_timeout_ms", Kind::integer, "--idle-timeout", "milliseconds"},
     {"quic", "max_streams", Kind::integer, "--max-streams", "an integer"},
     {"quic", "max_connections", Kind::integer, "--max-connections", "an integer"},
@@ -175,6 +178,8 @@ log_level = "info"                       # error, warn, info, debug
 # control_socket = "/run/xdpq/xdpqd.sock"
 # metrics = "127.0.0.1:9464"             # Prometheus text format
 drain_timeout_ms = 10000                 # SIGTERM: in-flight requests get this long
+per_source_connections = 256             # per IPv4 address or IPv6 /64, per worker; 0: no cap
+per_source_rate = 200                    # new connections/s per source, per worker; 0: no cap
 
 [dataplane]
 mode = "socket"                          # socket or afxdp
@@ -200,7 +205,8 @@ max_body_per_worker = 268435456          # the same for all of a worker's connec
 
 [quic]
 retry = "auto"                           # off, on, auto
-retry_threshold = 128
+retry_threshold = 128                    # auto: Retry while this many handshakes are in progress
+retry_rate = 1000                        # ... or while new ones arrive faster than this per second
 idle_timeout_ms = 30000
 max_streams = 100
 max_connections = 65536

@@ -56,6 +56,16 @@ QUIC behaviour and limits:
                           --retry-threshold handshakes are in progress.
   --retry-threshold N     Handshakes in progress per worker before auto
                           Retry starts (default 128).
+  --retry-rate N          Auto Retry also starts while new handshakes arrive
+                          faster than N per second per worker, as in a flood
+                          of junk Initials (default 1000; 0: never).
+  --per-source-connections N
+                          Connections one source (an IPv4 address or an
+                          IPv6 /64) may hold per worker, QUIC and TCP each
+                          (default 256; 0: no cap).
+  --per-source-rate N     New connections per second one source may open per
+                          worker, QUIC and TCP each (default 200, bursts of
+                          twice that; 0: no cap).
   --idle-timeout MS       Idle timeout in milliseconds (default 30000).
   --max-streams N         Concurrent request streams per connection
                           (default 100).
@@ -273,6 +283,12 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       else throw UsageError("--retry: expected off, on or auto, got '" + std::string(v) + "'");
     } else if (arg == "--retry-threshold") {
       o.retry_threshold = parse_number(arg, need(), 0, 1u << 20);
+    } else if (arg == "--retry-rate") {
+      o.retry_rate = parse_number(arg, need(), 0, 1u << 24);
+    } else if (arg == "--per-source-connections") {
+      o.per_source_connections = parse_number(arg, need(), 0, 1u << 24);
+    } else if (arg == "--per-source-rate") {
+      o.per_source_rate = parse_number(arg, need(), 0, 1u << 24);
     } else if (arg == "--log-level") {
       auto v = need();
       if (!log::parse_level(v)) {
@@ -333,6 +349,7 @@ Options parse_options(int argc, const char *const *argv) {
   if (o.dataplane == "afxdp") {
     if (o.interface.empty()) throw UsageError("--dataplane afxdp needs --interface IF");
     if (o.queues.empty()) o.queues.push_back(0);
+    if (o.queues.size() > 255) throw UsageError("--queues: at most 255 queues (one worker each)");
     if (o.workers != 0 && o.workers != static_cast<int>(o.queues.size())) {
       throw UsageError("--workers: with --dataplane afxdp there is one worker per queue "
                        "(--queues); leave --workers out");

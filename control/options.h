@@ -35,6 +35,9 @@ struct Options {
   std::vector<int> cpus;    // pin worker i to cpus[i % size]
   quic::RetryMode retry = quic::RetryMode::automatic;
   size_t retry_threshold = 128;
+  uint64_t retry_rate = 1000;          // new handshakes/s per worker that turn auto Retry on
+  uint64_t per_source_connections = 256; // QUIC and TCP, each, per worker; 0: no cap
+  uint64_t per_source_rate = 200;      // new connections/s per source per worker; 0: no cap
   std::string log_level = "info";
   uint64_t idle_timeout_ms = 30000;
   uint64_t max_streams = 100;

@@ -135,6 +135,11 @@ Server::Server(const Options &opts) : opts_(opts) {
   quic::EndpointConfig ecfg;
   ecfg.retry = opts_.retry;
   ecfg.retry_threshold = opts_.retry_threshold;
+  ecfg.retry_rate = opts_.retry_rate ? static_cast<double>(opts_.retry_rate) : 1e300;
+  ecfg.per_source = dataplane::SourceLimits{static_cast<uint32_t>(opts_.per_source_connections),
+                                            static_cast<double>(opts_.per_source_rate), 0};
+  ecfg.worker_count = static_cast<uint8_t>(opts_.dataplane == "afxdp" ? opts_.queues.size()
+                                                                       : nworkers);
   ecfg.idle_timeout = opts_.idle_timeout_ms * 1'000'000ull;
   ecfg.max_streams_bidi = opts_.max_streams;
   ecfg.max_connections = opts_.max_connections;
@@ -230,6 +235,8 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
   cfg.header_timeout = opts_.tcp_header_timeout_ms * 1'000'000ull;
   cfg.idle_timeout = opts_.tcp_idle_timeout_ms * 1'000'000ull;
   cfg.write_timeout = opts_.tcp_write_timeout_ms * 1'000'000ull;
+  cfg.per_source = dataplane::SourceLimits{static_cast<uint32_t>(opts_.per_source_connections),
+                                           static_cast<double>(opts_.per_source_rate), 0};
   for (size_t i = 0; i < workers_.size(); ++i) {
     cfg.check_in_use = i == 0;
     try {

@@ -38,8 +38,8 @@ struct TcpServer::Listener final : public dataplane::FdHandler {
 
 class TcpConnection final : public dataplane::FdHandler {
 public:
-  TcpConnection(TcpServer &srv, int fd, bool tls)
-      : srv_(srv), fd_(fd), tls_(tls), timer_(on_timer, this) {
+  TcpConnection(TcpServer &srv, int fd, bool tls, uint32_t source_slot)
+      : srv_(srv), fd_(fd), tls_(tls), source_slot_(source_slot), timer_(on_timer, this) {
     uint64_t now = srv_.loop().now();
     accepted_at_ = last_activity_ = last_progress_ = now;
     state_ = tls_ ? State::peek : State::detect;
@@ -353,12 +353,13 @@ private:
       ERR_clear_error();
     }
     srv_.loop().unwatch(fd_);
-    srv_.closed(this);
+    srv_.closed(this, source_slot_);
   }
 
   TcpServer &srv_;
   int fd_;
   bool tls_;
+  uint32_t source_slot_;
   SSL *ssl_ = nullptr;
   State state_;
   std::unique_ptr<TcpSession> session_;
@@ -377,7 +378,7 @@ private:
 
 TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
                      std::shared_ptr<TcpTlsContext> tls, dataplane::EventLoop &loop)
-    : cfg_(cfg), env_(env), tls_(std::move(tls)), loop_(loop) {
+    : cfg_(cfg), env_(env), tls_(std::move(tls)), loop_(loop), sources_(cfg.per_source) {
   env_.stats = &stats_;
   scratch_.reserve(READ_CHUNK);
   auto listen_on = [this](const dataplane::Address &a, bool tls_port) {
@@ -445,7 +446,9 @@ std::vector<dataplane::Address> TcpServer::bound_addresses() const {
 
 void TcpServer::accept_all(Listener &l) {
   for (int i = 0; i < 64 && !shutting_down_; ++i) {
-    int fd = accept4(l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    int fd = accept4(l.fd, reinterpret_cast<sockaddr *>(&ss), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (l.backoff->on_error(errno)) {
         stats_.accept_paused += 1;
@@ -459,15 +462,29 @@ void TcpServer::accept_all(Listener &l) {
       close(fd);
       continue;
     }
+    uint32_t slot = dataplane::SourceLimiter::NONE;
+    auto peer = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
+    switch (sources_.admit(peer, loop_.now(), &slot)) {
+    case dataplane::SourceLimiter::Verdict::ok: break;
+    case dataplane::SourceLimiter::Verdict::too_many_connections:
+      stats_.refused_source_limit += 1;
+      close(fd);
+      continue;
+    case dataplane::SourceLimiter::Verdict::too_fast:
+      stats_.refused_source_rate += 1;
+      close(fd);
+      continue;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     stats_.accepted += 1;
-    conns_.insert(new TcpConnection(*this, fd, l.tls));
+    conns_.insert(new TcpConnection(*this, fd, l.tls, slot));
   }
 }
 
-void TcpServer::closed(TcpConnection *c) {
+void TcpServer::closed(TcpConnection *c, uint32_t source_slot) {
   if (conns_.erase(c)) {
+    sources_.release(source_slot);
     stats_.closed += 1;
     dead_.push_back(c);
   }

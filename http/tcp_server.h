@@ -6,6 +6,7 @@
 
 #include "dataplane/address.h"
 #include "dataplane/event_loop.h"
+#include "dataplane/source_limiter.h"
 #include "http/tcp_session.h"
 #include "http/tcp_tls.h"
 
@@ -26,6 +27,7 @@ struct TcpConfig {
   uint64_t header_timeout = 10'000'000'000ull; // a request's headers
   uint64_t idle_timeout = 60'000'000'000ull;
   uint64_t write_timeout = 30'000'000'000ull;  // output pending, no progress
+  dataplane::SourceLimits per_source{256, 200, 400};
 };
 
 class TcpError : public std::runtime_error {
@@ -66,7 +68,7 @@ public:
   std::vector<dataplane::Address> bound_addresses() const;
 
   // Used by connections.
-  void closed(TcpConnection *c);
+  void closed(TcpConnection *c, uint32_t source_slot);
   const TcpConfig &config() const { return cfg_; }
   SessionEnv &env() { return env_; }
   TcpStats &mutable_stats() { return stats_; }
@@ -87,6 +89,7 @@ private:
   std::unordered_set<TcpConnection *> conns_;
   std::vector<TcpConnection *> dead_;
   std::vector<uint8_t> scratch_; // read buffer shared by this worker's connections
+  dataplane::SourceLimiter sources_;
   bool shutting_down_ = false;
 };
 

@@ -52,6 +52,8 @@ public:
   // Every key the endpoint's CID table routes to this connection (kept by
   // the endpoint; removed with the connection).
   std::vector<CidKey> routes;
+  // Its place in the endpoint's per-source limiter (given back when freed).
+  uint32_t source_slot = UINT32_MAX;
 
   ngtcp2_conn *conn() const { return conn_; }
   bool handshake_done() const { return handshake_done_; }

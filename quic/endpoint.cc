@@ -6,6 +6,7 @@
 #include <gnutls/crypto.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 
+#include <cmath>
 #include <cstring>
 
 namespace xdpq::quic {
@@ -42,8 +43,8 @@ Endpoint::Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &se
                    std::shared_ptr<const http::Router> router, dataplane::TimerWheel &timers,
                    const Clock &clock, dataplane::TxSink &tx)
     : cfg_(cfg), tls_(&tls), secrets_(secrets), router_(std::move(router)), timers_(timers),
-      clock_(clock), tx_(tx), reset_tokens_(cfg.stateless_resets_per_second),
-      reset_refill_at_(clock.now()) {
+      clock_(clock), tx_(tx), sources_(cfg.per_source),
+      reset_tokens_(cfg.stateless_resets_per_second), reset_refill_at_(clock.now()) {
   scratch_.resize(MIN_INITIAL_DATAGRAM);
 }
 
@@ -123,6 +124,12 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   }
   if (dg.data[0] & 0x80) {
     accept(dg, vc);
+  } else if (vc.dcidlen == SCID_LEN && vc.dcid[0] != cfg_.worker_id &&
+             vc.dcid[0] < cfg_.worker_count) {
+    // Another worker's CID (a client whose new path RSS-hashes to our
+    // queue, or someone replaying a CID): a reset from us would kill a
+    // healthy connection.
+    stats_.drop_other_worker += 1;
   } else {
     send_stateless_reset(dg, vc);
   }
@@ -172,18 +179,37 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
     }
   }
   bool validated = token.len > 0;
-  bool need_retry =
-      cfg_.retry == RetryMode::on ||
-      (cfg_.retry == RetryMode::automatic && handshakes_in_progress_ >= cfg_.retry_threshold);
+  const uint64_t now = clock_.now();
+  if (recent_at_ && now > recent_at_) {
+    recent_handshakes_ *= std::exp(-static_cast<double>(now - recent_at_) * 1e-9);
+  }
+  recent_at_ = now;
+  bool need_retry = cfg_.retry == RetryMode::on ||
+                    (cfg_.retry == RetryMode::automatic &&
+                     (handshakes_in_progress_ >= cfg_.retry_threshold ||
+                      recent_handshakes_ >= cfg_.retry_rate));
   if (need_retry && !validated) {
     send_retry(dg, hd);
     return;
   }
+  uint32_t slot;
+  switch (sources_.admit(dg.path.remote, now, &slot)) {
+  case dataplane::SourceLimiter::Verdict::ok: break;
+  case dataplane::SourceLimiter::Verdict::too_many_connections:
+    stats_.drop_source_limit += 1;
+    return;
+  case dataplane::SourceLimiter::Verdict::too_fast:
+    stats_.drop_source_rate += 1;
+    return;
+  }
+  recent_handshakes_ += 1;
 
   auto conn = std::make_unique<Connection>(*this);
   Connection *c = conn.get();
+  c->source_slot = slot;
   if (c->init(hd, dg.path, podcid, token) != 0) {
     drop_routes(c);
+    sources_.release(slot);
     stats_.drop_unparsable += 1; // no resources for it; the client retries
     return;
   }
@@ -317,6 +343,7 @@ void Endpoint::end_of_pass() {
   pending_writes_.erase(pending_writes_.begin(), pending_writes_.begin() + static_cast<long>(i));
   for (Connection *c : retired_) {
     drop_routes(c);
+    sources_.release(c->source_slot);
     if (c->pending_write) {
       std::erase(pending_writes_, c);
     }

@@ -8,6 +8,7 @@
 #include "base/counters.h"
 #include "dataplane/datagram_port.h"
 #include "dataplane/histogram.h"
+#include "dataplane/source_limiter.h"
 #include "dataplane/timer_wheel.h"
 #include "http/h3_session.h"
 #include "http/router.h"
@@ -32,9 +33,17 @@ enum class RetryMode { off, on, automatic };
 
 struct EndpointConfig {
   uint8_t worker_id = 0; // first byte of every CID we issue (steering)
+  // Workers sharing the CID space (ids 0..worker_count-1): a short-header
+  // packet for another worker's CID is that worker's, never ours to reset.
+  uint8_t worker_count = 1;
   RetryMode retry = RetryMode::automatic;
-  // automatic: require Retry while this many handshakes are in progress.
+  // automatic: require Retry while this many handshakes are in progress...
   size_t retry_threshold = 128;
+  // ...or while new handshakes arrive faster than this per second (a flood
+  // of junk Initials fails fast and is never "in progress").
+  double retry_rate = 1000;
+  // Per-source caps on connections and on new handshakes per second.
+  dataplane::SourceLimits per_source{256, 200, 400};
   uint64_t idle_timeout = 30'000'000'000ull;
   uint64_t handshake_timeout = 10'000'000'000ull;
   uint64_t retry_token_lifetime = 10'000'000'000ull;
@@ -67,6 +76,9 @@ struct EndpointConfig {
   X(drop_reset_rate, "dropped: stateless reset suppressed by its rate limit")          \
   X(drop_closing, "datagrams for a connection in closing or draining (also routed)")   \
   X(drop_tx_full, "stateless replies not sent: no room to transmit")                   \
+  X(drop_other_worker, "dropped: short header for another worker's connection ID")     \
+  X(drop_source_limit, "dropped Initials: the source holds its connection cap")        \
+  X(drop_source_rate, "dropped Initials: the source opens connections too fast")       \
   X(version_negotiations, "Version Negotiation packets sent")                          \
   X(retries_sent, "Retry packets sent")                                                \
   X(stateless_resets_sent, "stateless resets sent")                                    \
@@ -127,6 +139,10 @@ public:
   // Entries in the CID routing table (every one names a live connection).
   size_t route_count() const { return cids_.size(); }
   size_t handshakes_in_progress() const { return handshakes_in_progress_; }
+  // Connections the source limiter counts for this address's source.
+  uint32_t source_connections(const dataplane::Address &a) const {
+    return sources_.connections(a);
+  }
   const EndpointStats &stats() const { return stats_; }
   const http::H3Stats &h3_stats() const { return h3_stats_; }
 
@@ -176,6 +192,10 @@ private:
   std::vector<Connection *> pending_writes_;
   std::vector<Connection *> retired_;
   size_t handshakes_in_progress_ = 0;
+  dataplane::SourceLimiter sources_;
+  // New handshakes per second, decayed with a 1 s time constant.
+  double recent_handshakes_ = 0;
+  uint64_t recent_at_ = 0;
   bool write_blocked_ = false;
   bool draining_ = false;
   // Token bucket for stateless resets.

@@ -198,10 +198,27 @@ class AfXdpLifecycle(TimedTestCase):
                     r = gtlsclient(srv, [f"/bytes/{1000 + i}"], netns=topo.cli_ns)
                     self.assertEqual(r.statuses, {0: 200}, r.output[-1500:])
                     self.assertEqual(r.file(str(1000 + i)), pattern(1000 + i))
+                # Short-header packets naming each worker's CID space, from
+                # one 4-tuple (one queue): only the receiving worker may
+                # answer with a stateless reset; another worker's CID is not
+                # its to reset (that would kill a migrated connection).
+                code = ("import socket\n"
+                        "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                        "s.bind(('0.0.0.0', 40404)); s.settimeout(0.5)\n"
+                        f"a=('{topo.srv_ip}', 4433); n=0\n"
+                        f"for k in range({queues}):\n"
+                        "    s.sendto(bytes([0x41, k]) + bytes(range(17)) + bytes(40), a)\n"
+                        "    try:\n"
+                        "        s.recv(100); n+=1\n"
+                        "    except socket.timeout: pass\n"
+                        "print(n)\n")
+                out = subprocess.run(["ip", "netns", "exec", topo.cli_ns, "/usr/bin/python3", "-c",
+                                      code], capture_output=True, text=True, timeout=30).stdout
                 stats = srv.stop()
                 busy = [line for line in srv.output().splitlines()
-                        if "handshakes" in line and "started" in line
-                        and " 0 started" not in line]
+                        if "handshakes_started=" in line]
+        self.assertEqual(out.strip(), "1", "stateless resets for other workers' CIDs")
+        self.assertEqual(stats["drop_other_worker"], queues - 1, stats)
         self.assertEqual(stats["handshakes_completed"], 16)
         self.assertGreaterEqual(len(busy), 2, "flows did not spread over queues:\n"
                                 + "\n".join(busy))

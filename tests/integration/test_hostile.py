@@ -48,7 +48,8 @@ class HostileQuicTest(TimedTestCase):
     def test_dangling_cid_replay(self):
         # Pre-authentication use-after-free: the second copy of each Initial
         # was routed to the connection the first one created and freed.
-        with Server("--dataplane", "socket") as srv:
+        # (Retry and the per-source rate would turn most of them away first.)
+        with Server("--dataplane", "socket", "--retry", "off", "--per-source-rate", "0") as srv:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 for i in range(1000):
                     dcid = os.urandom(8)
@@ -69,6 +70,24 @@ class HostileQuicTest(TimedTestCase):
         self.assertGreaterEqual(stats["handshakes_started"] + stats["drop_closing"], 2000, stats)
         self.assertEqual(stats["handshakes_failed"], stats["handshakes_started"] - 1, stats)
         self.assertEqual(stats["quic_connections"], 0, stats)
+
+    def test_initial_flood_turns_retry_on(self):
+        # Junk Initials fail at once and were never "in progress", so auto
+        # Retry never engaged and each cost a connection and a TLS session.
+        # The rate of new handshakes now turns address validation on.
+        with Server("--dataplane", "socket", "--retry", "auto", "--retry-rate", "100",
+                    "--per-source-rate", "0") as srv:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                for i in range(1000):
+                    s.sendto(bad_length_initial(os.urandom(8)), (srv.host, srv.port))
+                    if i % 100 == 99:
+                        time.sleep(0.01)
+            r = gtlsclient(srv, ["/bytes/777"])
+            stats = srv.stop()
+        self.assertEqual(r.statuses, {0: 200}, r.output[-2000:])
+        self.assertEqual(r.file("777"), pattern(777))
+        self.assertGreater(stats["retries_sent"], 500, stats)
+        self.assertLess(stats["handshakes_started"], 500, stats)
 
 
 class HostileTcpTest(TimedTestCase):
@@ -156,6 +175,28 @@ class HostileTcpTest(TimedTestCase):
                 s.close()
         self.assertLess(took, 3.0, f"SIGTERM took {took:.2f} s")
         self.assertEqual(srv.proc.returncode, 0)
+
+    def test_per_source_connection_cap(self):
+        with Server("--dataplane", "socket", "--per-source-connections", "5") as srv:
+            socks = []
+            for _ in range(10):
+                socks.append(socket.create_connection((srv.host, srv.port), timeout=5))
+            time.sleep(0.5)
+            closed = 0
+            for s in socks:
+                s.settimeout(0.5)
+                try:
+                    closed += s.recv(1) == b""
+                except (socket.timeout, ConnectionResetError):
+                    closed += isinstance(sys.exc_info()[1], ConnectionResetError)
+            for s in socks:
+                s.close()
+            time.sleep(0.3)
+            status = curl_status(srv)  # the slots came back
+            stats = srv.stop()
+        self.assertEqual(closed, 5)
+        self.assertEqual(stats["tcp_refused_source_limit"], 5, stats)
+        self.assertEqual(status, "200")
 
 
 if __name__ == "__main__":

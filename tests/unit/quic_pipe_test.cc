@@ -264,7 +264,10 @@ TEST_F(QuicPipe, StatelessResetsAreRateLimited) {
 // before it records the client's DCID. The endpoint's route for that DCID
 // must die with the connection, or a second copy reaches freed memory.
 TEST_F(QuicPipe, RejectedInitialLeavesNoDanglingRoute) {
-  TestServer srv(clock_, cfg_, secrets_);
+  quic::EndpointConfig cfg;
+  cfg.retry = quic::RetryMode::off; // 2000 Initials in 2 s: no Retry, no source caps here
+  cfg.per_source = {};
+  TestServer srv(clock_, cfg, secrets_);
   auto initial = [](const std::vector<uint8_t> &dcid) {
     std::vector<uint8_t> p = {0xc3, 0, 0, 0, 1, static_cast<uint8_t>(dcid.size())};
     p.insert(p.end(), dcid.begin(), dcid.end());
@@ -332,4 +335,44 @@ TEST_F(QuicPipe, RequestBodiesAreBudgetedPerConnectionAndWorker) {
   run([&] { return server_->endpoint->connection_count() == 0; });
   server_.reset();
   EXPECT_EQ(worker.held(), 0u);
+}
+
+// Regression (issue 10): a short-header packet carrying another worker's CID
+// (multi-queue AF_XDP: a migrated client RSS-hashed to our queue) must not
+// be answered with a stateless reset, which would kill a healthy connection.
+TEST_F(QuicPipe, OtherWorkersConnectionIdsAreNotReset) {
+  quic::EndpointConfig cfg;
+  cfg.worker_id = 1;
+  cfg.worker_count = 4;
+  TestServer srv(clock_, cfg, secrets_);
+  auto short_packet = [](uint8_t first_cid_byte) {
+    std::vector<uint8_t> pkt(60, 0x55);
+    pkt[0] = 0x41;
+    pkt[1] = first_cid_byte;
+    return pkt;
+  };
+  EXPECT_TRUE(srv.deliver(raw(short_packet(0))).empty());
+  EXPECT_TRUE(srv.deliver(raw(short_packet(2))).empty());
+  EXPECT_TRUE(srv.deliver(raw(short_packet(3))).empty());
+  EXPECT_EQ(srv.endpoint->stats().drop_other_worker, 3u);
+  // Our own id, or one no worker has: an unknown connection, reset.
+  EXPECT_EQ(srv.deliver(raw(short_packet(1))).size(), 1u);
+  EXPECT_EQ(srv.deliver(raw(short_packet(9))).size(), 1u);
+  EXPECT_EQ(srv.endpoint->stats().stateless_resets_sent, 2u);
+}
+
+// Regression (issue 10): one source may not hold every connection slot.
+TEST_F(QuicPipe, PerSourceConnectionCap) {
+  quic::EndpointConfig cfg;
+  cfg.per_source = {2, 0, 0};
+  start(cfg); // the fixture's client: one connection from 127.0.0.1
+  TestClient second(clock_, make_test_path(50001));
+  ASSERT_TRUE(run_until(second, *server_, clock_, [&] { return second.handshake_completed(); }));
+  EXPECT_EQ(server_->endpoint->source_connections(make_test_path().remote), 2u);
+  TestClient third(clock_, make_test_path(50002));
+  for (auto &dg : third.write()) EXPECT_TRUE(server_->deliver(dg).empty());
+  EXPECT_EQ(stats().drop_source_limit, 1u);
+  EXPECT_EQ(server_->endpoint->connection_count(), 2u);
+  // The first two are unharmed.
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
