@@ -196,6 +196,15 @@ public:
     }
     port_->tx_commit(path, ecn, len);
   }
+  void tx_commit_reply(const dataplane::RxDatagram &to, size_t len) override {
+    if (capture_.active() && len <= last_alloc_.size()) {
+      capture_.record(to.path.local, to.path.remote, {last_alloc_.data(), len}, 0);
+    }
+    port_->tx_commit_reply(to, len);
+  }
+  void peer_verified(const dataplane::Path &path, uint64_t link, bool strong) override {
+    port_->peer_verified(path, link, strong);
+  }
 
   // --- dataplane::LoopHandler ----------------------------------------------
   void on_iteration_end() override {
@@ -254,7 +263,7 @@ private:
         if (buf.empty()) continue; // dropped, like a full NIC queue
       }
       std::memcpy(buf.data(), dg.data, dg.len);
-      port_->tx_commit(dg.path, dg.ecn, dg.len);
+      port_->tx_commit_reply(dg, dg.len);
     }
   }
 

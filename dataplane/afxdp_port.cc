@@ -40,12 +40,6 @@ Mac interface_mac(const std::string &ifname) {
   return mac;
 }
 
-Address neighbor_key(const Address &a) {
-  Address k = a;
-  k.set_port(0);
-  return k;
-}
-
 } // namespace
 
 AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
@@ -152,15 +146,9 @@ void AfXdpPort::release_rx_batch() {
   rx_held_.clear();
 }
 
-void AfXdpPort::learn(const ParsedFrame &pf) {
-  auto key = neighbor_key(pf.path.remote);
-  auto it = neighbors_.find(key);
-  if (it == neighbors_.end()) {
-    if (neighbors_.size() > 65536) neighbors_.clear(); // bounded; relearned on the next packet
-    neighbors_.emplace(key, Neighbor{pf.src_mac, pf.vlan_tci});
-  } else if (it->second.mac != pf.src_mac || it->second.vlan_tci != pf.vlan_tci) {
-    it->second = Neighbor{pf.src_mac, pf.vlan_tci};
-  }
+void AfXdpPort::peer_verified(const Path &path, uint64_t link, bool strong) {
+  neighbors_.learn(path.remote, link, strong);
+  last_link_ = 0; // the cached lookup may be stale now
 }
 
 size_t AfXdpPort::receive(std::span<RxDatagram> out) {
@@ -189,9 +177,9 @@ size_t AfXdpPort::receive(std::span<RxDatagram> out) {
       xdp_stats_.count_invalid(st);
       continue;
     }
-    learn(pf);
     stats_.rx_datagrams += 1;
-    out[k++] = RxDatagram{data + pf.payload_offset, pf.payload_len, pf.path, pf.ecn};
+    out[k++] = RxDatagram{data + pf.payload_offset, pf.payload_len, pf.path, pf.ecn,
+                          pack_link(pf.src_mac, pf.vlan_tci)};
   }
   xsk_ring_cons__release(&rx_, n);
   return k;
@@ -224,18 +212,32 @@ std::span<uint8_t> AfXdpPort::tx_alloc(size_t max_len) {
 }
 
 void AfXdpPort::tx_commit(const Path &path, uint8_t ecn, size_t len) {
+  if (!(last_link_ != 0 && path.remote.family() == last_peer_.family() &&
+        std::memcmp(&path.remote.u, &last_peer_.u, path.remote.len) == 0)) {
+    last_peer_ = path.remote;
+    last_link_ = neighbors_.lookup(path.remote);
+  }
+  commit_frame(path, ecn, len, last_link_);
+}
+
+void AfXdpPort::tx_commit_reply(const RxDatagram &to, size_t len) {
+  commit_frame(Path{to.path.local, to.path.remote}, 0, len, to.link);
+}
+
+void AfXdpPort::commit_frame(const Path &path, uint8_t ecn, size_t len, uint64_t link) {
   if (tx_frame_ == UINT64_MAX) return;
   uint64_t f = tx_frame_;
   tx_frame_ = UINT64_MAX;
-  auto it = neighbors_.find(neighbor_key(path.remote));
-  if (it == neighbors_.end() || len == 0) {
+  if (link == 0 || len == 0) {
     xdp_stats_.tx_no_neighbor += len ? 1 : 0;
     stats_.tx_dropped += 1;
     free_.push_back(f);
     return;
   }
-  size_t hlen = build_headers(frame(f) + TX_HEADROOM, len, path, ecn, local_mac_, it->second.mac,
-                              it->second.vlan_tci);
+  Mac mac;
+  uint16_t vlan;
+  unpack_link(link, mac, vlan);
+  size_t hlen = build_headers(frame(f) + TX_HEADROOM, len, path, ecn, local_mac_, mac, vlan);
   pending_.push_back(Pending{f + TX_HEADROOM - hlen, static_cast<uint32_t>(hlen + len)});
 }
 
@@ -290,6 +292,7 @@ void AfXdpStats::count_invalid(ParseStatus st) {
   case ParseStatus::bad_ip_len: rx_invalid_bad_ip_len += 1; break;
   case ParseStatus::bad_udp_len: rx_invalid_bad_udp_len += 1; break;
   case ParseStatus::fragment: rx_invalid_fragment += 1; break;
+  case ParseStatus::bad_address: rx_invalid_bad_address += 1; break;
   }
 }
 

@@ -14,12 +14,12 @@
 
 #include "base/counters.h"
 #include "dataplane/datagram_port.h"
+#include "dataplane/neighbor_cache.h"
 #include "dataplane/packet.h"
 
 #include <xdp/xsk.h>
 
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace xdpq::dataplane {
@@ -47,6 +47,7 @@ struct AfXdpOptions {
   X(rx_invalid_bad_ip_len, "frames dropped: IP length inconsistent with the frame")    \
   X(rx_invalid_bad_udp_len, "frames dropped: UDP length inconsistent with IP")         \
   X(rx_invalid_fragment, "frames dropped: IP fragment")                                \
+  X(rx_invalid_bad_address, "frames dropped: source not unicast, destination not one host") \
   X(tx_no_neighbor, "datagrams not sent: no MAC known for the next hop")               \
   X(tx_ring_full, "flushes that left datagrams pending (TX ring full)")                \
   X(tx_kicks, "sendto() wakeups of the TX ring")                                       \
@@ -76,6 +77,8 @@ public:
   size_t receive(std::span<RxDatagram> out) override;
   std::span<uint8_t> tx_alloc(size_t max_len) override;
   void tx_commit(const Path &path, uint8_t ecn, size_t len) override;
+  void tx_commit_reply(const RxDatagram &to, size_t len) override;
+  void peer_verified(const Path &path, uint64_t link, bool strong) override;
   bool flush() override;
   std::span<const int> fds() const override { return fds_; }
   const PortStats &stats() const override { return stats_; }
@@ -85,11 +88,9 @@ public:
   bool hugepages() const { return hugepages_; }
   uint32_t queue() const { return opts_.queue; }
 
+  const NeighborCache &neighbors() const { return neighbors_; }
+
 private:
-  struct Neighbor {
-    Mac mac;
-    uint16_t vlan_tci;
-  };
   struct Pending {
     uint64_t addr;
     uint32_t len;
@@ -99,7 +100,8 @@ private:
   void release_rx_batch();
   void reclaim_completions();
   void refill();
-  void learn(const ParsedFrame &pf);
+  // Fills in the headers of the tx_alloc() frame and queues it.
+  void commit_frame(const Path &path, uint8_t ecn, size_t len, uint64_t link);
 
   AfXdpOptions opts_;
   XdpProgram &program_;
@@ -122,7 +124,10 @@ private:
   std::vector<Pending> pending_;   // committed, not yet in the TX ring
   uint32_t outstanding_tx_ = 0;    // in the TX or completion ring
 
-  std::unordered_map<Address, Neighbor, AddressHash> neighbors_;
+  NeighborCache neighbors_;
+  // The last lookup: a train of packets to one peer looks up once.
+  Address last_peer_{};
+  uint64_t last_link_ = 0;
   PortStats stats_;
   AfXdpStats xdp_stats_;
 };

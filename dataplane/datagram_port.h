@@ -29,6 +29,9 @@ struct RxDatagram {
   size_t len;
   Path path;
   uint8_t ecn; // low two bits of the TOS / traffic class
+  // Where the datagram came from on the link (AF_XDP: the sender's MAC and
+  // VLAN tag, see neighbor_cache.h); 0 for kernel sockets.
+  uint64_t link = 0;
 };
 
 #define XDPQ_PORT_COUNTERS(X)                                                          \
@@ -57,6 +60,20 @@ public:
   virtual std::span<uint8_t> tx_alloc(size_t max_len) = 0;
   // Sends the first len bytes of the buffer from the last tx_alloc.
   virtual void tx_commit(const Path &path, uint8_t ecn, size_t len) = 0;
+  // Sends it back to where `to` came from (stateless replies): on AF_XDP
+  // to the very link address it came from, learning nothing.
+  virtual void tx_commit_reply(const RxDatagram &to, size_t len) {
+    tx_commit(Path{to.path.local, to.path.remote}, 0, len);
+  }
+  // QUIC authenticated a packet that arrived on path with this link:
+  // strong when it was protected with 1-RTT keys only the peer holds, weak
+  // for handshake packets (an unknown peer may be learned, a known one is
+  // not overridden). The AF_XDP dataplane learns where to send replies.
+  virtual void peer_verified(const Path &path, uint64_t link, bool strong) {
+    (void)path;
+    (void)link;
+    (void)strong;
+  }
 
 protected:
   ~TxSink() = default;

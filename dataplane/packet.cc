@@ -22,6 +22,22 @@ void wr16(uint8_t *p, uint16_t v) {
   p[1] = static_cast<uint8_t>(v);
 }
 
+// A source a reply could go to: unicast, not loopback, not unspecified.
+bool good_source4(const uint8_t *a) {
+  return a[0] != 0 && a[0] != 127 && a[0] < 224;
+}
+// A destination that is one host: not multicast, broadcast or unspecified.
+bool good_destination4(const uint8_t *a) { return a[0] != 0 && a[0] < 224; }
+bool good_source6(const uint8_t *a) {
+  static constexpr uint8_t ZERO[16] = {};
+  static constexpr uint8_t LOOPBACK[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return a[0] != 0xff && std::memcmp(a, ZERO, 16) != 0 && std::memcmp(a, LOOPBACK, 16) != 0;
+}
+bool good_destination6(const uint8_t *a) {
+  static constexpr uint8_t ZERO[16] = {};
+  return a[0] != 0xff && std::memcmp(a, ZERO, 16) != 0;
+}
+
 } // namespace
 
 const char *parse_status_name(ParseStatus s) {
@@ -34,6 +50,7 @@ const char *parse_status_name(ParseStatus s) {
   case ParseStatus::bad_ip_len: return "bad_ip_len";
   case ParseStatus::bad_udp_len: return "bad_udp_len";
   case ParseStatus::fragment: return "fragment";
+  case ParseStatus::bad_address: return "bad_address";
   case ParseStatus::count_: break;
   }
   return "?";
@@ -70,6 +87,7 @@ ParseStatus parse_frame(const uint8_t *f, size_t len, ParsedFrame &out) {
   if (len < ETH_LEN) return ParseStatus::truncated;
   std::memcpy(out.dst_mac.data(), f, 6);
   std::memcpy(out.src_mac.data(), f + 6, 6);
+  if (out.src_mac[0] & 1) return ParseStatus::bad_address; // a group address as source
   uint16_t proto = rd16(f + 12);
   size_t off = ETH_LEN;
   out.vlan_tci = 0;
@@ -94,6 +112,7 @@ ParseStatus parse_frame(const uint8_t *f, size_t len, ParsedFrame &out) {
     if (checksum_fold(checksum_add(ip, ihl)) != 0) return ParseStatus::bad_ip_header;
     if (rd16(ip + 6) & 0x3fff) return ParseStatus::fragment; // MF or offset
     if (ip[9] != IPPROTO_UDP) return ParseStatus::not_udp;
+    if (!good_source4(ip + 12) || !good_destination4(ip + 16)) return ParseStatus::bad_address;
     out.ecn = ip[1] & 0x3;
     auto &l = out.path.local;
     auto &r = out.path.remote;
@@ -112,6 +131,7 @@ ParseStatus parse_frame(const uint8_t *f, size_t len, ParsedFrame &out) {
     if (plen > left - IP6_LEN) return ParseStatus::bad_ip_len;
     if (ip[6] == 44) return ParseStatus::fragment;
     if (ip[6] != IPPROTO_UDP) return ParseStatus::not_udp;
+    if (!good_source6(ip + 8) || !good_destination6(ip + 24)) return ParseStatus::bad_address;
     out.ecn = static_cast<uint8_t>((rd16(ip) >> 4) & 0x3);
     auto &l = out.path.local;
     auto &r = out.path.remote;

@@ -26,6 +26,7 @@ enum class ParseStatus : uint8_t {
   bad_ip_len,     // total / payload length inconsistent with the frame
   bad_udp_len,    // UDP length inconsistent with IP
   fragment,       // IP fragment
+  bad_address,    // source not unicast (or loopback), destination multicast or broadcast
   count_
 };
 const char *parse_status_name(ParseStatus s);

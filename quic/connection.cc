@@ -87,11 +87,16 @@ int cb_decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
                size_t aadlen) {
   int rv = ngtcp2_crypto_decrypt_cb(dest, aead, aead_ctx, ciphertext, ciphertextlen, nonce,
                                     noncelen, aad, aadlen);
-  // A packet that opens with the next generation's key: the peer updated.
   Connection *c = t_reading;
-  if (rv == 0 && c && c->next_rx_key && aead_ctx->native_handle == c->next_rx_key) {
-    c->next_rx_key = nullptr;
-    c->on_key_update();
+  if (rv == 0 && c) {
+    // ngtcp2 drops what fails to decrypt and still returns success from
+    // read_pkt: this is how we know something in the datagram was genuine.
+    c->decrypted = true;
+    // A packet that opens with the next generation's key: the peer updated.
+    if (c->next_rx_key && aead_ctx->native_handle == c->next_rx_key) {
+      c->next_rx_key = nullptr;
+      c->on_key_update();
+    }
   }
   return rv;
 }
@@ -226,8 +231,10 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   return 0;
 }
 
-void Connection::on_datagram(const dataplane::Path &path, uint8_t ecn, const uint8_t *data,
-                             size_t len) {
+void Connection::on_datagram(const dataplane::RxDatagram &dg) {
+  const auto &path = dg.path;
+  const uint8_t *data = dg.data;
+  size_t len = dg.len;
   if (state_ == State::closing) {
     // Repeat our CONNECTION_CLOSE, exponentially less often (RFC 9000 10.2.1).
     ++close_received_;
@@ -241,8 +248,9 @@ void Connection::on_datagram(const dataplane::Path &path, uint8_t ecn, const uin
   }
   bytes_in_ += len;
   ngtcp2_path np = make_path(path);
-  ngtcp2_pkt_info pi{ecn};
+  ngtcp2_pkt_info pi{dg.ecn};
   t_reading = this;
+  decrypted = false;
   int rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ep_.clock().now());
   t_reading = nullptr;
   if (rv != 0) {
@@ -268,6 +276,17 @@ void Connection::on_datagram(const dataplane::Path &path, uint8_t ecn, const uin
       fail();
       return;
     }
+  }
+  // Authenticated: the dataplane may learn where this peer is. 1-RTT
+  // packets (after the handshake) prove the sender holds the connection's
+  // keys; handshake packets only fill in a peer nobody knows yet.
+  bool strong = handshake_done_;
+  if (decrypted && dg.link != 0 && (dg.link != verified_link_ || strong != verified_strong_ ||
+                       !(path.remote == verified_remote_))) {
+    ep_.tx().peer_verified(path, dg.link, strong);
+    verified_link_ = dg.link;
+    verified_remote_ = path.remote;
+    verified_strong_ = strong;
   }
   ep_.want_write(this);
 }

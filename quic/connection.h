@@ -34,7 +34,7 @@ public:
            const ngtcp2_vec &token);
 
   // Feeds one datagram. A connection that finishes retires itself.
-  void on_datagram(const dataplane::Path &path, uint8_t ecn, const uint8_t *data, size_t len);
+  void on_datagram(const dataplane::RxDatagram &dg);
 
   // Writes pending packets. Returns false if the sink ran out of room.
   bool write();
@@ -74,6 +74,8 @@ public:
   // The next generation's receive key, derived ahead of the update that
   // will use it (ngtcp2 derives it lazily); nullptr until then.
   void *next_rx_key = nullptr;
+  // Something in the datagram being read decrypted (set by the callback).
+  bool decrypted = false;
   void on_path_validation(bool ok);
 
   // http::H3Transport
@@ -110,6 +112,10 @@ private:
   uint64_t close_received_ = 0; // datagrams received while closing
   uint64_t started_at_ = 0;
   uint64_t bytes_in_ = 0;
+  // What the dataplane was last told about the peer's link (peer_verified).
+  uint64_t verified_link_ = 0;
+  dataplane::Address verified_remote_{};
+  bool verified_strong_ = false;
   uint64_t bytes_out_ = 0;
 };
 

@@ -119,7 +119,7 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   auto it = cids_.find(CidKey::from(vc.dcid, vc.dcidlen));
   if (it != cids_.end()) {
     stats_.datagrams_routed += 1;
-    it->second->on_datagram(dg.path, dg.ecn, dg.data, dg.len);
+    it->second->on_datagram(dg);
     return;
   }
   if (dg.data[0] & 0x80) {
@@ -218,7 +218,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   ++handshakes_in_progress_;
   // The client's DCID routes its further Initials until it switches CIDs.
   add_cid(hd.dcid, c);
-  c->on_datagram(dg.path, dg.ecn, dg.data, dg.len);
+  c->on_datagram(dg);
 }
 
 bool Endpoint::send_stateless(const dataplane::RxDatagram &dg, const uint8_t *data, size_t len) {
@@ -232,8 +232,7 @@ bool Endpoint::send_stateless(const dataplane::RxDatagram &dg, const uint8_t *da
     return false;
   }
   std::memcpy(buf.data(), data, len);
-  dataplane::Path back{dg.path.local, dg.path.remote};
-  tx_.tx_commit(back, 0, len);
+  tx_.tx_commit_reply(dg, len);
   stats_.packets_out += 1;
   return true;
 }

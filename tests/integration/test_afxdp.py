@@ -148,6 +148,45 @@ class AfXdpCases:
                          r.output[-3000:] + "\n" + srv.output()[-3000:])
         self.assertGreater(stats["path_validations_ok"], 0)
 
+    def test_spoofed_source_mac_does_not_redirect_replies(self):
+        # Regression (issue 10): the AF_XDP path learned the peer's MAC from
+        # any packet, so one forged frame with the client's IP and another
+        # MAC redirected the client's replies. Now only packets that
+        # decrypted teach it; forged ones get (rate-limited) resets sent
+        # back to where they came from, nothing more.
+        bogus = "02:66:66:66:66:66"
+        spoof = ("from scapy.all import Ether, IP, UDP, Raw, sendp\n"
+                 "import os, time\n"
+                 f"f = Ether(src='{bogus}', dst='02:77:00:00:00:01') / "
+                 f"IP(src='{self.topo.cli_ip}', dst='{self.topo.srv_ip}') / "
+                 "UDP(sport=50000, dport=4433)\n"
+                 "end = time.time() + 2\n"
+                 "while time.time() < end:\n"
+                 "    sendp(f / Raw(bytes([0x41]) + os.urandom(59)), "
+                 f"iface='{self.topo.cli_if}', verbose=False)\n"
+                 "    time.sleep(0.005)\n")
+        cap = subprocess.Popen(["ip", "netns", "exec", self.topo.cli_ns, "tcpdump", "-i",
+                                self.topo.cli_if, "-n", "-e", "-l", "-q",
+                                f"ether dst {bogus} and udp"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            with self.serve() as srv:
+                forger = subprocess.Popen(["ip", "netns", "exec", self.topo.cli_ns,
+                                           "/usr/bin/python3", "-c", spoof])
+                time.sleep(0.3)
+                r = self.fetch(srv, [f"/bytes/{TEN_MIB}"], quiet=True, timeout=60)
+                forger.wait(timeout=30)
+                stats = srv.stop()
+        finally:
+            time.sleep(0.5)
+            cap.terminate()
+            out = cap.communicate(timeout=10)[0]
+        self.assertEqual(sha256(r.file(str(TEN_MIB))), sha256(pattern(TEN_MIB)))
+        big = [line for line in out.splitlines() if "length" in line
+               and int(line.rsplit("length", 1)[1].split()[0].strip(":,")) > 100]
+        self.assertEqual(big, [], "connection packets went to the forged MAC")
+        self.assertGreater(stats["stateless_resets_sent"] + stats["drop_reset_rate"], 0, stats)
+
     def test_ipv6(self):
         with Server("--dataplane", "afxdp", "--interface", self.topo.srv_if, "--xdp-mode",
                     self.MODE, host=self.topo.srv_ip6, netns=self.topo.srv_ns, workers=0) as srv:

@@ -103,3 +103,36 @@ TEST(Packet, BuildThenParseRoundTripsWithValidChecksums) {
     }
   }
 }
+
+// Regression (issue 10): replies must only ever go to a unicast host, and a
+// packet to a group address is not a QUIC client talking to us.
+TEST(Packet, RejectsNonUnicastSourcesAndGroupDestinations) {
+  ParsedFrame pf;
+  auto status = [&](const char *src, const char *dst, bool v6) {
+    FrameSpec s;
+    s.ipv6 = v6;
+    s.src = src;
+    s.dst = dst;
+    s.payload = quic_short(50);
+    auto f = make_frame(s);
+    return parse_frame(f.data(), f.size(), pf);
+  };
+  EXPECT_EQ(status("10.0.0.2", "10.0.0.1", false), ParseStatus::ok);
+  for (const char *bad_src : {"0.0.0.0", "127.0.0.1", "224.0.0.5", "255.255.255.255"}) {
+    EXPECT_EQ(status(bad_src, "10.0.0.1", false), ParseStatus::bad_address) << bad_src;
+  }
+  for (const char *bad_dst : {"239.1.2.3", "255.255.255.255", "0.0.0.0"}) {
+    EXPECT_EQ(status("10.0.0.2", bad_dst, false), ParseStatus::bad_address) << bad_dst;
+  }
+  EXPECT_EQ(status("fd00::2", "fd00::1", true), ParseStatus::ok);
+  for (const char *bad_src : {"::", "::1", "ff02::1"}) {
+    EXPECT_EQ(status(bad_src, "fd00::1", true), ParseStatus::bad_address) << bad_src;
+  }
+  EXPECT_EQ(status("fd00::2", "ff02::1", true), ParseStatus::bad_address);
+  // A group MAC address as the Ethernet source.
+  FrameSpec s;
+  s.payload = quic_short(50);
+  auto f = make_frame(s);
+  f[6] |= 1;
+  EXPECT_EQ(parse_frame(f.data(), f.size(), pf), ParseStatus::bad_address);
+}

@@ -20,7 +20,7 @@ std::span<uint8_t> MemorySink::tx_alloc(size_t max_len) {
 }
 
 void MemorySink::tx_commit(const dataplane::Path &path, uint8_t ecn, size_t len) {
-  out.push_back(Datagram{path, ecn, std::vector<uint8_t>(buf_.begin(), buf_.begin() + len)});
+  out.push_back(Datagram{path, ecn, std::vector<uint8_t>(buf_.begin(), buf_.begin() + len), 0});
 }
 
 dataplane::Path make_test_path(uint16_t client_port) {
@@ -345,7 +345,8 @@ TestServer::TestServer(quic::ManualClock &c, const quic::EndpointConfig &cfg,
 }
 
 std::vector<Datagram> TestServer::deliver(const Datagram &dg) {
-  dataplane::RxDatagram rx{const_cast<uint8_t *>(dg.data.data()), dg.data.size(), dg.path, dg.ecn};
+  dataplane::RxDatagram rx{const_cast<uint8_t *>(dg.data.data()), dg.data.size(), dg.path, dg.ecn,
+                           dg.link};
   if (nat_port != 0) rx.path.remote.set_port(nat_port);
   endpoint->on_datagram(rx);
   endpoint->end_of_pass();

@@ -20,17 +20,33 @@
 
 namespace xdpq::testing {
 
+// The link address the test client's datagrams arrive with (as AF_XDP
+// would report its MAC); tests forge others.
+constexpr uint64_t CLIENT_LINK = 0x0201'0000'00aa'bbccull;
+
 struct Datagram {
   dataplane::Path path;
   uint8_t ecn = 0;
   std::vector<uint8_t> data;
+  uint64_t link = CLIENT_LINK;
+};
+
+// A peer_verified() report from the endpoint.
+struct Verified {
+  dataplane::Path path;
+  uint64_t link;
+  bool strong;
 };
 
 class MemorySink final : public dataplane::TxSink {
 public:
   std::span<uint8_t> tx_alloc(size_t max_len) override;
   void tx_commit(const dataplane::Path &path, uint8_t ecn, size_t len) override;
+  void peer_verified(const dataplane::Path &path, uint64_t link, bool strong) override {
+    verified.push_back(Verified{path, link, strong});
+  }
   std::vector<Datagram> out;
+  std::vector<Verified> verified;
 
 private:
   std::vector<uint8_t> buf_;

@@ -376,3 +376,32 @@ TEST_F(QuicPipe, PerSourceConnectionCap) {
   // The first two are unharmed.
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
+
+// Regression (issue 10, neighbour spoofing): where replies go is learned
+// only from packets that decrypted; a forged packet carrying a live
+// connection's CID from another link address changes nothing.
+TEST_F(QuicPipe, LinkAddressIsLearnedOnlyFromAuthenticatedPackets) {
+  start();
+  auto &v = server_->sink.verified;
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v.front().link, CLIENT_LINK);
+  EXPECT_FALSE(v.front().strong); // a handshake packet: only fills a gap
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+  EXPECT_TRUE(v.back().strong); // 1-RTT: the peer holds the keys
+  EXPECT_EQ(v.back().link, CLIENT_LINK);
+  size_t reports = v.size();
+  // A forged short-header packet for the connection, from another MAC.
+  const ngtcp2_cid *server_cid = ngtcp2_conn_get_dcid(client_->conn());
+  std::vector<uint8_t> forged = {0x41};
+  forged.insert(forged.end(), server_cid->data, server_cid->data + server_cid->datalen);
+  forged.resize(80, 0x33);
+  Datagram d = raw(forged);
+  d.path = make_test_path();
+  d.link = 0x0666;
+  uint64_t routed = stats().datagrams_routed;
+  server_->deliver(d);
+  EXPECT_EQ(stats().datagrams_routed, routed + 1); // it reached the connection...
+  EXPECT_EQ(v.size(), reports);                      // ...and taught nothing
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+  for (const auto &r : v) EXPECT_EQ(r.link, CLIENT_LINK);
+}
