@@ -53,3 +53,20 @@ void write(Level l, const char *fmt, ...) {
 }
 
 } // namespace xdpq::log
+
+namespace xdpq {
+
+void log_guarded_exception(const char *what) noexcept {
+  // At most a line a second: a memory shortage would otherwise flood the log.
+  static std::atomic<int64_t> last{0};
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t now = ts.tv_sec;
+  int64_t prev = last.load(std::memory_order_relaxed);
+  if (now != prev && last.compare_exchange_strong(prev, now)) {
+    LOG_ERROR("exception stopped at a C library boundary: %s (the connection or stream fails)",
+              what);
+  }
+}
+
+} // namespace xdpq

@@ -20,6 +20,26 @@
 /* Initial packets ride in datagrams of at least 1200 bytes (RFC 9000 14.1). */
 #define XDPQ_MIN_INITIAL_PAYLOAD 1200
 
+/* Source ports no QUIC client sends from: privileged ports, and services
+ * that answer small queries with big replies (reflection and amplification
+ * sources). Dropped by the XDP program and by the socket dataplane alike. */
+static inline __attribute__((always_inline)) int xdpq_reflection_port(__u16 sport) {
+  if (sport < 1024)
+    return 1;
+  switch (sport) {
+  case 1900:  /* SSDP */
+  case 3283:  /* Apple Remote Desktop */
+  case 3702:  /* WS-Discovery */
+  case 5353:  /* mDNS */
+  case 5683:  /* CoAP */
+  case 10001: /* Ubiquiti discovery */
+  case 11211: /* memcached */
+  case 17185: /* VxWorks debug */
+    return 1;
+  }
+  return 0;
+}
+
 /* A served IPv4 address and UDP port, both in network byte order. An
  * address of 0 serves the port on every local address. */
 struct xdpq_v4_key {

@@ -94,26 +94,6 @@ static __always_inline int served6(const struct in6_addr *daddr, __be16 dport)
 	return bpf_map_lookup_elem(&served_v6, &k) != NULL;
 }
 
-static __always_inline int reflection_port(__u16 sport)
-{
-	/* Privileged ports and services that answer small queries with big
-	 * replies: no QUIC client sends from them. */
-	if (sport < 1024)
-		return 1;
-	switch (sport) {
-	case 1900:  /* SSDP */
-	case 3283:  /* Apple Remote Desktop */
-	case 3702:  /* WS-Discovery */
-	case 5353:  /* mDNS */
-	case 5683:  /* CoAP */
-	case 10001: /* Ubiquiti discovery */
-	case 11211: /* memcached */
-	case 17185: /* VxWorks debug */
-		return 1;
-	}
-	return 0;
-}
-
 /* Judges the UDP payload of a datagram to a served port; udp_len is the
  * UDP length field, already checked against the IP length. */
 static __always_inline int judge_udp(struct xdp_md *ctx, struct udphdr *udp, __u32 udp_len,
@@ -122,8 +102,8 @@ static __always_inline int judge_udp(struct xdp_md *ctx, struct udphdr *udp, __u
 	__u32 payload = udp_len - sizeof(*udp);
 	__u8 *p = (__u8 *)(udp + 1);
 
-	if (reflection_port(bpf_ntohs(udp->source)))
-		return count(XDPQ_CNT_DROP_REFLECTION, XDP_DROP);
+        if (xdpq_reflection_port(bpf_ntohs(udp->source)))
+          return count(XDPQ_CNT_DROP_REFLECTION, XDP_DROP);
 	if (payload < XDPQ_MIN_QUIC_PAYLOAD)
 		return count(XDPQ_CNT_DROP_SHORT_PAYLOAD, XDP_DROP);
 	if ((void *)(p + 5) > end)

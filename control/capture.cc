@@ -1,5 +1,7 @@
 #include "control/capture.h"
 
+#include "base/private_file.h"
+
 #include "dataplane/packet.h"
 
 #include <fcntl.h>
@@ -35,9 +37,17 @@ std::string Capture::start(const std::string &file, const std::string &filter, u
       return why;
     }
   }
-  dumper_ = pcap_dump_open(dead_, file.c_str());
+  std::string why;
+  int fd = open_private_output(file, true, &why);
+  FILE *fp = fd >= 0 ? fdopen(fd, "wb") : nullptr;
+  if (fd >= 0 && !fp)
+    close(fd);
+  dumper_ = fp ? pcap_dump_fopen(dead_, fp) : nullptr;
   if (!dumper_) {
-    std::string why = file + ": " + pcap_geterr(dead_);
+    if (fp) {
+      why = file + ": " + pcap_geterr(dead_);
+      fclose(fp);
+    }
     close_locked();
     return why;
   }
@@ -104,8 +114,10 @@ KeyLog &KeyLog::instance() {
 std::string KeyLog::start(const std::string &file) {
   std::lock_guard lock(mu_);
   if (fd_.load() >= 0) return "key logging already runs; stop it first";
-  int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return file + ": " + std::strerror(errno);
+  std::string why;
+  int fd = open_private_output(file, false, &why);
+  if (fd < 0)
+    return why;
   fd_.store(fd);
   return "";
 }

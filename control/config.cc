@@ -24,7 +24,8 @@ constexpr Key KEYS[] = {
     {"server", "listen", Kind::strings, "--listen", "a list of \"ADDR:PORT\" strings"},
     {"server", "workers", Kind::integer, "--workers", "an integer"},
     {"server", "cpus", Kind::string, "--cpus", "a CPU list string like \"0-3\""},
-    {"server", "log_level", Kind::string, "--log-level", "\"error\", \"warn\", \"info\" or \"debug\""},
+    {"server", "log_level", Kind::string, "--log-level",
+     "\"error\", \"warn\", \"info\" or \"debug\""},
     {"server", "control_socket", Kind::string, "--control-socket", "a path string"},
     {"server", "metrics", Kind::string, "--metrics", "an \"ADDR:PORT\" string"},
     {"server", "drain_timeout_ms", Kind::integer, "--drain-timeout", "milliseconds"},
@@ -39,6 +40,12 @@ constexpr Key KEYS[] = {
     {"tls", "key", Kind::string, "--key", "a path string"},
     {"tls", "secrets", Kind::string, "--secrets", "a path string"},
     {"http", "docroot", Kind::string, "--docroot", "a directory path string"},
+    {"http", "serve_dotfiles", Kind::flag_if_true, "--serve-dotfiles", "true or false"},
+    {"http", "file_cache_entries", Kind::integer, "--file-cache-entries", "an integer"},
+    {"http", "file_cache_bytes", Kind::integer, "--file-cache-bytes", "bytes"},
+    {"http", "file_cache_max_file", Kind::integer, "--file-cache-max-file", "bytes"},
+    {"http", "file_cache_revalidate_ms", Kind::integer, "--file-cache-revalidate-ms",
+     "milliseconds"},
     {"http", "max_header_size", Kind::integer, "--max-header-size", "bytes"},
     {"http", "max_header_fields", Kind::integer, "--max-header-fields", "an integer"},
     {"http", "max_request_body", Kind::integer, "--max-request-body", "bytes"},
@@ -197,6 +204,11 @@ xdp_replace = false
 
 [http]
 # docroot = "/srv/www"                   # default: an embedded page
+serve_dotfiles = false                   # names starting with '.' (but .well-known): 404
+file_cache_entries = 4096                # open files cached per worker
+file_cache_bytes = 67108864              # file contents held in memory per worker
+file_cache_max_file = 65536              # larger files are read on demand
+file_cache_revalidate_ms = 1000          # a change on disk shows within this
 max_header_size = 16384
 max_header_fields = 128
 max_request_body = 16777216              # 413 over it

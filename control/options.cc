@@ -45,6 +45,17 @@ TLS and content:
                           and its SHA-256 fingerprint logged.
   --key FILE              Private key (PEM) for --cert.
   --docroot DIR           Serve files under DIR. Default: an embedded page.
+                          Regular files only; names starting with '.' (but
+                          .well-known) are 404 unless --serve-dotfiles.
+  --serve-dotfiles        Also serve dotfiles (.git/, .env, ...).
+  --file-cache-entries N  Open files each worker keeps cached (default 4096).
+  --file-cache-bytes N    File contents each worker keeps in memory
+                          (default 67108864).
+  --file-cache-max-file N Files up to N bytes are served from memory, larger
+                          ones read on demand (default 65536).
+  --file-cache-revalidate-ms MS
+                          A cached file is checked against the disk at most
+                          this often: changes show within MS (default 1000).
   --secrets FILE          Keys for stateless reset, address-validation
                           tokens and session tickets; created (mode 0600)
                           if missing and reused across restarts. Default:
@@ -265,6 +276,16 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.key_file = need();
     } else if (arg == "--docroot") {
       o.docroot = need();
+    } else if (arg == "--serve-dotfiles") {
+      o.serve_dotfiles = true;
+    } else if (arg == "--file-cache-entries") {
+      o.file_cache_entries = parse_number(arg, need(), 0, 1u << 24);
+    } else if (arg == "--file-cache-bytes") {
+      o.file_cache_bytes = parse_number(arg, need(), 0, 1ull << 40);
+    } else if (arg == "--file-cache-max-file") {
+      o.file_cache_max_file = parse_number(arg, need(), 0, 1ull << 32);
+    } else if (arg == "--file-cache-revalidate-ms") {
+      o.file_cache_revalidate_ms = parse_number(arg, need(), 0, 3600'000);
     } else if (arg == "--secrets") {
       o.secrets_file = need();
     } else if (arg == "--workers") {

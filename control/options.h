@@ -30,6 +30,11 @@ struct Options {
   std::string cert_file;
   std::string key_file;
   std::string docroot; // empty: the embedded page
+  bool serve_dotfiles = false;
+  uint64_t file_cache_entries = 4096;
+  uint64_t file_cache_bytes = 64u << 20;
+  uint64_t file_cache_max_file = 64u << 10;
+  uint64_t file_cache_revalidate_ms = 1000;
   std::string secrets_file; // empty: secrets live in memory only
   int workers = 0;          // 0: one per CPU in cpus (or per available CPU)
   std::vector<int> cpus;    // pin worker i to cpus[i % size]

@@ -112,7 +112,14 @@ Server::Server(const Options &opts) : opts_(opts) {
 
   std::shared_ptr<const http::Router> router;
   try {
-    router = http::make_default_router(http::RouterConfig{opts_.docroot});
+    http::RouterConfig rc;
+    rc.docroot = opts_.docroot;
+    rc.files.max_entries = opts_.file_cache_entries;
+    rc.files.max_bytes = opts_.file_cache_bytes;
+    rc.files.max_file_in_memory = opts_.file_cache_max_file;
+    rc.files.revalidate_ns = opts_.file_cache_revalidate_ms * 1'000'000ull;
+    rc.files.allow_dotfiles = opts_.serve_dotfiles;
+    router = http::make_default_router(rc);
   } catch (const std::exception &e) {
     throw UsageError(std::string("--docroot: ") + e.what());
   }

@@ -3,6 +3,8 @@
 
 #include "http/tcp_session.h"
 
+#include "base/guard.h"
+
 #include <http_parser.h>
 
 #include <deque>
@@ -27,17 +29,27 @@ public:
     http_parser_init(&parser_, HTTP_REQUEST);
     parser_.data = this;
     http_parser_settings_init(&settings_);
-    settings_.on_message_begin = [](http_parser *p) { return me(p).message_begin(); };
-    settings_.on_url = [](http_parser *p, const char *at, size_t n) { return me(p).url(at, n); };
+    settings_.on_message_begin = [](http_parser *p) {
+      return guarded([&] { return me(p).message_begin(); }, -1);
+    };
+    settings_.on_url = [](http_parser *p, const char *at, size_t n) {
+      return guarded([&] { return me(p).url(at, n); }, -1);
+    };
     settings_.on_header_field = [](http_parser *p, const char *at, size_t n) {
-      return me(p).field(at, n);
+      return guarded([&] { return me(p).field(at, n); }, -1);
     };
     settings_.on_header_value = [](http_parser *p, const char *at, size_t n) {
-      return me(p).value(at, n);
+      return guarded([&] { return me(p).value(at, n); }, -1);
     };
-    settings_.on_headers_complete = [](http_parser *p) { return me(p).headers_complete(); };
-    settings_.on_body = [](http_parser *p, const char *at, size_t n) { return me(p).body(at, n); };
-    settings_.on_message_complete = [](http_parser *p) { return me(p).message_complete(); };
+    settings_.on_headers_complete = [](http_parser *p) {
+      return guarded([&] { return me(p).headers_complete(); }, -1);
+    };
+    settings_.on_body = [](http_parser *p, const char *at, size_t n) {
+      return guarded([&] { return me(p).body(at, n); }, -1);
+    };
+    settings_.on_message_complete = [](http_parser *p) {
+      return guarded([&] { return me(p).message_complete(); }, -1);
+    };
     env_.stats->h1_connections += 1;
   }
 
@@ -83,9 +95,16 @@ public:
       }
       if (q.body && q.body_off < q.body->size()) {
         auto c = q.body->chunk(q.body_off);
+        if (c.empty()) {
+          // The content went away (a file truncated under us): the length
+          // we promised cannot be kept, so the connection ends here.
+          abort_output();
+          return;
+        }
         size_t take = std::min(c.size(), limit - out.size());
         out.insert(out.end(), c.data(), c.data() + take);
         q.body_off += take;
+        q.body->release(q.body_off);
         continue;
       }
       if (q.close_after) closing_ = true;
@@ -96,6 +115,13 @@ public:
         paused_ = false;
       }
     }
+  }
+
+  void abort_output() {
+    closing_ = true;
+    for (auto &q : queue_)
+      budget_.give_back(q.charged);
+    queue_.clear();
   }
 
   bool finished() const override { return closing_ && queue_.empty(); }

@@ -2,6 +2,7 @@
 
 #include "http/tcp_session.h"
 
+#include "base/guard.h"
 #include "dataplane/event_loop.h"
 
 #include <nghttp2/nghttp2.h>
@@ -129,149 +130,196 @@ private:
   static H2Session &self(void *ud) { return *static_cast<H2Session *>(ud); }
 
   static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
-    auto &me = self(ud);
-    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-    H2Stream *st;
-    if (!me.free_.empty()) {
-      st = me.free_.back().release();
-      me.free_.pop_back();
-    } else {
-      st = new H2Stream();
-    }
-    st->req.reset();
-    st->resp.reset();
-    st->id = f->hd.stream_id;
-    st->header_bytes = 0;
-    st->header_fields = 0;
-    st->too_large = st->body_too_large = st->responded = st->headers_done = false;
-    st->refused = st->ended = false;
-    st->charged = 0;
-    st->offset = 0;
-    st->started_ns = me.now_;
-    st->stats = me.env_.stats;
-    me.streams_[st->id].reset(st);
-    nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st);
-    if (me.pending_headers_++ == 0) me.headers_since_ = me.now_;
-    return 0;
+    return guarded(
+        [&]() -> int {
+          auto &me = self(ud);
+          if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+            return 0;
+          H2Stream *st;
+          if (!me.free_.empty()) {
+            st = me.free_.back().release();
+            me.free_.pop_back();
+          } else {
+            st = new H2Stream();
+          }
+          st->req.reset();
+          st->resp.reset();
+          st->id = f->hd.stream_id;
+          st->header_bytes = 0;
+          st->header_fields = 0;
+          st->too_large = st->body_too_large = st->responded = st->headers_done = false;
+          st->refused = st->ended = false;
+          st->charged = 0;
+          st->offset = 0;
+          st->started_ns = me.now_;
+          st->stats = me.env_.stats;
+          me.streams_[st->id].reset(st);
+          nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st);
+          if (me.pending_headers_++ == 0)
+            me.headers_since_ = me.now_;
+          return 0;
+        },
+        int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
   static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
                        size_t namelen, const uint8_t *value, size_t valuelen, uint8_t,
                        void *ud) {
-    auto &me = self(ud);
-    auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
-    if (!st || f->hd.type != NGHTTP2_HEADERS) return 0;
-    st->header_bytes += namelen + valuelen + 32;
-    st->header_fields += 1;
-    if (st->header_bytes > me.env_.limits.max_header_size ||
-        st->header_fields > me.env_.limits.max_header_fields) {
-      st->too_large = true;
-      // Far past the limit: stop decoding for this stream altogether.
-      if (st->header_bytes > 4 * me.env_.limits.max_header_size) {
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-      }
-      return 0;
-    }
-    std::string_view n(reinterpret_cast<const char *>(name), namelen);
-    std::string_view v(reinterpret_cast<const char *>(value), valuelen);
-    if (n == ":method") st->req.method.assign(v);
-    else if (n == ":scheme") st->req.scheme.assign(v);
-    else if (n == ":authority") st->req.authority.assign(v);
-    else if (n == ":path") st->req.path.assign(v);
-    else if (!n.empty() && n[0] != ':') st->req.headers.push_back(Header{std::string(n), std::string(v)});
-    return 0;
+    return guarded(
+        [&]() -> int {
+          auto &me = self(ud);
+          auto *st =
+              static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
+          if (!st || f->hd.type != NGHTTP2_HEADERS)
+            return 0;
+          st->header_bytes += namelen + valuelen + 32;
+          st->header_fields += 1;
+          if (st->header_bytes > me.env_.limits.max_header_size ||
+              st->header_fields > me.env_.limits.max_header_fields) {
+            st->too_large = true;
+            // Far past the limit: stop decoding for this stream altogether.
+            if (st->header_bytes > 4 * me.env_.limits.max_header_size) {
+              return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+            }
+            return 0;
+          }
+          std::string_view n(reinterpret_cast<const char *>(name), namelen);
+          std::string_view v(reinterpret_cast<const char *>(value), valuelen);
+          if (n == ":method")
+            st->req.method.assign(v);
+          else if (n == ":scheme")
+            st->req.scheme.assign(v);
+          else if (n == ":authority")
+            st->req.authority.assign(v);
+          else if (n == ":path")
+            st->req.path.assign(v);
+          else if (!n.empty() && n[0] != ':')
+            st->req.headers.push_back(Header{std::string(n), std::string(v)});
+          return 0;
+        },
+        int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
   static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
-    auto &me = self(ud);
-    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) return 0;
-    auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
-    if (!st) return 0;
-    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
-      st->headers_done = true;
-      if (me.pending_headers_ > 0 && --me.pending_headers_ > 0) me.headers_since_ = me.now_;
-      me.env_.stats->requests += 1;
-      if (st->too_large) {
-        me.env_.stats->header_limit_rejects += 1;
-        make_error(st->resp, 431);
-        me.respond(*st);
-        return 0;
-      }
-    }
-    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) st->ended = true;
-    if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded && !st->refused) {
-      me.env_.router->route(st->req, st->resp);
-      me.respond(*st);
-    }
-    return 0;
+    return guarded(
+        [&]() -> int {
+          auto &me = self(ud);
+          if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+            return 0;
+          auto *st =
+              static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
+          if (!st)
+            return 0;
+          if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+            st->headers_done = true;
+            if (me.pending_headers_ > 0 && --me.pending_headers_ > 0)
+              me.headers_since_ = me.now_;
+            me.env_.stats->requests += 1;
+            if (st->too_large) {
+              me.env_.stats->header_limit_rejects += 1;
+              make_error(st->resp, 431);
+              me.respond(*st);
+              return 0;
+            }
+          }
+          if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+            st->ended = true;
+          if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded && !st->refused) {
+            me.env_.router->route(st->req, st->resp);
+            me.respond(*st);
+          }
+          return 0;
+        },
+        int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
   static int on_data_chunk(nghttp2_session *s, uint8_t, int32_t id, const uint8_t *data,
                            size_t len, void *ud) {
-    auto &me = self(ud);
-    auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, id));
-    if (!st || st->responded || st->refused) return 0;
-    if (st->req.body.size() + len > me.env_.limits.max_request_body) {
-      me.env_.stats->body_limit_rejects += 1;
-      me.release_body(*st);
-      make_error(st->resp, 413);
-      me.respond(*st);
-      return 0;
-    }
-    if (!me.budget_.try_take(len)) {
-      // Over the connection's or worker's budget: refuse, hold nothing.
-      st->refused = true;
-      me.env_.stats->body_budget_refusals += 1;
-      me.release_body(*st);
-      nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
-      return 0;
-    }
-    st->charged += len;
-    st->req.body.append(reinterpret_cast<const char *>(data), len);
-    return 0;
+    return guarded(
+        [&]() -> int {
+          auto &me = self(ud);
+          auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, id));
+          if (!st || st->responded || st->refused)
+            return 0;
+          if (st->req.body.size() + len > me.env_.limits.max_request_body) {
+            me.env_.stats->body_limit_rejects += 1;
+            me.release_body(*st);
+            make_error(st->resp, 413);
+            me.respond(*st);
+            return 0;
+          }
+          if (!me.budget_.try_take(len)) {
+            // Over the connection's or worker's budget: refuse, hold nothing.
+            st->refused = true;
+            me.env_.stats->body_budget_refusals += 1;
+            me.release_body(*st);
+            nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
+            return 0;
+          }
+          st->charged += len;
+          st->req.body.append(reinterpret_cast<const char *>(data), len);
+          return 0;
+        },
+        int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
   static int on_stream_close(nghttp2_session *, int32_t id, uint32_t, void *ud) {
-    auto &me = self(ud);
-    auto it = me.streams_.find(id);
-    if (it != me.streams_.end()) {
-      if (!it->second->headers_done && me.pending_headers_ > 0) --me.pending_headers_;
+    return guarded(
+        [&]() -> int {
+          auto &me = self(ud);
+          auto it = me.streams_.find(id);
+          if (it != me.streams_.end()) {
+            if (!it->second->headers_done && me.pending_headers_ > 0)
+              --me.pending_headers_;
 
-      me.budget_.give_back(it->second->charged); // the body or the response made from it
-      it->second->charged = 0;
-      it->second->req.reset();
-      it->second->resp.reset(); // drop the body (file mapping) now
-      if (me.free_.size() < 64) me.free_.push_back(std::move(it->second));
-      me.streams_.erase(it);
-    }
-    return 0;
+            me.budget_.give_back(it->second->charged); // the body or the response made from it
+            it->second->charged = 0;
+            it->second->req.reset();
+            it->second->resp.reset(); // drop the body (file mapping) now
+            if (me.free_.size() < 64)
+              me.free_.push_back(std::move(it->second));
+            me.streams_.erase(it);
+          }
+          return 0;
+        },
+        int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
   static int on_invalid_frame(nghttp2_session *, const nghttp2_frame *, int, void *ud) {
-    self(ud).protocol_error();
-    return 0;
+    return guarded(
+        [&]() -> int {
+          self(ud).protocol_error();
+          return 0;
+        },
+        int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
   static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
-    // A server-sent RST_STREAM is usually the client's doing (the
-    // "MadeYouReset" class): count them with the other protocol errors.
-    // Our NO_ERROR "stop sending" after an early response is not one.
-    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
-      self(ud).protocol_error();
-    }
-    if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
-        (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
-      auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
-      if (st && !st->ended) {
-        // The response went out before the request ended (413, 431): tell
-        // the client to stop sending (RFC 9113 8.1) instead of reading and
-        // discarding the rest of its body.
-        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
-      }
-    }
-    // Counted here: nghttp2 also sends GOAWAYs of its own (rate limits).
-    if (f->hd.type == NGHTTP2_GOAWAY) self(ud).env_.stats->goaways_sent += 1;
-    return 0;
+    return guarded(
+        [&]() -> int {
+          // A server-sent RST_STREAM is usually the client's doing (the
+          // "MadeYouReset" class): count them with the other protocol errors.
+          // Our NO_ERROR "stop sending" after an early response is not one.
+          if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
+            self(ud).protocol_error();
+          }
+          if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
+              (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+            auto *st =
+                static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
+            if (st && !st->ended) {
+              // The response went out before the request ended (413, 431): tell
+              // the client to stop sending (RFC 9113 8.1) instead of reading and
+              // discarding the rest of its body.
+              nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+            }
+          }
+          // Counted here: nghttp2 also sends GOAWAYs of its own (rate limits).
+          if (f->hd.type == NGHTTP2_GOAWAY)
+            self(ud).env_.stats->goaways_sent += 1;
+          return 0;
+        },
+        int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
   void release_body(H2Stream &st) {
@@ -290,21 +338,31 @@ private:
 
   static ssize_t read_body(nghttp2_session *, int32_t, uint8_t *buf, size_t length,
                            uint32_t *flags, nghttp2_data_source *src, void *) {
-    auto *st = static_cast<H2Stream *>(src->ptr);
-    const Body *body = st->resp.body.get();
-    size_t n = 0;
-    while (body && n < length && st->offset < body->size()) {
-      auto c = body->chunk(st->offset);
-      size_t take = std::min(c.size(), length - n);
-      std::memcpy(buf + n, c.data(), take);
-      n += take;
-      st->offset += take;
-    }
-    if (!body || st->offset >= body->size()) {
-      *flags |= NGHTTP2_DATA_FLAG_EOF;
-      record_latency(*st);
-    }
-    return static_cast<ssize_t>(n);
+    return guarded(
+        [&]() -> ssize_t {
+          auto *st = static_cast<H2Stream *>(src->ptr);
+          const Body *body = st->resp.body.get();
+          size_t n = 0;
+          while (body && n < length && st->offset < body->size()) {
+            auto c = body->chunk(st->offset);
+            // The content went away (a file truncated under us): nghttp2 resets
+            // the stream (INTERNAL_ERROR) rather than send a short body.
+            if (c.empty())
+              return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+            size_t take = std::min(c.size(), length - n);
+            std::memcpy(buf + n, c.data(), take);
+            n += take;
+            st->offset += take;
+          }
+          if (body)
+            st->resp.body->release(st->offset); // copied: no longer needed
+          if (!body || st->offset >= body->size()) {
+            *flags |= NGHTTP2_DATA_FLAG_EOF;
+            record_latency(*st);
+          }
+          return static_cast<ssize_t>(n);
+        },
+        ssize_t{NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE});
   }
 
   void respond(H2Stream &st) {

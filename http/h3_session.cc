@@ -1,5 +1,6 @@
 #include "http/h3_session.h"
 
+#include "base/guard.h"
 #include "dataplane/event_loop.h"
 
 #include <charconv>
@@ -18,8 +19,10 @@ struct H3Session::Stream {
   bool body_too_large = false;
   bool refused = false;
   bool responded = false;
+  bool aborted = false; // the body failed mid-way: reset, not finished
   uint64_t started_ns = 0;
   size_t charged = 0; // bytes taken from the body budget
+  uint64_t acked = 0; // response body bytes the peer acknowledged
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -32,8 +35,10 @@ struct H3Session::Stream {
     body_too_large = false;
     refused = false;
     responded = false;
+    aborted = false;
     started_ns = 0;
     charged = 0;
+    acked = 0;
   }
 };
 
@@ -42,61 +47,113 @@ namespace {
 H3Session &session_of(void *conn_user_data) { return *static_cast<H3Session *>(conn_user_data); }
 
 int cb_begin_headers(nghttp3_conn *, int64_t stream_id, void *ud, void *) {
-  return session_of(ud).on_begin_headers(stream_id);
+  return guarded([&]() -> int { return session_of(ud).on_begin_headers(stream_id); },
+                 int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_recv_header(nghttp3_conn *, int64_t, int32_t token, nghttp3_rcbuf *name,
                    nghttp3_rcbuf *value, uint8_t, void *ud, void *sud) {
-  if (!sud) return 0;
-  return session_of(ud).on_header(*static_cast<H3Session::Stream *>(sud), token, name, value);
+  return guarded(
+      [&]() -> int {
+        if (!sud)
+          return 0;
+        return session_of(ud).on_header(*static_cast<H3Session::Stream *>(sud), token, name, value);
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_end_headers(nghttp3_conn *, int64_t, int fin, void *ud, void *sud) {
-  if (!sud) return 0;
-  return session_of(ud).on_end_headers(*static_cast<H3Session::Stream *>(sud), fin != 0);
+  return guarded(
+      [&]() -> int {
+        if (!sud)
+          return 0;
+        return session_of(ud).on_end_headers(*static_cast<H3Session::Stream *>(sud), fin != 0);
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_recv_data(nghttp3_conn *, int64_t stream_id, const uint8_t *data, size_t len, void *ud,
                  void *sud) {
-  auto &s = session_of(ud);
-  // DATA payload is ours to credit: we copy it out at once.
-  s.transport().h3_consume(stream_id, len);
-  if (!sud) return 0;
-  return s.on_data(*static_cast<H3Session::Stream *>(sud), data, len);
+  return guarded(
+      [&]() -> int {
+        auto &s = session_of(ud);
+        // DATA payload is ours to credit: we copy it out at once.
+        s.transport().h3_consume(stream_id, len);
+        if (!sud)
+          return 0;
+        return s.on_data(*static_cast<H3Session::Stream *>(sud), data, len);
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_deferred_consume(nghttp3_conn *, int64_t stream_id, size_t consumed, void *ud, void *) {
-  session_of(ud).transport().h3_consume(stream_id, consumed);
-  return 0;
+  return guarded(
+      [&]() -> int {
+        session_of(ud).transport().h3_consume(stream_id, consumed);
+        return 0;
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_end_stream(nghttp3_conn *, int64_t, void *ud, void *sud) {
-  if (!sud) return 0;
-  return session_of(ud).on_end_stream(*static_cast<H3Session::Stream *>(sud));
+  return guarded(
+      [&]() -> int {
+        if (!sud)
+          return 0;
+        return session_of(ud).on_end_stream(*static_cast<H3Session::Stream *>(sud));
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_stream_close(nghttp3_conn *, int64_t stream_id, uint64_t, void *ud, void *) {
-  session_of(ud).on_stream_close(stream_id);
-  return 0;
+  return guarded(
+      [&]() -> int {
+        session_of(ud).on_stream_close(stream_id);
+        return 0;
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_stop_sending(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *) {
-  session_of(ud).transport().h3_stop_reading(stream_id, app_error);
-  return 0;
+  return guarded(
+      [&]() -> int {
+        session_of(ud).transport().h3_stop_reading(stream_id, app_error);
+        return 0;
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_reset_stream(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *) {
-  session_of(ud).transport().h3_reset_writing(stream_id, app_error);
-  return 0;
+  return guarded(
+      [&]() -> int {
+        session_of(ud).transport().h3_reset_writing(stream_id, app_error);
+        return 0;
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
+}
+
+int cb_acked_stream_data(nghttp3_conn *, int64_t, uint64_t n, void *ud, void *sud) {
+  return guarded(
+      [&]() -> int {
+        if (sud)
+          session_of(ud).on_acked(*static_cast<H3Session::Stream *>(sud), n);
+        return 0;
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 nghttp3_ssize cb_read_body(nghttp3_conn *, int64_t, nghttp3_vec *vec, size_t veccnt,
                            uint32_t *flags, void *ud, void *sud) {
-  if (!sud) {
-    *flags |= NGHTTP3_DATA_FLAG_EOF;
-    return 0;
-  }
-  return session_of(ud).on_read_body(*static_cast<H3Session::Stream *>(sud), vec, veccnt, flags);
+  return guarded(
+      [&]() -> nghttp3_ssize {
+        if (!sud) {
+          *flags |= NGHTTP3_DATA_FLAG_EOF;
+          return 0;
+        }
+        return session_of(ud).on_read_body(*static_cast<H3Session::Stream *>(sud), vec, veccnt,
+                                           flags);
+      },
+      nghttp3_ssize{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 std::string_view view(nghttp3_rcbuf *b) {
@@ -126,6 +183,7 @@ H3Session::H3Session(H3Transport &transport, std::shared_ptr<const Router> route
   cbs.stop_sending = cb_stop_sending;
   cbs.end_stream = cb_end_stream;
   cbs.reset_stream = cb_reset_stream;
+  cbs.acked_stream_data = cb_acked_stream_data;
   nghttp3_settings settings;
   nghttp3_settings_default(&settings);
   settings.max_field_section_size = limits_.max_field_section_size;
@@ -149,7 +207,13 @@ int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t le
 }
 
 int64_t H3Session::writev_stream(int64_t &stream_id, int &fin, nghttp3_vec *vec, size_t veccnt) {
-  return nghttp3_conn_writev_stream(conn_, &stream_id, &fin, vec, veccnt);
+  auto n = nghttp3_conn_writev_stream(conn_, &stream_id, &fin, vec, veccnt);
+  for (int64_t id : aborted_) {
+    transport_.h3_stop_reading(id, NGHTTP3_H3_INTERNAL_ERROR);
+    transport_.h3_reset_writing(id, NGHTTP3_H3_INTERNAL_ERROR);
+  }
+  aborted_.clear();
+  return n;
 }
 
 int H3Session::add_write_offset(int64_t stream_id, size_t n) {
@@ -352,13 +416,27 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
     *flags |= NGHTTP3_DATA_FLAG_EOF;
     return 0;
   }
+  if (s.aborted)
+    return NGHTTP3_ERR_WOULDBLOCK; // reset after this write pass
   size_t n = 0;
   uint64_t size = body->size();
-  while (n < veccnt && s.body_offset < size) {
+  uint64_t given = 0;
+  // A read-ahead of about one block: what we hand out stays referenced
+  // until acknowledged, so handing out everything would hold it all.
+  while (n < veccnt && s.body_offset < size && given < READ_AHEAD) {
     auto c = body->chunk(s.body_offset);
+    if (c.empty()) {
+      // The content went away (a file truncated under us): the promised
+      // length cannot be kept, so the stream is reset once nghttp3 is done.
+      s.aborted = true;
+      aborted_.push_back(s.id);
+      stats_.stream_errors += 1;
+      return n ? static_cast<nghttp3_ssize>(n) : NGHTTP3_ERR_WOULDBLOCK;
+    }
     vec[n].base = const_cast<uint8_t *>(c.data());
     vec[n].len = c.size();
     s.body_offset += c.size();
+    given += c.size();
     ++n;
   }
   if (s.body_offset >= size) {
@@ -366,6 +444,12 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
     record_latency(s);
   }
   return static_cast<nghttp3_ssize>(n);
+}
+
+void H3Session::on_acked(Stream &s, uint64_t n) {
+  s.acked += n;
+  if (s.resp.body)
+    s.resp.body->release(s.acked);
 }
 
 } // namespace xdpq::http

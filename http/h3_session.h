@@ -110,6 +110,7 @@ public:
   int on_end_stream(Stream &s);
   void on_stream_close(int64_t stream_id);
   nghttp3_ssize on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
+  void on_acked(Stream &s, uint64_t n);
   H3Transport &transport() { return transport_; }
 
 private:
@@ -131,6 +132,8 @@ private:
   std::vector<std::unique_ptr<Stream>> pool_; // every Stream ever made
   std::vector<Stream *> free_;                // reusable ones
   std::vector<nghttp3_nv> nva_;               // scratch for submit_response
+  std::vector<int64_t> aborted_;              // streams to reset after this write
+  static constexpr uint64_t READ_AHEAD = 128 * 1024;
   std::string content_length_;
 };
 

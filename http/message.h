@@ -37,15 +37,22 @@ struct Request {
   void reset();
 };
 
-// A response body: a byte sequence readable at any offset. The memory a
-// chunk points to stays valid for the lifetime of the Body, so transports
-// can keep references until the peer acknowledges the bytes (nghttp3 does).
+// A response body: a byte sequence read front to back. The memory a chunk
+// points to stays valid until the transport calls release() past it (or
+// the Body dies), so transports can keep references until the peer
+// acknowledges the bytes (nghttp3 does).
 class Body {
 public:
   virtual ~Body() = default;
   virtual uint64_t size() const = 0;
-  // Largest contiguous chunk starting at offset (offset < size()).
+  // Largest contiguous chunk starting at offset (offset < size()). Empty
+  // when the content is no longer there (a file truncated under us): the
+  // transport then aborts the response (the promised length cannot be
+  // kept) instead of sending anything else.
   virtual std::span<const uint8_t> chunk(uint64_t offset) const = 0;
+  // The transport needs no byte before offset any more (acknowledged, or
+  // copied into its own buffers): bodies that read on demand free them.
+  virtual void release(uint64_t offset) { (void)offset; }
 };
 
 // Body held in memory (error pages, /echo, /healthz).

@@ -42,7 +42,16 @@ void Router::route(const Request &req, Response &resp) const {
   if (!best) {
     make_error(resp, 404);
   } else {
-    best->handle(req, resp);
+    try {
+      best->handle(req, resp);
+    } catch (...) {
+      // A handler that failed (out of memory, most likely): a 500 without
+      // a body, built without allocating.
+      resp.headers.clear();
+      resp.body.reset();
+      resp.status = 500;
+      resp.content_length = 0;
+    }
   }
   // HEAD: same headers and Content-Length as GET, no body.
   if (req.method == "HEAD") {
@@ -55,7 +64,7 @@ std::shared_ptr<const Router> make_default_router(const RouterConfig &cfg) {
   r->add_exact("/healthz", std::make_shared<HealthHandler>());
   r->add_exact("/echo", std::make_shared<EchoHandler>());
   r->add_prefix("/bytes/", std::make_shared<BytesHandler>(cfg.max_bytes));
-  r->set_fallback(std::make_shared<StaticFiles>(cfg.docroot));
+  r->set_fallback(std::make_shared<StaticFiles>(cfg.docroot, cfg.files));
   return r;
 }
 

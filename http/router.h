@@ -2,6 +2,7 @@
 // Routes a protocol-neutral Request to a handler. Shared by HTTP/3 and the
 // TCP side, so a URL returns the same bytes on every protocol.
 
+#include "http/file_cache.h"
 #include "http/message.h"
 
 #include <memory>
@@ -41,6 +42,7 @@ private:
 struct RouterConfig {
   std::string docroot;          // empty: the embedded demo page
   uint64_t max_bytes = 64ull << 20; // largest /bytes/N
+  FileCacheLimits files;            // the workers' open-file caches
 };
 
 // The standard route table: /healthz, /echo, /bytes/N, then static files.

@@ -1,19 +1,21 @@
 #include "http/static_files.h"
 
+#include "dataplane/event_loop.h"
+#include "http/file_cache.h"
 #include "http/handlers.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace xdpq::http {
 
@@ -35,28 +37,105 @@ the kernel network stack with AF_XDP.</p>
 </html>
 )";
 
-// A file region mapped read-only; the mapping lives as long as the body.
-class FileBody final : public Body {
+// A small file's bytes, held in its cache entry (alive as long as we are).
+class CachedBody final : public Body {
 public:
-  FileBody(void *map, size_t map_len, uint64_t first, uint64_t len)
-      : map_(map), map_len_(map_len), first_(first), len_(len) {}
-  ~FileBody() override {
-    if (map_) {
-      munmap(map_, map_len_);
-    }
-  }
-  FileBody(const FileBody &) = delete;
-  FileBody &operator=(const FileBody &) = delete;
+  CachedBody(std::shared_ptr<const FileEntry> e, uint64_t first, uint64_t len)
+      : entry_(std::move(e)), first_(first), len_(len) {}
   uint64_t size() const override { return len_; }
   std::span<const uint8_t> chunk(uint64_t offset) const override {
-    return {static_cast<const uint8_t *>(map_) + first_ + offset, len_ - offset};
+    auto *p = reinterpret_cast<const uint8_t *>(entry_->bytes.data());
+    return {p + first_ + offset, len_ - offset};
   }
 
 private:
-  void *map_;
-  size_t map_len_;
-  uint64_t first_;
-  uint64_t len_;
+  std::shared_ptr<const FileEntry> entry_;
+  uint64_t first_, len_;
+};
+
+// Read buffers for large files, reused by this worker thread.
+class BlockPool {
+public:
+  static constexpr size_t BLOCK = 64 * 1024;
+  static constexpr size_t KEEP = 512; // idle blocks kept (32 MiB)
+  std::unique_ptr<uint8_t[]> get() {
+    if (free_.empty())
+      return std::make_unique_for_overwrite<uint8_t[]>(BLOCK);
+    auto b = std::move(free_.back());
+    free_.pop_back();
+    return b;
+  }
+  void put(std::unique_ptr<uint8_t[]> b) {
+    if (free_.size() < KEEP)
+      free_.push_back(std::move(b));
+  }
+  static BlockPool &local() {
+    thread_local BlockPool pool;
+    return pool;
+  }
+
+private:
+  std::vector<std::unique_ptr<uint8_t[]>> free_;
+};
+
+// A large file read on demand with pread() into a window of blocks that the
+// transport releases as the peer acknowledges them: no mapping (so nothing
+// can raise SIGBUS when the file shrinks), memory bounded by what is in
+// flight. A file truncated under us yields an empty chunk.
+class FileReadBody final : public Body {
+public:
+  FileReadBody(std::shared_ptr<const FileEntry> e, uint64_t first, uint64_t len)
+      : entry_(std::move(e)), first_(first), len_(len) {}
+  ~FileReadBody() override {
+    for (auto &b : blocks_)
+      BlockPool::local().put(std::move(b.data));
+  }
+  uint64_t size() const override { return len_; }
+  std::span<const uint8_t> chunk(uint64_t offset) const override {
+    for (const auto &b : blocks_) {
+      if (offset >= b.offset && offset < b.offset + b.len) {
+        return {b.data.get() + (offset - b.offset), b.offset + b.len - offset};
+      }
+    }
+    // Read the block that starts here.
+    uint64_t want = std::min<uint64_t>(BlockPool::BLOCK, len_ - offset);
+    auto data = BlockPool::local().get();
+    size_t got = 0;
+    while (got < want) {
+      ssize_t n = pread(entry_->fd, data.get() + got, want - got,
+                        static_cast<off_t>(first_ + offset + got));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      got += static_cast<size_t>(n);
+    }
+    if (got < want)
+      entry_->stale = true; // shorter than the cache thinks
+    if (got == 0) {
+      BlockPool::local().put(std::move(data));
+      return {}; // truncated (or an I/O error): the transport aborts
+    }
+    blocks_.push_back(Block{offset, got, std::move(data)});
+    const auto &b = blocks_.back();
+    return {b.data.get(), b.len};
+  }
+  void release(uint64_t offset) override {
+    while (!blocks_.empty() && blocks_.front().offset + blocks_.front().len <= offset) {
+      BlockPool::local().put(std::move(blocks_.front().data));
+      blocks_.pop_front();
+    }
+  }
+
+private:
+  struct Block {
+    uint64_t offset;
+    size_t len;
+    std::unique_ptr<uint8_t[]> data;
+  };
+  std::shared_ptr<const FileEntry> entry_;
+  uint64_t first_, len_;
+  mutable std::deque<Block> blocks_;
 };
 
 int hex_value(char c) {
@@ -64,25 +143,6 @@ int hex_value(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-int open_beneath(int root, const std::string &rel) {
-  struct open_how how {};
-  how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  const char *p = rel.empty() ? "." : rel.c_str();
-  long fd = syscall(SYS_openat2, root, p, &how, sizeof(how));
-  return static_cast<int>(fd);
-}
-
-std::string make_etag(const struct stat &st) {
-  char buf[80];
-  std::snprintf(buf, sizeof(buf), "\"%llx-%llx-%llx\"",
-                static_cast<unsigned long long>(st.st_ino),
-                static_cast<unsigned long long>(st.st_size),
-                static_cast<unsigned long long>(st.st_mtim.tv_sec * 1000000000ll +
-                                                st.st_mtim.tv_nsec));
-  return buf;
 }
 
 bool etag_matches(std::string_view header, std::string_view etag) {
@@ -216,7 +276,10 @@ int parse_range(std::string_view header, uint64_t size, uint64_t &first, uint64_
   return 1;
 }
 
-StaticFiles::StaticFiles(const std::string &docroot) {
+StaticFiles::StaticFiles(const std::string &docroot, const FileCacheLimits &limits)
+    : limits_(limits) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1);
   if (docroot.empty()) {
     return;
   }
@@ -230,6 +293,16 @@ StaticFiles::~StaticFiles() {
   if (root_fd_ >= 0) {
     close(root_fd_);
   }
+}
+
+FileCache &StaticFiles::cache() const {
+  // One cache per worker thread and handler: workers share the router,
+  // never a cache (no locks on the request path).
+  thread_local std::unordered_map<uint64_t, std::unique_ptr<FileCache>> caches;
+  auto &c = caches[id_];
+  if (!c)
+    c = std::make_unique<FileCache>(root_fd_, limits_);
+  return *c;
 }
 
 void StaticFiles::serve_embedded(const Request &, Response &resp, std::string_view rel) const {
@@ -253,46 +326,35 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
     serve_embedded(req, resp, rel);
     return;
   }
-  int fd = open_beneath(root_fd_, rel);
-  struct stat st {};
-  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    int dfd = fd;
-    fd = open_beneath(dfd, "index.html");
-    close(dfd);
-    rel += rel.empty() ? "index.html" : "/index.html";
-    if (fd >= 0 && fstat(fd, &st) != 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  if (fd < 0) {
-    // EXDEV/ELOOP: the path resolved outside the root.
-    make_error(resp, errno == EACCES || errno == EXDEV || errno == ELOOP ? 403 : 404);
+  std::shared_ptr<const FileEntry> e;
+  switch (cache().lookup(rel, dataplane::monotonic_ns(), e)) {
+  case FileCache::Status::ok:
+    break;
+  case FileCache::Status::not_found:
+    make_error(resp, 404);
     return;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
+  case FileCache::Status::forbidden:
     make_error(resp, 403);
     return;
-  }
-  auto etag = make_etag(st);
-  const std::string *inm = req.find("if-none-match");
-  if (inm && etag_matches(*inm, etag)) {
-    close(fd);
-    resp.reset();
-    resp.status = 304;
-    resp.add_header("etag", etag);
+  case FileCache::Status::unavailable:
+    make_error(resp, 503);
     return;
   }
-  uint64_t size = static_cast<uint64_t>(st.st_size);
+  const std::string *inm = req.find("if-none-match");
+  if (inm && etag_matches(*inm, e->etag)) {
+    resp.reset();
+    resp.status = 304;
+    resp.add_header("etag", e->etag);
+    return;
+  }
+  uint64_t size = e->size;
   uint64_t first = 0, last = size == 0 ? 0 : size - 1;
   int status = 200;
   const std::string *range = req.find("range");
   const std::string *if_range = req.find("if-range");
-  if (range && (!if_range || *if_range == etag)) {
+  if (range && (!if_range || *if_range == e->etag)) {
     int r = parse_range(*range, size, first, last);
     if (r < 0) {
-      close(fd);
       make_error(resp, 416);
       resp.add_header("content-range", "bytes */" + std::to_string(size));
       return;
@@ -300,20 +362,17 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
     if (r > 0) status = 206;
   }
   uint64_t len = size == 0 ? 0 : last - first + 1;
-  void *map = nullptr;
-  if (size > 0 && req.method != "HEAD") {
-    map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) {
-      close(fd);
-      make_error(resp, 500);
-      return;
+  std::unique_ptr<Body> body;
+  if (len > 0 && req.method != "HEAD") {
+    if (e->in_memory) {
+      body = std::make_unique<CachedBody>(e, first, len);
+    } else {
+      body = std::make_unique<FileReadBody>(e, first, len);
     }
   }
-  close(fd);
-  resp.set(status, content_type_for(rel),
-           map ? std::make_unique<FileBody>(map, size, first, len) : nullptr);
+  resp.set(status, e->content_type, std::move(body));
   resp.content_length = len;
-  resp.add_header("etag", etag);
+  resp.add_header("etag", e->etag);
   resp.add_header("accept-ranges", "bytes");
   if (status == 206) {
     resp.add_header("content-range", "bytes " + std::to_string(first) + "-" +

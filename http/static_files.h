@@ -1,9 +1,14 @@
 #pragma once
 // Static files under a document root: content type, Content-Length, strong
-// ETag with If-None-Match, HEAD, one byte range. The target path is decoded
-// and checked segment by segment, and files are opened with openat2()
-// RESOLVE_BENEATH, so neither ".." nor a symlink can leave the root.
+// ETag with If-None-Match, HEAD, one byte range, all answered from the
+// worker's open-file cache (file_cache.h). The target path is decoded and
+// checked segment by segment, and files are opened with openat2()
+// RESOLVE_BENEATH, so neither ".." nor a symlink can leave the root; only
+// regular files are served, dotfiles only when allowed. Small files are
+// served from memory, large ones read on demand (never mapped: a file
+// truncated while it is being served ends that response, nothing else).
 
+#include "http/file_cache.h"
 #include "http/router.h"
 
 namespace xdpq::http {
@@ -12,16 +17,21 @@ class StaticFiles final : public Handler {
 public:
   // docroot empty: serve the embedded demo page at "/" and "/index.html".
   // Throws std::runtime_error if docroot is not an openable directory.
-  explicit StaticFiles(const std::string &docroot);
+  explicit StaticFiles(const std::string &docroot, const FileCacheLimits &limits = {});
   ~StaticFiles() override;
   StaticFiles(const StaticFiles &) = delete;
   StaticFiles &operator=(const StaticFiles &) = delete;
 
   void handle(const Request &req, Response &resp) const override;
 
+  // This worker thread's cache (tests, counters).
+  FileCache &cache() const;
+
 private:
   void serve_embedded(const Request &req, Response &resp, std::string_view rel) const;
   int root_fd_ = -1;
+  uint64_t id_ = 0;
+  FileCacheLimits limits_;
 };
 
 // Decodes %XX and normalises target into a path relative to the root

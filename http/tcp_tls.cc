@@ -1,5 +1,7 @@
 #include "http/tcp_tls.h"
 
+#include "base/guard.h"
+
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -15,7 +17,8 @@ namespace {
 std::atomic<TcpKeylogSink> g_keylog{nullptr};
 
 void keylog_cb(const SSL *, const char *line) {
-  if (auto sink = g_keylog.load(std::memory_order_relaxed)) sink(line);
+  if (auto sink = g_keylog.load(std::memory_order_relaxed))
+    guarded_void([&] { sink(line); });
 }
 
 std::string ssl_error(const char *what) {
@@ -43,6 +46,26 @@ int select_alpn(SSL *, const unsigned char **out, unsigned char *outlen, const u
 } // namespace
 
 void set_tcp_keylog_sink(TcpKeylogSink sink) { g_keylog.store(sink); }
+
+std::array<uint8_t, 80> derive_ticket_keys(const std::array<uint8_t, 64> &secret) {
+  // Each part from its own label: the name travels in the clear in every
+  // ticket, so no byte of it may also be a byte of a key.
+  std::array<uint8_t, 80> keys{};
+  auto part = [&secret](const char *label, uint8_t *out, size_t len) {
+    uint8_t in[80] = {};
+    size_t l = std::strlen(label);
+    std::memcpy(in, label, l);
+    std::memcpy(in + l, secret.data(), secret.size());
+    unsigned char d[32];
+    unsigned int n = 0;
+    EVP_Digest(in, l + secret.size(), d, &n, EVP_sha256(), nullptr);
+    std::memcpy(out, d, len);
+  };
+  part("xdpq ticket name", keys.data(), 16);
+  part("xdpq ticket hmac", keys.data() + 16, 32);
+  part("xdpq ticket aes!", keys.data() + 48, 32);
+  return keys;
+}
 
 SSL_CTX *TcpTlsContext::build(const std::string &cert_pem, const std::string &key_pem,
                               const std::array<uint8_t, 64> &ticket_secret) {
@@ -85,18 +108,8 @@ SSL_CTX *TcpTlsContext::build(const std::string &cert_pem, const std::string &ke
   if (!ok || SSL_CTX_check_private_key(ctx) != 1) fail("private key does not match certificate");
   SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
   SSL_CTX_set_keylog_callback(ctx, keylog_cb);
-  // Ticket keys (16 name + 32 HMAC + 32 AES) derived from the persistent
-  // secret, so every worker and a restarted server accept the tickets.
-  unsigned char keys[80];
-  unsigned char d1[32], d2[32];
-  unsigned int n = 0;
-  EVP_Digest(ticket_secret.data(), 32, d1, &n, EVP_sha256(), nullptr);
-  EVP_Digest(ticket_secret.data() + 32, 32, d2, &n, EVP_sha256(), nullptr);
-  std::memcpy(keys, d1, 16);
-  std::memcpy(keys + 16, d1 + 16, 16);
-  std::memcpy(keys + 32, d2, 32);
-  std::memcpy(keys + 64, d1, 16);
-  SSL_CTX_set_tlsext_ticket_keys(ctx, keys, sizeof(keys));
+  auto keys = derive_ticket_keys(ticket_secret);
+  SSL_CTX_set_tlsext_ticket_keys(ctx, keys.data(), keys.size());
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF); // stateless tickets only
   SSL_CTX_set_num_tickets(ctx, 1);
   return ctx;

@@ -43,4 +43,9 @@ private:
   SSL_CTX *ctx_ = nullptr;
 };
 
+// The OpenSSL session-ticket keys (16-byte name, 32-byte HMAC key, 32-byte
+// AES key) derived from the persistent secret: the same on every worker and
+// after a restart, and independent of each other.
+std::array<uint8_t, 80> derive_ticket_keys(const std::array<uint8_t, 64> &secret);
+
 } // namespace xdpq::http

@@ -1,5 +1,6 @@
 #include "quic/connection.h"
 
+#include "base/guard.h"
 #include "base/log.h"
 #include "quic/endpoint.h"
 
@@ -21,48 +22,59 @@ ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref) {
 
 int cb_recv_stream_data(ngtcp2_conn *, uint32_t flags, int64_t stream_id, uint64_t,
                         const uint8_t *data, size_t len, void *ud, void *) {
-  return self(ud).on_recv_stream_data(flags, stream_id, data, len);
+  return guarded([&] { return self(ud).on_recv_stream_data(flags, stream_id, data, len); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 int cb_acked_stream_data_offset(ngtcp2_conn *, int64_t stream_id, uint64_t, uint64_t len,
                                 void *ud, void *) {
-  return self(ud).on_acked_stream_data(stream_id, len);
+  return guarded([&] { return self(ud).on_acked_stream_data(stream_id, len); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 int cb_stream_close(ngtcp2_conn *, uint32_t flags, int64_t stream_id, uint64_t app_error,
                     void *ud, void *) {
-  return self(ud).on_stream_close(flags, stream_id, app_error);
+  return guarded([&] { return self(ud).on_stream_close(flags, stream_id, app_error); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 int cb_stream_reset(ngtcp2_conn *, int64_t stream_id, uint64_t, uint64_t, void *ud, void *) {
-  return self(ud).on_stream_reset(stream_id);
+  return guarded([&] { return self(ud).on_stream_reset(stream_id); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 int cb_stream_stop_sending(ngtcp2_conn *, int64_t stream_id, uint64_t, void *ud, void *) {
-  return self(ud).on_stream_reset(stream_id);
+  return guarded([&] { return self(ud).on_stream_reset(stream_id); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 int cb_extend_max_stream_data(ngtcp2_conn *, int64_t stream_id, uint64_t, void *ud, void *) {
-  return self(ud).on_extend_max_stream_data(stream_id);
+  return guarded([&] { return self(ud).on_extend_max_stream_data(stream_id); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 int cb_extend_max_remote_streams_bidi(ngtcp2_conn *, uint64_t max_streams, void *ud) {
-  return self(ud).on_extend_max_remote_streams_bidi(max_streams);
+  return guarded([&] { return self(ud).on_extend_max_remote_streams_bidi(max_streams); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
-int cb_handshake_completed(ngtcp2_conn *, void *ud) { return self(ud).on_handshake_completed(); }
+int cb_handshake_completed(ngtcp2_conn *, void *ud) {
+  return guarded([&] { return self(ud).on_handshake_completed(); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
+}
 
 int cb_get_new_connection_id(ngtcp2_conn *, ngtcp2_cid *cid, uint8_t *token, size_t cidlen,
                              void *ud) {
-  return self(ud).on_new_cid(cid, token, cidlen);
+  return guarded([&] { return self(ud).on_new_cid(cid, token, cidlen); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 int cb_remove_connection_id(ngtcp2_conn *, const ngtcp2_cid *cid, void *ud) {
-  return self(ud).on_remove_cid(cid);
+  return guarded([&] { return self(ud).on_remove_cid(cid); }, int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 int cb_recv_tx_key(ngtcp2_conn *, ngtcp2_encryption_level level, void *ud) {
-  return self(ud).on_recv_tx_key(level);
+  return guarded([&] { return self(ud).on_recv_tx_key(level); }, int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
 // The connection whose datagram ngtcp2 is reading on this thread: the
@@ -103,7 +115,7 @@ int cb_decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
 
 int cb_path_validation(ngtcp2_conn *, uint32_t, const ngtcp2_path *, const ngtcp2_path *,
                        ngtcp2_path_validation_result res, void *ud) {
-  self(ud).on_path_validation(res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS);
+  guarded_void([&] { self(ud).on_path_validation(res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS); });
   return 0;
 }
 

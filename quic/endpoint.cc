@@ -1,6 +1,7 @@
 #include "quic/endpoint.h"
 
 #include "base/log.h"
+#include "bpf/xdpq_shared.h"
 #include "quic/connection.h"
 
 #include <gnutls/crypto.h>
@@ -101,6 +102,12 @@ void Endpoint::handshake_done(Connection *) {
 void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   stats_.datagrams_in += 1;
   stats_.bytes_in += dg.len;
+  if (xdpq_reflection_port(dg.path.remote.port())) {
+    // No QUIC client sends from these; answering would make us a reflector
+    // (the XDP program drops them too; this covers kernel sockets).
+    stats_.drop_reflection += 1;
+    return;
+  }
   if (dg.len == 0) {
     // ngtcp2_pkt_decode_version_cid asserts on empty input.
     stats_.drop_unparsable += 1;

@@ -63,37 +63,38 @@ struct EndpointConfig {
 // Every datagram lands in exactly one of: datagrams_routed,
 // handshakes_started, retries_sent, version_negotiations,
 // stateless_resets_sent, or a drop_* counter.
-#define XDPQ_ENDPOINT_COUNTERS(X)                                                      \
-  X(datagrams_in, "datagrams handed to QUIC")                                          \
-  X(bytes_in, "bytes handed to QUIC")                                                  \
-  X(datagrams_routed, "datagrams routed to an existing connection")                    \
-  X(drop_unparsable, "dropped: not a QUIC header we can read")                         \
-  X(drop_small_initial, "dropped: Initial in a datagram under 1200 bytes")             \
-  X(drop_unknown_packet, "dropped: long header for no connection, not an Initial")     \
-  X(drop_bad_token, "dropped: Retry token failed validation")                          \
-  X(drop_conn_limit, "refused: too many connections")                                  \
-  X(drop_amplification, "dropped: stateless reply over 3x the datagram")               \
-  X(drop_reset_rate, "dropped: stateless reset suppressed by its rate limit")          \
-  X(drop_closing, "datagrams for a connection in closing or draining (also routed)")   \
-  X(drop_tx_full, "stateless replies not sent: no room to transmit")                   \
-  X(drop_other_worker, "dropped: short header for another worker's connection ID")     \
-  X(drop_source_limit, "dropped Initials: the source holds its connection cap")        \
-  X(drop_source_rate, "dropped Initials: the source opens connections too fast")       \
-  X(version_negotiations, "Version Negotiation packets sent")                          \
-  X(retries_sent, "Retry packets sent")                                                \
-  X(stateless_resets_sent, "stateless resets sent")                                    \
-  X(handshakes_started, "connections accepted (handshakes started)")                   \
-  X(handshakes_completed, "handshakes completed")                                      \
-  X(handshakes_failed, "connections that ended before their handshake completed")      \
-  X(sessions_resumed, "handshakes that resumed a TLS session")                         \
-  X(early_data_accepted, "connections whose requests arrived in 0-RTT")                \
-  X(new_tokens_accepted, "Initials with a valid NEW_TOKEN token")                      \
-  X(conns_closed, "connections freed")                                                 \
-  X(conns_idle_closed, "connections closed by the idle timeout")                       \
-  X(conn_errors, "connections closed by a protocol or TLS error")                      \
-  X(key_updates, "key updates by peers")                                               \
-  X(path_validations_ok, "path validations that succeeded (migration, rebinding)")     \
-  X(path_validations_failed, "path validations that failed")                           \
+#define XDPQ_ENDPOINT_COUNTERS(X)                                                                  \
+  X(datagrams_in, "datagrams handed to QUIC")                                                      \
+  X(bytes_in, "bytes handed to QUIC")                                                              \
+  X(datagrams_routed, "datagrams routed to an existing connection")                                \
+  X(drop_reflection, "dropped: from a privileged or amplifier source port")                        \
+  X(drop_unparsable, "dropped: not a QUIC header we can read")                                     \
+  X(drop_small_initial, "dropped: Initial in a datagram under 1200 bytes")                         \
+  X(drop_unknown_packet, "dropped: long header for no connection, not an Initial")                 \
+  X(drop_bad_token, "dropped: Retry token failed validation")                                      \
+  X(drop_conn_limit, "refused: too many connections")                                              \
+  X(drop_amplification, "dropped: stateless reply over 3x the datagram")                           \
+  X(drop_reset_rate, "dropped: stateless reset suppressed by its rate limit")                      \
+  X(drop_closing, "datagrams for a connection in closing or draining (also routed)")               \
+  X(drop_tx_full, "stateless replies not sent: no room to transmit")                               \
+  X(drop_other_worker, "dropped: short header for another worker's connection ID")                 \
+  X(drop_source_limit, "dropped Initials: the source holds its connection cap")                    \
+  X(drop_source_rate, "dropped Initials: the source opens connections too fast")                   \
+  X(version_negotiations, "Version Negotiation packets sent")                                      \
+  X(retries_sent, "Retry packets sent")                                                            \
+  X(stateless_resets_sent, "stateless resets sent")                                                \
+  X(handshakes_started, "connections accepted (handshakes started)")                               \
+  X(handshakes_completed, "handshakes completed")                                                  \
+  X(handshakes_failed, "connections that ended before their handshake completed")                  \
+  X(sessions_resumed, "handshakes that resumed a TLS session")                                     \
+  X(early_data_accepted, "connections whose requests arrived in 0-RTT")                            \
+  X(new_tokens_accepted, "Initials with a valid NEW_TOKEN token")                                  \
+  X(conns_closed, "connections freed")                                                             \
+  X(conns_idle_closed, "connections closed by the idle timeout")                                   \
+  X(conn_errors, "connections closed by a protocol or TLS error")                                  \
+  X(key_updates, "key updates by peers")                                                           \
+  X(path_validations_ok, "path validations that succeeded (migration, rebinding)")                 \
+  X(path_validations_failed, "path validations that failed")                                       \
   X(packets_out, "QUIC packets sent")
 
 struct EndpointStats {

@@ -1,5 +1,7 @@
 #include "quic/secrets.h"
 
+#include "base/private_file.h"
+
 #include <fcntl.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
@@ -80,11 +82,17 @@ Secrets Secrets::load_or_create(const std::string &path) {
     throw std::runtime_error("secrets file " + path + ": " + std::strerror(errno));
   }
   struct stat st {};
-  fstat(fd, &st);
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+  std::string problem;
+  if (fstat(fd, &st) != 0) {
+    problem = std::strerror(errno);
+  } else {
+    // Whoever owns it could swap the keys (forge tokens, read tickets).
+    problem = private_file_problem(st, true);
+    if (problem.empty() && st.st_size > 64 * 1024) problem = "larger than a secrets file can be";
+  }
+  if (!problem.empty()) {
     close(fd);
-    throw std::runtime_error("secrets file " + path +
-                             ": readable by group or others; chmod 600 it");
+    throw std::runtime_error("secrets file " + path + ": " + problem);
   }
   std::string text(static_cast<size_t>(st.st_size), '\0');
   ssize_t n = read(fd, text.data(), text.size());

@@ -1,5 +1,7 @@
 #include "quic/tls_context.h"
 
+#include "base/guard.h"
+
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 
 #include <atomic>
@@ -25,15 +27,20 @@ std::string hex(const unsigned char *p, size_t n) {
 int keylog_cb(gnutls_session_t session, const char *label, const gnutls_datum_t *secret) {
   KeylogSink sink = g_keylog.load(std::memory_order_relaxed);
   if (!sink) return 0;
-  gnutls_datum_t client_random{}, server_random{};
-  gnutls_session_get_random(session, &client_random, &server_random);
-  sink(std::string(label) + " " + hex(client_random.data, client_random.size) + " " +
-       hex(secret->data, secret->size));
+  guarded_void([&] {
+    gnutls_datum_t client_random{}, server_random{};
+    gnutls_session_get_random(session, &client_random, &server_random);
+    sink(std::string(label) + " " + hex(client_random.data, client_random.size) + " " +
+         hex(secret->data, secret->size));
+  });
   return 0;
 }
 
 int anti_replay_add(void *ptr, time_t expires, const gnutls_datum_t *key, const gnutls_datum_t *) {
-  return static_cast<TlsContext *>(ptr)->remember_client_hello(expires, key);
+  // Out of memory: refuse the early data rather than forget the hello.
+  return guarded(
+      [&] { return static_cast<TlsContext *>(ptr)->remember_client_hello(expires, key); },
+      int{GNUTLS_E_DB_ENTRY_EXISTS});
 }
 
 void check(int rv, const char *what) {

@@ -18,7 +18,8 @@ UNROUTED_BUCKETS = ("handshakes_started", "retries_sent", "version_negotiations"
                     "stateless_resets_sent", "drop_unparsable", "drop_small_initial",
                     "drop_unknown_packet", "drop_bad_token", "drop_conn_limit",
                     "drop_amplification", "drop_reset_rate", "drop_tx_full",
-                    "drop_other_worker", "drop_source_limit", "drop_source_rate")
+                    "drop_other_worker", "drop_source_limit", "drop_source_rate",
+                    "drop_reflection")
 
 
 def long_header(version, dcid=b"\x11" * 8, scid=b"\x22" * 8, first=0xC3):
@@ -103,6 +104,29 @@ class BadInputTest(TimedTestCase):
         self.assertLess(len(replies[0]), len(pkt))
         self.assertEqual(replies[0][0] & 0xC0, 0x40)
         self.assertEqual(stats["stateless_resets_sent"], 1)
+
+    def test_reflection_source_ports_are_dropped(self):
+        # Regression (issue 10): the socket dataplane answered datagrams from
+        # amplifier ports (the XDP program already dropped them): a Version
+        # Negotiation to a spoofed memcached or SSDP source is a reflection.
+        with Server("--dataplane", "socket") as srv:
+            pkt = long_header(0x1A2B3C4D, dcid=b"\xaa" * 8, scid=b"\xbb" * 5)
+            pkt += b"\x00" * (1200 - len(pkt))
+            replies = []
+            for sport in (11211, 1900, 123):
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.bind((srv.host, sport))
+                    s.settimeout(0.3)
+                    s.sendto(pkt, (srv.host, srv.port))
+                    try:
+                        replies.append(s.recv(65535))
+                    except socket.timeout:
+                        pass
+            ok = self.send(srv, [pkt], expect_reply=True)  # an ephemeral port is answered
+            stats = srv.stop()
+        self.assertEqual(replies, [])
+        self.assertEqual(stats["drop_reflection"], 3, stats)
+        self.assertEqual(len(ok), 1)
 
     def test_retry_token_forgery_is_rejected(self):
         with Server("--dataplane", "socket", "--retry", "on") as srv:

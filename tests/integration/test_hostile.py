@@ -4,17 +4,19 @@ that broke or exhausted an earlier build. The server must survive it with
 its memory bounded, count it, and keep serving a well-behaved client."""
 
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
-                     xdpqctl)
+from harness import (GTLSCLIENT, Server, TimedTestCase, gtlsclient, pattern,  # noqa: E402
+                     require_tools, xdpqctl)
 
 
 def cpu_seconds(pid):
@@ -197,6 +199,66 @@ class HostileTcpTest(TimedTestCase):
         self.assertEqual(closed, 5)
         self.assertEqual(stats["tcp_refused_source_limit"], 5, stats)
         self.assertEqual(status, "200")
+
+
+class HostileFilesTest(TimedTestCase):
+    """The document root changing under the server (issue 10)."""
+
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+
+    def setUp(self):
+        super().setUp()
+        self.root = tempfile.mkdtemp(prefix="xdpq-hostile-root-")
+        self.addCleanup(shutil.rmtree, self.root, True)
+
+    def test_file_truncated_during_downloads(self):
+        # The old server mapped the file: truncating it under a download
+        # raised SIGBUS and killed the process.
+        big = os.path.join(self.root, "big.bin")
+        with open(big, "wb") as f:
+            f.write(os.urandom(1 << 20) * 48)
+        with Server("--dataplane", "socket", "--docroot", self.root) as srv:
+            h3 = subprocess.Popen(
+                [GTLSCLIENT, "-q", "--exit-on-all-streams-close", "--timeout=5s", "-r", "0.01",
+                 "--download", self.root + "-dl", srv.host, str(srv.port), srv.url("/big.bin")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            h2 = subprocess.Popen(["curl", "-sk", "--http2", "--limit-rate", "20M", "-o",
+                                   "/dev/null", "--max-time", "20", srv.url("/big.bin")])
+            h1 = subprocess.Popen(["curl", "-sk", "--http1.1", "--limit-rate", "20M", "-o",
+                                   "/dev/null", "--max-time", "20", srv.url("/big.bin")])
+            time.sleep(0.5)
+            os.truncate(big, 4096)
+            for p in (h3, h2, h1):
+                p.wait(timeout=60)
+            self.assertIsNone(srv.proc.poll(), "xdpqd died:\n" + srv.output()[-2000:])
+            self.assertEqual(curl_status(srv), "200")
+            r = gtlsclient(srv, ["/big.bin"])
+            stats = srv.stop()
+        self.assertEqual(r.statuses, {0: 200}, r.output[-2000:])
+        self.assertEqual(len(r.file("big.bin")), 4096)
+        self.assertEqual(srv.proc.returncode, 0)
+        # At least the HTTP/3 and HTTP/2 downloads were cut, not padded.
+        self.assertGreaterEqual(stats["stream_errors"] + stats["tcp_closed"], 1, stats)
+
+    def test_fifo_and_dotfiles_in_the_docroot(self):
+        os.mkfifo(os.path.join(self.root, "pipe"))
+        with open(os.path.join(self.root, ".env"), "w") as f:
+            f.write("DB_PASSWORD=hunter2\n")
+        os.makedirs(os.path.join(self.root, ".git"))
+        with open(os.path.join(self.root, ".git", "config"), "w") as f:
+            f.write("[core]\n")
+        with open(os.path.join(self.root, "ok.txt"), "w") as f:
+            f.write("fine\n")
+        with Server("--dataplane", "socket", "--docroot", self.root) as srv:
+            r = gtlsclient(srv, ["/pipe", "/.env", "/.git/config", "/ok.txt"])
+            codes = [curl_status(srv, p) for p in ("/pipe", "/.env", "/ok.txt")]
+            stats = srv.stop()
+        self.assertEqual(r.statuses, {0: 403, 1: 404, 2: 404, 3: 200}, r.output[-2000:])
+        self.assertEqual(codes, ["403", "404", "200"])
+        self.assertFalse(r.has_file(".env") and b"hunter2" in r.file(".env"))
+        self.assertEqual(stats["responses_2xx"], 1, stats)
 
 
 if __name__ == "__main__":

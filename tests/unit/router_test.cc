@@ -50,7 +50,7 @@ TEST(Router, BuiltinRoutes) {
 }
 
 TEST(Router, BytesLimitsAndMalformed) {
-  auto router = make_default_router(RouterConfig{"", 1000});
+  auto router = make_default_router(RouterConfig{"", 1000, {}});
   Response resp;
   router->route(req("GET", "/bytes/1001"), resp);
   EXPECT_EQ(resp.status, 413);

@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace xdpq::http;
+using xdpq::testing::BODY_ABORTED;
 using xdpq::testing::body_of;
 namespace fs = std::filesystem;
 
@@ -45,6 +47,10 @@ protected:
     handler_->handle(r, resp);
     return resp;
   }
+  void with_limits(const FileCacheLimits &l) {
+    handler_ = std::make_unique<StaticFiles>((base_ / "root").string(), l);
+  }
+  const FileCacheStats &cache_stats() { return handler_->cache().stats(); }
   fs::path base_;
   std::unique_ptr<StaticFiles> handler_;
 };
@@ -118,4 +124,119 @@ TEST(NormalizePath, Segments) {
 
 TEST(StaticFilesCtor, MissingRootThrows) {
   EXPECT_THROW(StaticFiles("/nonexistent/xdpq-root"), std::runtime_error);
+}
+
+// --- the open-file cache (issue 11 section 2; issue 10 static files) -------
+
+TEST_F(StaticFilesTest, CacheHitsNeedNoFileSystem) {
+  FileCacheLimits l;
+  l.revalidate_ns = 3600'000'000'000ull; // an hour: nothing is rechecked here
+  with_limits(l);
+  EXPECT_EQ(body_of(get("/a.txt")), "0123456789");
+  EXPECT_EQ(body_of(get("/a.txt")), "0123456789");
+  EXPECT_EQ(cache_stats().misses, 1u);
+  EXPECT_EQ(cache_stats().hits, 1u);
+  // Within the interval a change on disk is not looked at (the documented
+  // cost of serving without a system call)...
+  write(base_ / "root" / "a.txt", "changed!");
+  EXPECT_EQ(body_of(get("/a.txt")), "0123456789");
+  EXPECT_EQ(cache_stats().revalidations, 0u);
+}
+
+TEST_F(StaticFilesTest, CacheRevalidatesChangesAndDeletions) {
+  FileCacheLimits l;
+  l.revalidate_ns = 0; // check every time
+  with_limits(l);
+  auto first = get("/a.txt");
+  std::string etag = *header(first, "etag");
+  write(base_ / "root" / "a.txt", "new content");
+  auto r = get("/a.txt");
+  EXPECT_EQ(body_of(r), "new content");
+  EXPECT_NE(*header(r, "etag"), etag);
+  EXPECT_EQ(cache_stats().changed, 1u);
+  // The response taken before the change still reads the old bytes.
+  EXPECT_EQ(body_of(first), "0123456789");
+  fs::remove(base_ / "root" / "a.txt");
+  EXPECT_EQ(get("/a.txt").status, 404);
+  EXPECT_EQ(cache_stats().entries, 0u); // the deleted file left the cache
+}
+
+TEST_F(StaticFilesTest, SymlinkSwappedInIsRefusedOnRevalidation) {
+  FileCacheLimits l;
+  l.revalidate_ns = 0;
+  with_limits(l);
+  EXPECT_EQ(get("/a.txt").status, 200);
+  fs::remove(base_ / "root" / "a.txt");
+  fs::create_symlink(base_ / "secret.txt", base_ / "root" / "a.txt");
+  auto r = get("/a.txt");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(body_of(r).find("SECRET"), std::string::npos);
+}
+
+TEST_F(StaticFilesTest, LargeFilesAreReadOnDemandAndSurviveTruncation) {
+  std::string big(600 * 1024, '\0');
+  for (size_t i = 0; i < big.size(); ++i)
+    big[i] = static_cast<char>('a' + i % 23);
+  write(base_ / "root" / "big.bin", big);
+  with_limits({});
+  EXPECT_EQ(body_of(get("/big.bin")), big);
+  auto r = get("/big.bin", {{"range", "bytes=300000-300009"}});
+  EXPECT_EQ(body_of(r), big.substr(300000, 10));
+  // Truncated while a response is in flight: no SIGBUS (nothing is
+  // mapped), the response ends as aborted and the next one is fresh.
+  auto inflight = get("/big.bin");
+  auto c = inflight.body->chunk(0);
+  ASSERT_FALSE(c.empty());
+  ASSERT_EQ(truncate((base_ / "root" / "big.bin").c_str(), 1000), 0);
+  std::string rest = body_of(inflight);
+  EXPECT_NE(rest.find(BODY_ABORTED), std::string::npos);
+  EXPECT_LT(rest.size(), big.size());
+}
+
+TEST_F(StaticFilesTest, CacheIsBoundedByEntriesAndBytes) {
+  for (int i = 0; i < 10; ++i)
+    write(base_ / "root" / ("f" + std::to_string(i)), "0123456789");
+  FileCacheLimits l;
+  l.max_entries = 4;
+  l.max_bytes = 25; // two 10-byte files
+  with_limits(l);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 10; ++i)
+      EXPECT_EQ(get("/f" + std::to_string(i)).status, 200);
+  }
+  EXPECT_LE(cache_stats().entries, 2u);
+  EXPECT_LE(cache_stats().bytes, 25u);
+  EXPECT_GE(cache_stats().evictions, 18u);
+  // Files over max_file_in_memory are cached as descriptors, not bytes.
+  FileCacheLimits m;
+  m.max_file_in_memory = 4;
+  with_limits(m);
+  EXPECT_EQ(body_of(get("/f1")), "0123456789");
+  EXPECT_EQ(cache_stats().bytes, 0u);
+}
+
+// Regression (issue 10): a FIFO in the docroot blocked a worker in open();
+// dotfiles (.git/, .env) were served.
+TEST_F(StaticFilesTest, FifosAndDevicesAreRefusedWithoutBlocking) {
+  ASSERT_EQ(mkfifo((base_ / "root" / "pipe").c_str(), 0644), 0);
+  EXPECT_EQ(get("/pipe").status, 403); // returns at once: opened non-blocking
+  EXPECT_EQ(get("/pipe").status, 403);
+}
+
+TEST_F(StaticFilesTest, DotfilesAreHiddenUnlessAllowed) {
+  fs::create_directories(base_ / "root" / ".git");
+  fs::create_directories(base_ / "root" / ".well-known" / "acme-challenge");
+  write(base_ / "root" / ".env", "DB_PASSWORD=hunter2");
+  write(base_ / "root" / ".git" / "config", "[core]");
+  write(base_ / "root" / ".well-known" / "acme-challenge" / "tok", "proof");
+  for (const char *p : {"/.env", "/.git/config", "/.git/", "/%2eenv", "/sub/.hidden"}) {
+    auto r = get(p);
+    EXPECT_EQ(r.status, 404) << p;
+    EXPECT_EQ(body_of(r).find("hunter2"), std::string::npos) << p;
+  }
+  EXPECT_EQ(body_of(get("/.well-known/acme-challenge/tok")), "proof");
+  FileCacheLimits l;
+  l.allow_dotfiles = true;
+  with_limits(l);
+  EXPECT_EQ(body_of(get("/.env")), "DB_PASSWORD=hunter2");
 }

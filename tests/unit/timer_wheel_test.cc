@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <vector>
 
 using namespace xdpq::dataplane;
@@ -90,4 +92,72 @@ TEST(TimerWheel, DestroyedTimerUnlinks) {
   }
   EXPECT_EQ(w.size(), 0u);
   w.run(10 * MS);
+}
+
+// Regression (issue 10): far timers (every connection's idle timeout) sat in
+// the level-0 slots, and next_expiry() walked them on every loop turn.
+TEST(TimerWheel, FarTimersAreNeverWalkedAndFireOnTime) {
+  const uint64_t t0 = 7'000 * MS;
+  TimerWheel w(t0);
+  std::vector<uint64_t> log;
+  std::vector<std::unique_ptr<Owner>> far;
+  for (uint64_t i = 0; i < 10'000; ++i) {
+    far.push_back(std::unique_ptr<Owner>(new Owner{Timer(), &log, i}));
+    far.back()->timer.set_callback(fire, far.back().get());
+    w.schedule(far.back()->timer, t0 + 30'000 * MS + i * MS); // 30 to 40 s out
+  }
+  Owner near{Timer(), &log, 99'999};
+  near.timer.set_callback(fire, &near);
+  w.schedule(near.timer, t0 + 2 * MS);
+  EXPECT_EQ(w.next_expiry(), t0 + 2 * MS);
+  EXPECT_LE(w.last_scan(), 1u);
+  w.run(t0 + 3 * MS);
+  EXPECT_EQ(log, std::vector<uint64_t>{99'999});
+  // Only far timers left: a wake-up bound, found without walking them.
+  uint64_t next = w.next_expiry();
+  EXPECT_EQ(w.last_scan(), 0u);
+  EXPECT_GT(next, t0 + 20'000 * MS);
+  EXPECT_LE(next, t0 + 30'000 * MS);
+  log.clear();
+  uint64_t t = t0 + 3 * MS;
+  std::vector<uint64_t> fired_at(10'000, 0);
+  while (t < t0 + 41'000 * MS) {
+    t += 7 * MS;
+    size_t before = log.size();
+    w.run(t);
+    for (size_t k = before; k < log.size(); ++k)
+      fired_at[log[k]] = t;
+    if (w.size() > 0) {
+      uint64_t nx = w.next_expiry();
+      EXPECT_LE(w.last_scan(), 20u) << "walked far timers at " << t;
+      EXPECT_GE(nx, t - (1u << TimerWheel::TICK_SHIFT));
+    }
+  }
+  ASSERT_EQ(log.size(), 10'000u);
+  for (uint64_t i = 0; i < 10'000; ++i) {
+    uint64_t due = t0 + 30'000 * MS + i * MS;
+    EXPECT_GE(fired_at[i], due) << i;          // never early
+    EXPECT_LT(fired_at[i], due + 8 * MS) << i; // within a run step
+  }
+  EXPECT_EQ(w.size(), 0u);
+}
+
+TEST(TimerWheel, BeyondLevelOneReachStillFires) {
+  const uint64_t t0 = 1'000 * MS;
+  TimerWheel w(t0);
+  std::vector<uint64_t> log;
+  Owner o{Timer(), &log, 1};
+  o.timer.set_callback(fire, &o);
+  const uint64_t due = t0 + 3ull * 3600 * 1000 * MS; // 3 h: past level 1
+  w.schedule(o.timer, due);
+  uint64_t t = t0;
+  while (log.empty() && t < due + 10'000 * MS) {
+    uint64_t next = w.next_expiry();
+    ASSERT_GT(next, t);                   // it never asks for a busy loop
+    t = std::min(next, t + 600'000 * MS); // sleep until then (at most 10 min)
+    w.run(t);
+  }
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_GE(t, due);
+  EXPECT_LT(t, due + MS);
 }

@@ -1,0 +1,52 @@
+#include "base/private_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace xdpq {
+
+std::string private_file_problem(const struct stat &st, bool allow_root) {
+  if (!S_ISREG(st.st_mode)) return "not a regular file";
+  if (st.st_uid != geteuid() && !(allow_root && st.st_uid == 0)) {
+    return "owned by uid " + std::to_string(st.st_uid) + ", not by us";
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return std::string("has mode ") + mode + "; it must be private (chmod 600, or remove it)";
+  }
+  return "";
+}
+
+int open_private_output(const std::string &path, bool truncate, std::string *why) {
+  // No O_TRUNC yet: a file we refuse below must be left as it was.
+  int fd = open(
+      path.c_str(),
+      O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (truncate ? 0 : O_APPEND), 0600);
+  if (fd < 0) {
+    *why = path + ": " + (errno == ELOOP ? "is a symbolic link (refused)" : std::strerror(errno));
+    return -1;
+  }
+  struct stat st {};
+  std::string problem;
+  if (fstat(fd, &st) != 0) {
+    problem = std::strerror(errno);
+  } else {
+    problem = private_file_problem(st, false);
+  }
+  if (problem.empty() && truncate && ftruncate(fd, 0) != 0) problem = std::strerror(errno);
+  if (!problem.empty()) {
+    close(fd);
+    *why = path + ": " + problem;
+    return -1;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+} // namespace xdpq

@@ -1,0 +1,210 @@
+#include "http/file_cache.h"
+
+#include "http/static_files.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+namespace xdpq::http {
+
+namespace {
+
+// Non-blocking: opening a FIFO for reading would otherwise wait for a
+// writer, in the worker's thread.
+int open_beneath(int dirfd, const char *rel) {
+  struct open_how how {};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, dirfd, *rel ? rel : ".", &how, sizeof(how)));
+}
+
+uint64_t mtime_ns(const struct stat &st) {
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ull +
+         static_cast<uint64_t>(st.st_mtim.tv_nsec);
+}
+
+FileCache::Status status_for_errno(int err) {
+  switch (err) {
+  case ENOENT:
+  case ENOTDIR:
+  case ENAMETOOLONG:
+    return FileCache::Status::not_found;
+  // EXDEV/ELOOP: the path resolved outside the root.
+  case EACCES:
+  case EPERM:
+  case EXDEV:
+  case ELOOP:
+    return FileCache::Status::forbidden;
+  default:
+    return FileCache::Status::unavailable; // EMFILE, ENOMEM, EIO...
+  }
+}
+
+} // namespace
+
+bool has_hidden_segment(std::string_view rel) {
+  size_t pos = 0;
+  while (pos < rel.size()) {
+    size_t slash = rel.find('/', pos);
+    if (slash == std::string_view::npos)
+      slash = rel.size();
+    std::string_view seg = rel.substr(pos, slash - pos);
+    if (!seg.empty() && seg.front() == '.' && seg != ".well-known")
+      return true;
+    pos = slash + 1;
+  }
+  return false;
+}
+
+FileEntry::~FileEntry() {
+  if (fd >= 0)
+    close(fd);
+}
+
+FileCache::FileCache(int root_fd, const FileCacheLimits &limits)
+    : root_fd_(root_fd), limits_(limits) {}
+
+FileCache::Status FileCache::open_entry(const std::string &rel,
+                                        std::shared_ptr<const FileEntry> &out) {
+  int fd = open_beneath(root_fd_, rel.c_str());
+  if (fd < 0)
+    return status_for_errno(errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return status_for_errno(err);
+  }
+  std::string_view type_path = rel;
+  if (S_ISDIR(st.st_mode)) {
+    int dfd = fd;
+    fd = open_beneath(dfd, "index.html");
+    int err = errno;
+    close(dfd);
+    if (fd < 0)
+      return status_for_errno(err);
+    if (fstat(fd, &st) != 0) {
+      err = errno;
+      close(fd);
+      return status_for_errno(err);
+    }
+    type_path = "index.html";
+  }
+  if (!S_ISREG(st.st_mode)) { // FIFO, socket, device: never read in a worker
+    close(fd);
+    return Status::forbidden;
+  }
+  auto e = std::make_shared<FileEntry>();
+  e->fd = fd;
+  e->size = static_cast<uint64_t>(st.st_size);
+  e->ino = st.st_ino;
+  e->dev = st.st_dev;
+  e->mtime_ns = mtime_ns(st);
+  char etag[80];
+  std::snprintf(etag, sizeof(etag), "\"%llx-%llx-%llx\"", static_cast<unsigned long long>(e->ino),
+                static_cast<unsigned long long>(e->size),
+                static_cast<unsigned long long>(e->mtime_ns));
+  e->etag = etag;
+  e->content_type = content_type_for(type_path);
+  if (e->size <= limits_.max_file_in_memory && e->size <= limits_.max_bytes) {
+    e->bytes.resize(e->size);
+    size_t got = 0;
+    while (got < e->size) {
+      ssize_t n = pread(fd, e->bytes.data() + got, e->size - got, static_cast<off_t>(got));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      got += static_cast<size_t>(n);
+    }
+    if (got != e->size)
+      return Status::unavailable; // truncated while we read it
+    e->in_memory = true;
+  }
+  out = std::move(e);
+  return Status::ok;
+}
+
+void FileCache::erase(std::unordered_map<std::string, Slot>::iterator it) {
+  stats_.bytes -= it->second.entry->bytes.size();
+  lru_.erase(it->second.lru);
+  map_.erase(it);
+  stats_.entries = map_.size();
+}
+
+void FileCache::make_room(size_t incoming_bytes) {
+  while (!lru_.empty() && (map_.size() >= limits_.max_entries ||
+                           stats_.bytes + incoming_bytes > limits_.max_bytes)) {
+    erase(map_.find(*lru_.back()));
+    stats_.evictions += 1;
+  }
+}
+
+void FileCache::insert(const std::string &rel, std::shared_ptr<const FileEntry> entry,
+                       uint64_t now_ns) {
+  if (limits_.max_entries == 0)
+    return;
+  make_room(entry->bytes.size());
+  auto [it, inserted] = map_.try_emplace(rel);
+  it->second.entry = std::move(entry);
+  it->second.checked_ns = now_ns;
+  lru_.push_front(&it->first);
+  it->second.lru = lru_.begin();
+  stats_.bytes += it->second.entry->bytes.size();
+  stats_.entries = map_.size();
+}
+
+FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
+                                    std::shared_ptr<const FileEntry> &out) {
+  if (!limits_.allow_dotfiles && has_hidden_segment(rel))
+    return Status::not_found;
+  auto it = map_.find(rel);
+  if (it != map_.end()) {
+    Slot &slot = it->second;
+    if (now_ns - slot.checked_ns < limits_.revalidate_ns && !slot.entry->stale) {
+      stats_.hits += 1;
+      lru_.splice(lru_.begin(), lru_, slot.lru);
+      out = slot.entry;
+      return Status::ok;
+    }
+    // Due for a check: the path may now name another file, or this one
+    // may have changed.
+    stats_.revalidations += 1;
+    std::shared_ptr<const FileEntry> fresh;
+    Status st = open_entry(rel, fresh);
+    if (st != Status::ok) {
+      erase(it);
+      return st;
+    }
+    const FileEntry &old = *slot.entry;
+    if (fresh->ino == old.ino && fresh->dev == old.dev && fresh->size == old.size &&
+        fresh->mtime_ns == old.mtime_ns) {
+      stats_.hits += 1;
+      slot.checked_ns = now_ns;
+      lru_.splice(lru_.begin(), lru_, slot.lru);
+      out = slot.entry; // the fresh descriptor closes with `fresh`
+      return Status::ok;
+    }
+    stats_.changed += 1;
+    erase(it);
+    insert(rel, fresh, now_ns);
+    out = std::move(fresh);
+    return Status::ok;
+  }
+  stats_.misses += 1;
+  std::shared_ptr<const FileEntry> entry;
+  Status st = open_entry(rel, entry);
+  if (st != Status::ok)
+    return st;
+  insert(rel, entry, now_ns);
+  out = std::move(entry);
+  return Status::ok;
+}
+
+} // namespace xdpq::http

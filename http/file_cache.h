@@ -1,0 +1,102 @@
+#pragma once
+// A worker's open-file cache for the document root: path -> open
+// descriptor, size, modification time, ETag and content type, and for small
+// files the bytes themselves. A hit costs no system call; an entry is
+// revalidated (openat2 + fstat) at most every revalidate interval, so a
+// file changed on disk is served fresh within that interval. Bounded by
+// entries and by bytes held in memory, least recently used evicted.
+//
+// The path rules stay those of StaticFiles: openat2(RESOLVE_BENEATH) so no
+// path or symlink leaves the root, regular files only (a FIFO or device is
+// refused, and opened non-blocking so it cannot stall the worker), no
+// dotfiles unless allowed (".well-known" always is).
+//
+// Entries are shared with the responses that use them (shared_ptr): an
+// entry replaced or evicted stays alive until its last response finishes.
+// One cache per worker thread; nothing here is locked.
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace xdpq::http {
+
+struct FileCacheLimits {
+  size_t max_entries = 4096;
+  size_t max_bytes = 64u << 20;          // file contents held in memory, all entries
+  size_t max_file_in_memory = 64u << 10; // larger files are read on demand
+  uint64_t revalidate_ns = 1'000'000'000;
+  bool allow_dotfiles = false;
+};
+
+struct FileEntry {
+  FileEntry() = default;
+  FileEntry(const FileEntry &) = delete;
+  FileEntry &operator=(const FileEntry &) = delete;
+  ~FileEntry();
+
+  int fd = -1; // open, a regular file
+  uint64_t size = 0;
+  uint64_t ino = 0;
+  uint64_t dev = 0;
+  uint64_t mtime_ns = 0;
+  std::string etag; // strong: inode, size, mtime
+  std::string_view content_type;
+  std::string bytes; // the whole file when it is small; else empty
+  bool in_memory = false;
+  // A read found the file shorter than this entry says: the next lookup
+  // revalidates at once instead of waiting for the interval.
+  mutable bool stale = false;
+};
+
+struct FileCacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t revalidations = 0; // stat checks of a cached entry
+  uint64_t changed = 0;       // entries found changed on disk and reloaded
+  uint64_t evictions = 0;
+  size_t entries = 0;
+  size_t bytes = 0;
+};
+
+class FileCache {
+public:
+  enum class Status { ok, not_found, forbidden, unavailable };
+
+  // root_fd: an O_PATH descriptor of the document root (not owned).
+  FileCache(int root_fd, const FileCacheLimits &limits);
+  FileCache(const FileCache &) = delete;
+  FileCache &operator=(const FileCache &) = delete;
+
+  // rel: a normalised path under the root ("" for the root). A directory
+  // means its index.html. now_ns: the caller's monotonic clock.
+  Status lookup(const std::string &rel, uint64_t now_ns, std::shared_ptr<const FileEntry> &out);
+
+  const FileCacheStats &stats() const { return stats_; }
+
+private:
+  struct Slot {
+    std::shared_ptr<const FileEntry> entry;
+    uint64_t checked_ns = 0;
+    std::list<const std::string *>::iterator lru;
+  };
+  Status open_entry(const std::string &rel, std::shared_ptr<const FileEntry> &out);
+  void insert(const std::string &rel, std::shared_ptr<const FileEntry> entry, uint64_t now_ns);
+  void erase(std::unordered_map<std::string, Slot>::iterator it);
+  void make_room(size_t incoming_bytes);
+
+  int root_fd_;
+  FileCacheLimits limits_;
+  std::unordered_map<std::string, Slot> map_;
+  std::list<const std::string *> lru_; // front: most recently used (keys of map_)
+  FileCacheStats stats_;
+};
+
+// True when a path segment starts with '.' (other than ".well-known").
+bool has_hidden_segment(std::string_view rel);
+
+} // namespace xdpq::http
