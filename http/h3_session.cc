@@ -20,6 +20,7 @@ struct H3Session::Stream {
   bool refused = false;
   bool responded = false;
   bool aborted = false; // the body failed mid-way: reset, not finished
+  bool early = false;   // its headers arrived in 0-RTT
   uint64_t started_ns = 0;
   size_t charged = 0; // bytes taken from the body budget
   uint64_t acked = 0; // response body bytes the peer acknowledged
@@ -36,6 +37,7 @@ struct H3Session::Stream {
     refused = false;
     responded = false;
     aborted = false;
+    early = false;
     started_ns = 0;
     charged = 0;
     acked = 0;
@@ -202,8 +204,12 @@ int H3Session::start(int64_t control_id, int64_t qenc_id, int64_t qdec_id) {
   return nghttp3_conn_bind_qpack_streams(conn_, qenc_id, qdec_id);
 }
 
-int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin) {
-  return nghttp3_conn_read_stream(conn_, stream_id, data, len, fin ? 1 : 0);
+int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
+                               bool early) {
+  reading_early_ = early;
+  auto n = nghttp3_conn_read_stream(conn_, stream_id, data, len, fin ? 1 : 0);
+  reading_early_ = false;
+  return n;
 }
 
 int64_t H3Session::writev_stream(int64_t &stream_id, int &fin, nghttp3_vec *vec, size_t veccnt) {
@@ -267,6 +273,7 @@ int H3Session::on_begin_headers(int64_t stream_id) {
   auto [it, inserted] = streams_.try_emplace(stream_id, nullptr);
   if (inserted) {
     it->second = acquire(stream_id);
+    it->second->early = reading_early_;
   }
   nghttp3_conn_set_stream_user_data(conn_, stream_id, it->second);
   return 0;
@@ -307,6 +314,16 @@ int H3Session::on_end_headers(Stream &s, bool fin) {
       // RFC 9114 4.1: a complete response may precede the request's end.
       transport_.h3_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     }
+    return 0;
+  }
+  if (s.early && s.req.method != "GET" && s.req.method != "HEAD" && s.req.method != "OPTIONS") {
+    // A replayed 0-RTT packet must not repeat a request with side effects;
+    // the client sends it again after the handshake (RFC 8470 5.2).
+    stats_.too_early += 1;
+    s.refused = true; // ignore its body
+    make_error(s.resp, 425);
+    respond(s);
+    if (!fin) transport_.h3_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     return 0;
   }
   if (fin) {

@@ -57,7 +57,8 @@ struct H3Limits {
   X(header_limit_rejects, "HTTP/3 requests refused with 431 (header size or count)")   \
   X(body_limit_rejects, "HTTP/3 requests refused with 413 (body over its limit)")      \
   X(body_budget_refusals, "HTTP/3 requests refused: body budget of the connection or worker spent") \
-  X(stream_errors, "HTTP/3 streams reset by the server")
+  X(stream_errors, "HTTP/3 streams reset by the server")                               \
+  X(too_early, "HTTP/3 requests in 0-RTT with an unsafe method, answered 425")
 
 // Per-worker counters; plain fields, one writer (the worker).
 struct H3Stats {
@@ -82,7 +83,10 @@ public:
   // Feeds stream bytes. Returns bytes consumed outside DATA payload (the
   // transport credits them), or a negative nghttp3 error that is fatal to
   // the connection when nghttp3_err_is_fatal() says so.
-  int64_t read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin);
+  // early: the bytes arrived in 0-RTT (replayable): requests that begin in
+  // them and are not safe methods get 425 Too Early (RFC 8470).
+  int64_t read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
+                      bool early = false);
 
   // Thin pass-throughs to nghttp3 used by the transport's write loop.
   int64_t writev_stream(int64_t &stream_id, int &fin, nghttp3_vec *vec, size_t veccnt);
@@ -133,6 +137,7 @@ private:
   std::vector<Stream *> free_;                // reusable ones
   std::vector<nghttp3_nv> nva_;               // scratch for submit_response
   std::vector<int64_t> aborted_;              // streams to reset after this write
+  bool reading_early_ = false;                // read_stream() is feeding 0-RTT bytes
   static constexpr uint64_t READ_AHEAD = 128 * 1024;
   std::string content_length_;
 };

@@ -96,6 +96,7 @@ std::string_view reason_phrase(int status) {
   case 405: return "Method Not Allowed";
   case 413: return "Content Too Large";
   case 416: return "Range Not Satisfiable";
+  case 425: return "Too Early";
   case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
   case 503: return "Service Unavailable";

@@ -537,7 +537,8 @@ int Connection::on_recv_stream_data(uint32_t flags, int64_t stream_id, const uin
       ep_.mutable_stats().early_data_accepted += 1;
     }
   }
-  auto n = h3_->read_stream(stream_id, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+  auto n = h3_->read_stream(stream_id, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN,
+                            (flags & NGTCP2_STREAM_DATA_FLAG_0RTT) != 0);
   if (n < 0) {
     ngtcp2_ccerr_set_application_error(
         &last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(n)), nullptr, 0);

@@ -105,6 +105,27 @@ class GtlsclientTest(TimedTestCase):
         self.assertEqual(stats["sessions_resumed"], 1, "second handshake was not a resumption")
         self.assertEqual(stats["early_data_accepted"], 1, "0-RTT request not accepted")
 
+    def test_unsafe_request_in_0rtt_gets_425(self):
+        # 0-RTT data can be replayed (and the anti-replay window is per
+        # worker): a POST that arrives in it is answered 425 Too Early
+        # (RFC 8470), a GET is served.
+        tmp = tempfile.mkdtemp(prefix="xdpq-425-")
+        session = os.path.join(tmp, "session.pem")
+        tp = os.path.join(tmp, "tp.txt")
+        body = os.path.join(tmp, "body")
+        with open(body, "wb") as f:
+            f.write(b"side effect")
+        with self.serve() as srv:
+            first = gtlsclient(srv, ["/healthz"], f"--session-file={session}", f"--tp-file={tp}")
+            self.assertEqual(first.statuses, {0: 200})
+            second = gtlsclient(srv, ["/echo"], f"--session-file={session}", f"--tp-file={tp}",
+                                "-d", body, "-m", "POST", "--quic-dump")
+            stats = srv.stop()
+        self.assertIn("type=0RTT", second.output, "client sent no 0-RTT packets")
+        self.assertEqual(second.statuses, {0: 425}, second.output[-2000:])
+        self.assertEqual(stats["too_early"], 1, stats)
+        self.assertEqual(stats["responses_2xx"], 1, stats)
+
     def test_resumption_survives_restart_with_same_secrets(self):
         tmp = tempfile.mkdtemp(prefix="xdpq-restart-")
         session = os.path.join(tmp, "session.pem")
