@@ -138,6 +138,7 @@ private:
   static H1Session &me(http_parser *p) { return *static_cast<H1Session *>(p->data); }
 
   int message_begin() {
+    if (closing_) return 1; // a request after the one we failed: stop here
     req_.reset();
     field_.clear();
     value_.clear();
@@ -257,8 +258,11 @@ private:
     enqueue(resp, true);
     in_message_ = false;
     in_headers_ = false;
-    http_parser_pause(&parser_, 1);
-    paused_ = true;
+    // Nothing more is parsed: the connection ends after this response. (Not
+    // http_parser_pause(): on a parser in its error state that asserts, and
+    // Debian's http-parser keeps its asserts: one malformed request aborted
+    // the whole daemon.)
+    closing_ = true;
   }
 
   void enqueue(Response &resp, bool close) {

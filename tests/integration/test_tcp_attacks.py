@@ -365,6 +365,23 @@ class AttackTest(TimedTestCase):
         self.assertTrue(closed)
         self.assertTrue(data.startswith(b"HTTP/1.1 400"))
 
+    def test_malformed_http1_requests_get_400_and_the_server_lives(self):
+        # Regression: a request http-parser rejects (here: a header line
+        # without a colon, a bad method, a bad chunk size) made the session
+        # pause a parser in its error state, which asserts in Debian's
+        # http-parser: one request aborted the whole daemon.
+        for bad in (b"GET / HTTP/1.1\r\nHost x\r\n\r\n",
+                    b"G\x01T / HTTP/1.1\r\nHost: x\r\n\r\n",
+                    b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"zz\r\nhello\r\n"):
+            s = tls_socket(self.srv, alpn="http/1.1")
+            s.sendall(bad)
+            closed, data = read_until_closed(s, 5)
+            self.assertTrue(closed, bad)
+            self.assertTrue(data.startswith(b"HTTP/1.1 400"), (bad, data[:100]))
+            self.assertIsNone(self.srv.proc.poll(), "xdpqd died:\n" + self.srv.output()[-2000:])
+        self.assertEqual(self.finish()["tcp_bad_requests"], 3)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
