@@ -1,7 +1,9 @@
 #include "control/config.h"
 
-#include <toml.hpp>
+#include "control/toml_lite.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -69,105 +71,119 @@ constexpr Key KEYS[] = {
     {"tcp", "write_timeout_ms", Kind::integer, "--tcp-write-timeout", "milliseconds"},
 };
 
-std::string where(const std::string &path, const toml::value &v) {
-  auto loc = v.location();
-  return path + ":" + std::to_string(loc.line());
-}
-
-[[noreturn]] void fail(const std::string &path, const toml::value &v, const std::string &key,
+[[noreturn]] void fail(const std::string &path, int line, const std::string &key,
                        const std::string &what) {
-  throw UsageError(where(path, v) + ": " + key + ": " + what);
+  throw UsageError(path + ":" + std::to_string(line) + ": " + key + ": " + what);
 }
 
-const char *type_name(const toml::value &v) {
-  switch (v.type()) {
-  case toml::value_t::string: return "a string";
-  case toml::value_t::integer: return "an integer";
-  case toml::value_t::boolean: return "a boolean";
-  case toml::value_t::floating: return "a float";
-  case toml::value_t::array: return "an array";
-  case toml::value_t::table: return "a table";
-  default: return "a date or time";
+const char *type_name(const TomlValue &v) {
+  switch (v.type) {
+  case TomlValue::Type::string:
+    return "a string";
+  case TomlValue::Type::integer:
+    return "an integer";
+  case TomlValue::Type::boolean:
+    return "a boolean";
+  case TomlValue::Type::array:
+    return "an array";
   }
+  return "?";
 }
 
 } // namespace
 
 std::vector<std::string> config_file_flags(const std::string &path) {
+  std::string text;
   {
-    std::ifstream probe(path);
-    if (!probe) throw UsageError("--config " + path + ": cannot read: " + std::strerror(errno));
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      throw UsageError("--config " + path + ": cannot read: " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    if (text.size() > (1u << 20))
+      throw UsageError("--config " + path + ": larger than 1 MiB");
   }
-  toml::value root;
+  TomlDocument doc;
   try {
-    root = toml::parse(path);
-  } catch (const toml::syntax_error &e) {
-    // toml11 already names the file, the line and the column.
-    throw UsageError(std::string("--config: syntax error:\n") + e.what());
-  } catch (const std::exception &e) {
-    throw UsageError("--config " + path + ": " + e.what());
+    doc = parse_toml(text);
+  } catch (const TomlError &e) {
+    throw UsageError("--config " + path + ": syntax error at " + e.what());
   }
-  std::vector<std::string> flags;
-  for (const auto &[section, table] : root.as_table()) {
-    if (!table.is_table()) {
-      fail(path, table, section, "expected a [section] (server, dataplane, tls, http, quic, tcp)");
-    }
-    bool known_section = false;
-    for (const auto &k : KEYS) known_section |= section == k.section;
-    if (!known_section) {
-      fail(path, table, "[" + section + "]",
+  for (const auto &sec : doc.sections) {
+    bool known = false;
+    for (const auto &k : KEYS)
+      known |= sec.name == k.section;
+    if (!known) {
+      fail(path, sec.line, "[" + sec.name + "]",
            "unknown section; expected server, dataplane, tls, http, quic or tcp");
     }
-    for (const auto &[name, v] : table.as_table()) {
-      const Key *key = nullptr;
+  }
+  std::vector<std::string> flags;
+  for (const auto &e : doc.entries) {
+    const TomlValue &v = e.value;
+    if (e.section.empty()) {
+      fail(path, e.line, e.key,
+           "keys belong in a [section] (server, dataplane, tls, http, quic, tcp)");
+    }
+    const Key *key = nullptr;
+    for (const auto &k : KEYS) {
+      if (e.section == k.section && e.key == k.name)
+        key = &k;
+    }
+    std::string full = e.section + "." + e.key;
+    if (!key) {
+      std::string known;
       for (const auto &k : KEYS) {
-        if (section == k.section && name == k.name) key = &k;
+        if (e.section == k.section)
+          known += std::string(known.empty() ? "" : ", ") + k.name;
       }
-      std::string full = section + "." + name;
-      if (!key) {
-        std::string known;
-        for (const auto &k : KEYS) {
-          if (section == k.section) known += std::string(known.empty() ? "" : ", ") + k.name;
-        }
-        fail(path, v, full, "unknown key; [" + section + "] takes " + known);
+      fail(path, e.line, full, "unknown key; [" + e.section + "] takes " + known);
+    }
+    // Where the flags below came from, for messages from the validator.
+    flags.push_back("\x01" + path + ":" + std::to_string(e.line) + ": " + full);
+    auto expect = [&](bool ok) {
+      if (!ok) {
+        fail(path, e.line, full, std::string("expected ") + key->expect + ", got " + type_name(v));
       }
-      // Where the flags below came from, for messages from the validator.
-      flags.push_back("\x01" + where(path, v) + ": " + full);
-      auto expect = [&](bool ok) {
-        if (!ok) fail(path, v, full, std::string("expected ") + key->expect + ", got " + type_name(v));
-      };
-      switch (key->kind) {
-      case Kind::string:
-        expect(v.is_string());
+    };
+    switch (key->kind) {
+    case Kind::string:
+      expect(v.type == TomlValue::Type::string);
+      flags.push_back(key->flag);
+      flags.push_back(v.str);
+      break;
+    case Kind::integer:
+      expect(v.type == TomlValue::Type::integer);
+      if (v.integer < 0) {
+        fail(path, e.line, full, std::string("expected ") + key->expect + " (not negative)");
+      }
+      flags.push_back(key->flag);
+      flags.push_back(std::to_string(v.integer));
+      break;
+    case Kind::boolean:
+      expect(v.type == TomlValue::Type::boolean);
+      break;
+    case Kind::flag_if_true:
+      expect(v.type == TomlValue::Type::boolean);
+      if (v.boolean)
         flags.push_back(key->flag);
-        flags.push_back(v.as_string().str);
-        break;
-      case Kind::integer:
-        expect(v.is_integer());
-        if (v.as_integer() < 0) fail(path, v, full, std::string("expected ") + key->expect + " (not negative)");
+      break;
+    case Kind::flag_if_false:
+      expect(v.type == TomlValue::Type::boolean);
+      if (!v.boolean)
         flags.push_back(key->flag);
-        flags.push_back(std::to_string(v.as_integer()));
-        break;
-      case Kind::boolean:
-        expect(v.is_boolean());
-        break;
-      case Kind::flag_if_true:
-        expect(v.is_boolean());
-        if (v.as_boolean()) flags.push_back(key->flag);
-        break;
-      case Kind::flag_if_false:
-        expect(v.is_boolean());
-        if (!v.as_boolean()) flags.push_back(key->flag);
-        break;
-      case Kind::strings:
-        expect(v.is_array());
-        for (const auto &item : v.as_array()) {
-          if (!item.is_string()) fail(path, item, full, std::string("expected ") + key->expect);
-          flags.push_back(key->flag);
-          flags.push_back(item.as_string().str);
+      break;
+    case Kind::strings:
+      expect(v.type == TomlValue::Type::array);
+      for (const auto &item : v.array) {
+        if (item.type != TomlValue::Type::string) {
+          fail(path, item.line, full, std::string("expected ") + key->expect);
         }
-        break;
+        flags.push_back(key->flag);
+        flags.push_back(item.str);
       }
+      break;
     }
   }
   return flags;

@@ -37,8 +37,6 @@ namespace xdpq::control {
 
 namespace {
 
-constexpr size_t MAX_REQUEST = 4096;
-
 std::string json_escape(const std::string &s) {
   std::string o;
   for (char c : s) {

@@ -125,7 +125,7 @@ public:
   }
 
   bool finished() const override { return closing_ && queue_.empty(); }
-  bool has_buffered_input() const override { return !buffered_.empty() && !paused_; }
+  bool has_buffered_input() const override { return !buffered_.empty() && !paused_ && !closing_; }
   bool input_paused() const override { return paused_ || closing_; }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
   bool busy() const override { return in_message_ || !queue_.empty(); }

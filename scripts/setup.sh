@@ -12,9 +12,9 @@ PACKAGES=(
   # build
   build-essential cmake ninja-build ccache pkg-config git
   # TLS, HTTP/2, HTTP/1.1, config
-  libgnutls28-dev libssl-dev libnghttp2-dev libhttp-parser-dev libtoml11-dev
+  libgnutls28-dev libssl-dev libnghttp2-dev libhttp-parser-dev
   # XDP and capture
-  libxdp-dev libpcap-dev clang llvm
+  libxdp-dev libpcap-dev clang llvm libclang-rt-14-dev
   # tests
   libgtest-dev libgmock-dev nghttp2-client python3-h2 python3-scapy
   iproute2 openssl

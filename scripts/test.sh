@@ -2,9 +2,11 @@
 # Runs every xdpq test on a fresh Debian 12 machine: installs the packages,
 # then builds and runs the whole suite twice: the dev build (warnings as
 # errors), and the ASan+UBSan build (memory errors, leaks and undefined
-# behaviour fail the run; the integration suites drive the sanitized xdpqd).
+# behaviour fail the run; the integration suites drive the sanitized xdpqd);
+# both replay the fuzz corpora. Before them, each libFuzzer harness (clang,
+# ASan + UBSan) fuzzes for FUZZ_SECONDS (default 20).
 #   scripts/test.sh                 # everything
-#   SKIP_SANITIZERS=1 scripts/test.sh -L unit   # quick: dev build, unit only
+#   SKIP_SANITIZERS=1 SKIP_FUZZ=1 scripts/test.sh -L unit   # quick: dev build, unit only
 # Extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,13 @@ echo "== release: build"
 cmake --preset release -DXDPQ_WERROR=ON >/dev/null
 cmake --build --preset release
 
+if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
+  echo "== fuzz: build (clang, libFuzzer) and ${FUZZ_SECONDS:-20} s per harness"
+  cmake --preset fuzz -DXDPQ_FUZZ_SECONDS="${FUZZ_SECONDS:-20}" >/dev/null
+  cmake --build --preset fuzz
+  ctest --preset fuzz
+fi
+
 presets=(dev)
 [[ "${SKIP_SANITIZERS:-0}" == 1 ]] || presets+=(asan-ubsan)
 for p in "${presets[@]}"; do
@@ -27,3 +36,4 @@ for p in "${presets[@]}"; do
   echo "== $p: tests"
   ctest --preset "$p" "$@"
 done
+
