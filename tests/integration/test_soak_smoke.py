@@ -1,0 +1,50 @@
+#!/usr/bin/python3
+"""The 2-minute version of bench/soak.py (issue 10): good HTTP/3 and HTTP/2
+clients alongside every hostile client we know, on both dataplanes, a
+minute each. Passes when no good request failed, xdpqd exited cleanly and
+its memory did not keep growing in the second half of each run (a looser
+line under sanitizers, whose quarantine fills as it runs)."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import XDPQD, TimedTestCase, require_tools  # noqa: E402
+from netns import require_root  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class SoakSmokeTest(TimedTestCase):
+    def test_two_minutes_of_good_and_hostile_clients(self):
+        require_tools()
+        require_root()
+        build = os.path.dirname(XDPQD)
+        out = tempfile.mkdtemp(prefix="xdpq-soak-smoke-")
+        slope = "8" if "ASAN_OPTIONS" in os.environ else "2"
+        r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "soak.py"),
+                            "--duration", "120", "--build", build, "--out", out,
+                            "--max-slope", slope], capture_output=True, text=True, timeout=400)
+        with open(os.path.join(out, "soak.json")) as f:
+            res = json.load(f)
+        self.assertEqual([run["dataplane"] for run in res["runs"]], ["socket", "afxdp"])
+        for run in res["runs"]:
+            self.assertEqual(run["errors"], [], run["dataplane"])
+            self.assertGreater(run["good"]["h3"], 0)
+            self.assertGreater(run["good"]["h2"], 0)
+            self.assertEqual(run["exit_status"], 0)
+            self.assertLessEqual(run["rss_slope_mib_per_min"], float(slope), run["dataplane"])
+            # The hostile clients were there, and were held off.
+            c = run["counters"]
+            self.assertGreater(c["handshakes_failed"] + c["drop_source_rate"] +
+                               c["retries_sent"], 1000, c)
+            self.assertGreater(c["tcp_body_budget_refusals"] + c["tcp_timeouts_headers"], 0, c)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-2000:])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
