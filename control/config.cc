@@ -59,6 +59,7 @@ constexpr Key KEYS[] = {
     {"server", "per_source_connections", Kind::integer, "--per-source-connections", "an integer"},
     {"server", "per_source_rate", Kind::integer, "--per-source-rate", "connections per second"},
     {"quic", "idle_timeout_ms", Kind::integer, "--idle-timeout", "milliseconds"},
+    {"quic", "handshake_timeout_ms", Kind::integer, "--handshake-timeout", "milliseconds"},
     {"quic", "max_streams", Kind::integer, "--max-streams", "an integer"},
     {"quic", "max_connections", Kind::integer, "--max-connections", "an integer"},
     {"quic", "early_data", Kind::flag_if_false, "--no-early-data", "true or false"},
@@ -236,6 +237,7 @@ retry = "auto"                           # off, on, auto
 retry_threshold = 128                    # auto: Retry while this many handshakes are in progress
 retry_rate = 1000                        # ... or while new ones arrive faster than this per second
 idle_timeout_ms = 30000
+handshake_timeout_ms = 10000             # a handshake not done by then is dropped
 max_streams = 100
 max_connections = 65536
 early_data = true

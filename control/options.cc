@@ -78,6 +78,9 @@ QUIC behaviour and limits:
                           worker, QUIC and TCP each (default 200, bursts of
                           twice that; 0: no cap).
   --idle-timeout MS       Idle timeout in milliseconds (default 30000).
+  --handshake-timeout MS  A QUIC handshake not complete after MS is dropped
+                          (default 10000). On very lossy paths (30 % each
+                          way) retransmission backoff alone can pass 10 s.
   --max-streams N         Concurrent request streams per connection
                           (default 100).
   --max-header-size N     Largest request header section in bytes, enforced
@@ -317,6 +320,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
                          std::string(v) + "'");
       }
       o.log_level = v;
+    } else if (arg == "--handshake-timeout") {
+      o.handshake_timeout_ms = parse_number(arg, need(), 100, 3600'000);
     } else if (arg == "--idle-timeout") {
       o.idle_timeout_ms = parse_number(arg, need(), 100, 3600'000);
     } else if (arg == "--max-streams") {

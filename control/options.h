@@ -45,6 +45,7 @@ struct Options {
   uint64_t per_source_rate = 200;      // new connections/s per source per worker; 0: no cap
   std::string log_level = "info";
   uint64_t idle_timeout_ms = 30000;
+  uint64_t handshake_timeout_ms = 10000;
   uint64_t max_streams = 100;
   uint64_t max_header_size = 16384;
   size_t max_header_fields = 128;

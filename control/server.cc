@@ -148,6 +148,7 @@ Server::Server(const Options &opts) : opts_(opts) {
   ecfg.worker_count = static_cast<uint8_t>(opts_.dataplane == "afxdp" ? opts_.queues.size()
                                                                        : nworkers);
   ecfg.idle_timeout = opts_.idle_timeout_ms * 1'000'000ull;
+  ecfg.handshake_timeout = opts_.handshake_timeout_ms * 1'000'000ull;
   ecfg.max_streams_bidi = opts_.max_streams;
   ecfg.max_connections = opts_.max_connections;
   ecfg.early_data = opts_.early_data;

@@ -166,13 +166,14 @@ def statuses(output):
     return found
 
 
-def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False, netns=None):
+def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False, netns=None,
+               idle_timeout="15s"):
     """Runs gtlsclient against server for paths; returns a ClientResult.
 
     gtlsclient exits 0 even when requests fail, so callers assert on the
     downloaded files and on the log (stderr, merged into output)."""
     ddir = tempfile.mkdtemp(prefix="gtls-")
-    cmd = [GTLSCLIENT, "--exit-on-all-streams-close", "--timeout=15s"]
+    cmd = [GTLSCLIENT, "--exit-on-all-streams-close", f"--timeout={idle_timeout}"]
     if quiet:
         cmd.append("-q")
     elif "--quic-dump" in flags:
