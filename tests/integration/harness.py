@@ -41,10 +41,21 @@ def sha256(data):
 
 
 def free_udp_port(family=socket.AF_INET):
+    """A port free for UDP and for TCP alike (xdpqd serves both on it): a
+    port the kernel hands out for UDP may be some TCP connection's local
+    port, and then xdpqd's TCP listener would find it in use."""
     host = "127.0.0.1" if family == socket.AF_INET else "::1"
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    for _ in range(50):
+        with socket.socket(family, socket.SOCK_DGRAM) as u:
+            u.bind((host, 0))
+            port = u.getsockname()[1]
+            with socket.socket(family, socket.SOCK_STREAM) as t:
+                try:
+                    t.bind((host, port))
+                except OSError:
+                    continue
+                return port
+    raise AssertionError("no port free for both UDP and TCP")
 
 
 class Server:

@@ -71,7 +71,8 @@ class HostileQuicTest(TimedTestCase):
         # handshake. Nothing else may happen to them (ASan checks the rest).
         self.assertGreaterEqual(stats["handshakes_started"] + stats["drop_closing"], 2000, stats)
         self.assertEqual(stats["handshakes_failed"], stats["handshakes_started"] - 1, stats)
-        self.assertEqual(stats["quic_connections"], 0, stats)
+        # (The good client's own connection may still be closing at exit.)
+        self.assertLessEqual(stats["quic_connections"], 1, stats)
 
     def test_initial_flood_turns_retry_on(self):
         # Junk Initials fail at once and were never "in progress", so auto
