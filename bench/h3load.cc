@@ -419,10 +419,15 @@ void Conn::complete(int64_t sid, bool ok) {
   if (r.measured) {
     st.done += 1;
     if (ok && r.status > 0) {
-      st.succeeded += 1;
       if (r.status / 100 < 6) st.status[r.status / 100] += 1;
       st.request_us.push_back(static_cast<uint32_t>((now - r.start) / 1000));
       st.ttfb_us.push_back(static_cast<uint32_t>((r.first_byte - r.start) / 1000));
+      // As in h2load: a 4xx or 5xx completed, but it did not succeed.
+      if (r.status < 400) {
+        st.succeeded += 1;
+      } else {
+        st.failed += 1;
+      }
     } else {
       st.failed += 1;
     }
@@ -822,7 +827,6 @@ int main(int argc, char **argv) {
                   "\"p90\":%.0f,\"p99\":%.0f,\"p999\":%.0f}%s",
                   name, s.min, s.max, s.mean, s.sd, s.p50, s.p90, s.p99, s.p999, last ? "" : ",");
     };
-    std::printf("\"server_cert_sha256\":\"%s\",", st.server_cert_sha256.c_str());
     std::printf("\"server_cert_sha256\":\"%s\",", st.server_cert_sha256.c_str());
     std::printf("\"latency_us\":{");
     js("request", req, false);

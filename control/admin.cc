@@ -165,8 +165,8 @@ AdminServer::AdminServer(dataplane::EventLoop &loop, AdminHandler &handler, int 
 }
 
 AdminServer::~AdminServer() {
-  for (auto *c : clients_) delete c;
-  for (auto *c : dead_) delete c;
+  clients_.clear();
+  dead_.clear();
   for (auto &l : listeners_) {
     l->backoff->stop();
     loop_.unwatch(l->fd);
@@ -189,8 +189,9 @@ void AdminServer::accept_all(Listener &l) {
       continue;
     }
     stats_.clients += 1;
-    auto *c = new Client(*this, fd, l.http);
-    clients_.insert(c);
+    auto owned = std::make_unique<Client>(*this, fd, l.http);
+    Client *c = owned.get();
+    clients_.emplace(c, std::move(owned));
     if (!l.http) {
       ucred cred{};
       socklen_t len = sizeof(cred);
@@ -205,11 +206,14 @@ void AdminServer::accept_all(Listener &l) {
 }
 
 void AdminServer::finished(Client *c) {
-  if (clients_.erase(c)) dead_.push_back(c);
+  auto it = clients_.find(c);
+  if (it == clients_.end())
+    return;
+  dead_.push_back(std::move(it->second)); // freed at the end of the pass
+  clients_.erase(it);
 }
 
 void AdminServer::end_of_pass() {
-  for (auto *c : dead_) delete c;
   dead_.clear();
 }
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 namespace xdpq::control {
@@ -69,8 +69,8 @@ private:
   dataplane::EventLoop &loop_;
   AdminHandler &handler_;
   std::vector<std::unique_ptr<Listener>> listeners_;
-  std::unordered_set<Client *> clients_;
-  std::vector<Client *> dead_;
+  std::unordered_map<Client *, std::unique_ptr<Client>> clients_;
+  std::vector<std::unique_ptr<Client>> dead_;
   AdminStats stats_;
 };
 

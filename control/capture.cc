@@ -16,6 +16,11 @@ namespace xdpq::control {
 
 Capture::Capture() = default;
 
+void Capture::FilterFree::operator()(bpf_program *p) const {
+  pcap_freecode(p);
+  std::default_delete<bpf_program>()(p);
+}
+
 Capture::~Capture() {
   std::lock_guard lock(mu_);
   close_locked();
@@ -27,15 +32,14 @@ std::string Capture::start(const std::string &file, const std::string &filter, u
   dead_ = pcap_open_dead(DLT_EN10MB, 65535);
   if (!dead_) return "pcap_open_dead failed";
   if (!filter.empty()) {
-    filter_ = new bpf_program{};
-    if (pcap_compile(dead_, filter_, filter.c_str(), 1, PCAP_NETMASK_UNKNOWN) != 0) {
+    auto prog = std::make_unique<bpf_program>();
+    if (pcap_compile(dead_, prog.get(), filter.c_str(), 1, PCAP_NETMASK_UNKNOWN) != 0) {
       std::string why = std::string("bad filter '") + filter + "': " + pcap_geterr(dead_);
-      delete filter_;
-      filter_ = nullptr;
       pcap_close(dead_);
       dead_ = nullptr;
       return why;
     }
+    filter_.reset(prog.release()); // compiled: freed with pcap_freecode from now on
   }
   std::string why;
   int fd = open_private_output(file, true, &why);
@@ -65,11 +69,7 @@ void Capture::close_locked() {
     pcap_dump_close(dumper_);
     dumper_ = nullptr;
   }
-  if (filter_) {
-    pcap_freecode(filter_);
-    delete filter_;
-    filter_ = nullptr;
-  }
+  filter_.reset();
   if (dead_) {
     pcap_close(dead_);
     dead_ = nullptr;
@@ -100,7 +100,8 @@ void Capture::record(const dataplane::Address &from, const dataplane::Address &t
   const u_char *bytes = p - h;
   std::lock_guard lock(mu_);
   if (!dumper_) return;
-  if (filter_ && pcap_offline_filter(filter_, &hdr, bytes) == 0) return;
+  if (filter_ && pcap_offline_filter(filter_.get(), &hdr, bytes) == 0)
+    return;
   pcap_dump(reinterpret_cast<u_char *>(dumper_), &hdr, bytes);
   uint64_t w = written_.fetch_add(1) + 1;
   if (limit_ && w >= limit_) close_locked();

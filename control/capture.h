@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -40,7 +41,10 @@ private:
   std::mutex mu_;
   pcap *dead_ = nullptr;
   pcap_dumper *dumper_ = nullptr;
-  bpf_program *filter_ = nullptr;
+  struct FilterFree {
+    void operator()(bpf_program *p) const; // pcap_freecode, then delete
+  };
+  std::unique_ptr<bpf_program, FilterFree> filter_;
   uint64_t limit_ = 0;
   std::string file_;
 };

@@ -152,10 +152,10 @@ Server::Server(const Options &opts) : opts_(opts) {
   ecfg.max_streams_bidi = opts_.max_streams;
   ecfg.max_connections = opts_.max_connections;
   ecfg.early_data = opts_.early_data;
-  ecfg.h3.max_field_section_size = opts_.max_header_size;
-  ecfg.h3.max_header_fields = opts_.max_header_fields;
-  ecfg.h3.max_request_body = opts_.max_request_body;
-  ecfg.h3.max_body_per_connection = opts_.max_body_per_connection;
+  h3_limits_.max_field_section_size = opts_.max_header_size;
+  h3_limits_.max_header_fields = opts_.max_header_fields;
+  h3_limits_.max_request_body = opts_.max_request_body;
+  h3_limits_.max_body_per_connection = opts_.max_body_per_connection;
 
   std::vector<dataplane::Address> listen = opts_.listen;
   std::string dataplane_info;
@@ -180,8 +180,8 @@ Server::Server(const Options &opts) : opts_(opts) {
       int cpu = opts_.cpus.empty() ? -1 : opts_.cpus[static_cast<size_t>(i) % opts_.cpus.size()];
       ecfg.worker_id = static_cast<uint8_t>(i);
       auto *raw = port.get();
-      workers_.push_back(std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets,
-                                                  router, ecfg, capture_,
+      workers_.push_back(std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets, router,
+                                                  ecfg, h3_limits_, capture_,
                                                   opts_.max_body_per_worker));
       if (i == 0) steering_port_ = raw;
     }
@@ -332,8 +332,8 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
     ecfg.worker_id = static_cast<uint8_t>(i);
     auto *raw = port.get();
     workers_.push_back(std::make_unique<Worker>(static_cast<int>(i), cpu, std::move(port), tls_cfg,
-                                                secrets, router, ecfg, capture_,
-                                                  opts_.max_body_per_worker));
+                                                secrets, router, ecfg, h3_limits_, capture_,
+                                                opts_.max_body_per_worker));
     workers_.back()->set_afxdp(raw);
   }
   return "dataplane afxdp on " + opts_.interface + " (XDP " + program_->mode() + " mode, prog id " +

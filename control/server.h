@@ -6,6 +6,7 @@
 #include "control/admin.h"
 #include "control/capture.h"
 #include "control/options.h"
+#include "http/h3_session.h"
 #include "http/router.h"
 #include "quic/endpoint.h"
 #include "quic/secrets.h"
@@ -74,6 +75,7 @@ private:
 
   Options opts_;
   quic::TlsConfig tls_cfg_;
+  http::H3Limits h3_limits_;
   quic::Secrets secrets_;
   std::string dataplane_info_;
   std::vector<dataplane::Address> listen_;

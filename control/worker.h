@@ -4,11 +4,12 @@
 // to it only through the mailboxes below (flag + wake; the worker answers
 // from its own thread), never by touching its state.
 
-#include "control/capture.h"
 #include "base/counters.h"
 #include "base/log.h"
+#include "control/capture.h"
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
+#include "http/h3_session.h"
 #include "http/tcp_server.h"
 #include "quic/endpoint.h"
 #include "quic/tls_context.h"
@@ -67,11 +68,11 @@ public:
   Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
          const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
          std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg,
-         Capture &capture, size_t body_budget)
+         const http::H3Limits &h3, Capture &capture, size_t body_budget)
       : id_(id), cpu_(cpu), port_(std::move(port)), secrets_(secrets), capture_(capture),
         tls_(std::make_unique<quic::TlsContext>(tls_cfg, secrets)), budget_(body_budget),
-        endpoint_(with_budget(ecfg, budget_), *tls_, secrets, router, loop_.timers(), clock_,
-                  *this),
+        h3_(router, with_budget(h3, budget_)),
+        endpoint_(ecfg, *tls_, secrets, h3_, loop_.timers(), clock_, *this),
         heartbeat_(heartbeat_fired, this) {
     for (int fd : port_->fds()) loop_.watch(fd, this);
     loop_.timers().schedule(heartbeat_, dataplane::monotonic_ns() + HEARTBEAT_NS);
@@ -160,7 +161,9 @@ public:
   const dataplane::DatagramPort &port() const { return *port_; }
   dataplane::DatagramPort &port() { return *port_; }
   const quic::EndpointStats &endpoint_stats() const { return endpoint_.stats(); }
-  const http::H3Stats &h3_stats() const { return endpoint_.h3_stats(); }
+  const http::H3Stats &h3_stats() const {
+    return h3_.stats();
+  }
   const http::TcpServer *tcp() const { return tcp_.get(); }
 #ifdef XDPQ_HAVE_AFXDP
   dataplane::AfXdpPort *afxdp() const { return afxdp_; }
@@ -248,9 +251,9 @@ public:
   void set_echo(bool on) { echo_ = on; }
 
 private:
-  static quic::EndpointConfig with_budget(quic::EndpointConfig c, http::MemoryBudget &b) {
-    c.h3.budget = &b;
-    return c;
+  static http::H3Limits with_budget(http::H3Limits l, http::MemoryBudget &b) {
+    l.budget = &b;
+    return l;
   }
 
   void echo(size_t n) {
@@ -307,7 +310,7 @@ private:
     s.cpu = cpu_;
     s.port = port_->stats();
     s.endpoint = endpoint_.stats();
-    s.h3 = endpoint_.h3_stats();
+    s.h3 = h3_.stats();
     s.gauges.quic_connections = endpoint_.connection_count();
     s.gauges.body_bytes_held = budget_.held();
     s.gauges.body_bytes_limit = budget_.limit();
@@ -343,6 +346,7 @@ private:
   Capture &capture_;
   std::unique_ptr<quic::TlsContext> tls_;
   http::MemoryBudget budget_; // before the endpoint and the TCP side, which use it
+  http::H3ApplicationFactory h3_; // HTTP/3 on the endpoint's connections
   std::vector<std::unique_ptr<quic::TlsContext>> retired_tls_;
   quic::Endpoint endpoint_;
   std::unique_ptr<http::TcpServer> tcp_;

@@ -3,6 +3,7 @@
 // wheel, then runs the worker's pollers in order. One thread, no locks;
 // another thread may only call wake() and stop().
 
+#include "base/clock.h"
 #include "dataplane/timer_wheel.h"
 
 #include <atomic>
@@ -10,7 +11,7 @@
 
 namespace xdpq::dataplane {
 
-uint64_t monotonic_ns();
+using xdpq::monotonic_ns; // base/clock.h
 
 // Something with a file descriptor in the loop. on_io runs when it is
 // ready; it must not block. A handler must stay alive until the end of the

@@ -4,6 +4,7 @@
 #include "http/tcp_session.h"
 
 #include "base/guard.h"
+#include "http/response_head.h"
 
 #include <http_parser.h>
 
@@ -268,25 +269,16 @@ private:
   void enqueue(Response &resp, bool close) {
     env_.stats->count_response(resp.status);
     Queued q;
+    head_.build(resp, env_.alt_svc);
     q.head.reserve(256);
-    q.head += "HTTP/1.1 ";
-    q.head += std::to_string(resp.status);
-    q.head += ' ';
-    q.head += reason_phrase(resp.status);
-    q.head += "\r\nserver: xdpq\r\n";
-    if (resp.status != 304 && resp.status != 204) {
-      q.head += "content-length: " + std::to_string(resp.content_length) + "\r\n";
-    }
-    if (!env_.alt_svc.empty()) q.head += "alt-svc: " + env_.alt_svc + "\r\n";
-    for (const auto &h : resp.headers) q.head += h.name + ": " + h.value + "\r\n";
-    if (close) q.head += "connection: close\r\n";
-    q.head += "\r\n";
+    head_.append_http1(q.head, close);
     q.body = std::move(resp.body);
     q.close_after = close;
     queue_.push_back(std::move(q));
   }
 
   SessionEnv env_;
+  ResponseHead head_;
   BudgetAccount budget_;
   size_t charged_ = 0; // the request body being received
   http_parser parser_{};

@@ -2,8 +2,10 @@
 
 #include "http/tcp_session.h"
 
+#include "http/response_head.h"
+
+#include "base/clock.h"
 #include "base/guard.h"
-#include "dataplane/event_loop.h"
 
 #include <nghttp2/nghttp2.h>
 
@@ -36,7 +38,7 @@ struct H2Stream {
 // Request latency: headers received to the whole response handed to nghttp2.
 void record_latency(H2Stream &st) {
   if (st.started_ns && st.stats) {
-    uint64_t now = xdpq::dataplane::monotonic_ns();
+    uint64_t now = monotonic_ns();
     if (now > st.started_ns) st.stats->request_latency.record(now - st.started_ns);
     st.started_ns = 0;
   }
@@ -135,13 +137,14 @@ private:
           auto &me = self(ud);
           if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
             return 0;
-          H2Stream *st;
+          std::unique_ptr<H2Stream> slot;
           if (!me.free_.empty()) {
-            st = me.free_.back().release();
+            slot = std::move(me.free_.back());
             me.free_.pop_back();
           } else {
-            st = new H2Stream();
+            slot = std::make_unique<H2Stream>();
           }
+          H2Stream *st = slot.get();
           st->req.reset();
           st->resp.reset();
           st->id = f->hd.stream_id;
@@ -153,7 +156,7 @@ private:
           st->offset = 0;
           st->started_ns = me.now_;
           st->stats = me.env_.stats;
-          me.streams_[st->id].reset(st);
+          me.streams_[st->id] = std::move(slot);
           nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st);
           if (me.pending_headers_++ == 0)
             me.headers_since_ = me.now_;
@@ -368,21 +371,16 @@ private:
   void respond(H2Stream &st) {
     st.responded = true;
     env_.stats->count_response(st.resp.status);
-    char status[4];
-    std::to_chars(status, status + 3, st.resp.status);
-    status[3] = 0;
-    clen_ = std::to_string(st.resp.content_length);
+    head_.build(st.resp, env_.alt_svc);
     nva_.clear();
     auto nv = [this](std::string_view n, std::string_view v) {
       nva_.push_back(nghttp2_nv{reinterpret_cast<uint8_t *>(const_cast<char *>(n.data())),
                                 reinterpret_cast<uint8_t *>(const_cast<char *>(v.data())),
                                 n.size(), v.size(), NGHTTP2_NV_FLAG_NONE});
     };
-    nv(":status", std::string_view(status, 3));
-    nv("server", "xdpq");
-    if (st.resp.status != 304 && st.resp.status != 204) nv("content-length", clen_);
-    if (!env_.alt_svc.empty()) nv("alt-svc", env_.alt_svc);
-    for (const auto &h : st.resp.headers) nv(h.name, h.value);
+    nv(":status", head_.status());
+    for (const auto &f : head_.fields())
+      nv(f.name, f.value);
     nghttp2_data_provider dp{};
     dp.source.ptr = &st;
     dp.read_callback = read_body;
@@ -397,7 +395,7 @@ private:
   std::unordered_map<int32_t, std::unique_ptr<H2Stream>> streams_;
   std::vector<std::unique_ptr<H2Stream>> free_;
   std::vector<nghttp2_nv> nva_;
-  std::string clen_;
+  ResponseHead head_;
   uint64_t now_ = 0;
   uint64_t headers_since_ = 0;
   size_t pending_headers_ = 0;

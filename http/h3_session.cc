@@ -1,9 +1,10 @@
 #include "http/h3_session.h"
 
+#include "base/clock.h"
 #include "base/guard.h"
-#include "dataplane/event_loop.h"
 
 #include <charconv>
+#include <cstddef>
 #include <stdexcept>
 
 namespace xdpq::http {
@@ -80,7 +81,7 @@ int cb_recv_data(nghttp3_conn *, int64_t stream_id, const uint8_t *data, size_t 
       [&]() -> int {
         auto &s = session_of(ud);
         // DATA payload is ours to credit: we copy it out at once.
-        s.transport().h3_consume(stream_id, len);
+        s.transport().app_consume(stream_id, len);
         if (!sud)
           return 0;
         return s.on_data(*static_cast<H3Session::Stream *>(sud), data, len);
@@ -91,7 +92,7 @@ int cb_recv_data(nghttp3_conn *, int64_t stream_id, const uint8_t *data, size_t 
 int cb_deferred_consume(nghttp3_conn *, int64_t stream_id, size_t consumed, void *ud, void *) {
   return guarded(
       [&]() -> int {
-        session_of(ud).transport().h3_consume(stream_id, consumed);
+        session_of(ud).transport().app_consume(stream_id, consumed);
         return 0;
       },
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
@@ -119,7 +120,7 @@ int cb_stream_close(nghttp3_conn *, int64_t stream_id, uint64_t, void *ud, void 
 int cb_stop_sending(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *) {
   return guarded(
       [&]() -> int {
-        session_of(ud).transport().h3_stop_reading(stream_id, app_error);
+        session_of(ud).transport().app_stop_reading(stream_id, app_error);
         return 0;
       },
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
@@ -128,7 +129,7 @@ int cb_stop_sending(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void 
 int cb_reset_stream(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *) {
   return guarded(
       [&]() -> int {
-        session_of(ud).transport().h3_reset_writing(stream_id, app_error);
+        session_of(ud).transport().app_reset_writing(stream_id, app_error);
         return 0;
       },
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
@@ -171,7 +172,7 @@ nghttp3_nv make_nv(std::string_view name, std::string_view value) {
 
 } // namespace
 
-H3Session::H3Session(H3Transport &transport, std::shared_ptr<const Router> router,
+H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router> router,
                      const H3Limits &limits, H3Stats &stats)
     : transport_(transport), router_(std::move(router)), limits_(limits), stats_(stats),
       budget_(limits.budget, limits.max_body_per_connection) {
@@ -198,10 +199,25 @@ H3Session::H3Session(H3Transport &transport, std::shared_ptr<const Router> route
 
 H3Session::~H3Session() { nghttp3_conn_del(conn_); }
 
-int H3Session::start(int64_t control_id, int64_t qenc_id, int64_t qdec_id) {
-  int rv = nghttp3_conn_bind_control_stream(conn_, control_id);
+int H3Session::start(uint64_t max_client_bidi_streams) {
+  set_max_client_streams_bidi(max_client_bidi_streams);
+  int64_t ctrl = transport_.app_open_uni_stream();
+  int64_t qenc = transport_.app_open_uni_stream();
+  int64_t qdec = transport_.app_open_uni_stream();
+  if (ctrl < 0 || qenc < 0 || qdec < 0)
+    return NGHTTP3_ERR_STREAM_NOT_FOUND;
+  int rv = nghttp3_conn_bind_control_stream(conn_, ctrl);
   if (rv != 0) return rv;
-  return nghttp3_conn_bind_qpack_streams(conn_, qenc_id, qdec_id);
+  return nghttp3_conn_bind_qpack_streams(conn_, qenc, qdec);
+}
+
+uint64_t H3Session::app_error_code(int64_t error) const {
+  return nghttp3_err_infer_quic_app_error_code(static_cast<int>(error));
+}
+
+void H3Session::shutdown_notice() {
+  nghttp3_conn_submit_shutdown_notice(conn_);
+  nghttp3_conn_shutdown(conn_);
 }
 
 int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
@@ -212,11 +228,15 @@ int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t le
   return n;
 }
 
-int64_t H3Session::writev_stream(int64_t &stream_id, int &fin, nghttp3_vec *vec, size_t veccnt) {
-  auto n = nghttp3_conn_writev_stream(conn_, &stream_id, &fin, vec, veccnt);
+int64_t H3Session::writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) {
+  static_assert(sizeof(ngtcp2_vec) == sizeof(nghttp3_vec) &&
+                    offsetof(ngtcp2_vec, len) == offsetof(nghttp3_vec, len),
+                "ngtcp2_vec and nghttp3_vec share a layout");
+  auto n = nghttp3_conn_writev_stream(conn_, &stream_id, &fin, reinterpret_cast<nghttp3_vec *>(vec),
+                                      veccnt);
   for (int64_t id : aborted_) {
-    transport_.h3_stop_reading(id, NGHTTP3_H3_INTERNAL_ERROR);
-    transport_.h3_reset_writing(id, NGHTTP3_H3_INTERNAL_ERROR);
+    transport_.app_stop_reading(id, NGHTTP3_H3_INTERNAL_ERROR);
+    transport_.app_reset_writing(id, NGHTTP3_H3_INTERNAL_ERROR);
   }
   aborted_.clear();
   return n;
@@ -241,7 +261,8 @@ void H3Session::shutdown_stream_write(int64_t stream_id) {
 }
 
 int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
-  return nghttp3_conn_close_stream(conn_, stream_id, app_error);
+  int rv = nghttp3_conn_close_stream(conn_, stream_id, app_error);
+  return rv == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : rv; // a stream nghttp3 never saw
 }
 
 void H3Session::shutdown_stream_read(int64_t stream_id) {
@@ -251,10 +272,6 @@ void H3Session::shutdown_stream_read(int64_t stream_id) {
 void H3Session::set_max_client_streams_bidi(uint64_t n) {
   nghttp3_conn_set_max_client_streams_bidi(conn_, n);
 }
-
-int H3Session::submit_shutdown_notice() { return nghttp3_conn_submit_shutdown_notice(conn_); }
-
-int H3Session::shutdown() { return nghttp3_conn_shutdown(conn_); }
 
 H3Session::Stream *H3Session::acquire(int64_t stream_id) {
   Stream *s;
@@ -305,14 +322,14 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
 
 int H3Session::on_end_headers(Stream &s, bool fin) {
   stats_.requests += 1;
-  s.started_ns = dataplane::monotonic_ns();
+  s.started_ns = monotonic_ns();
   if (s.headers_too_large) {
     stats_.header_limit_rejects += 1;
     make_error(s.resp, 431, s.req.method == "HEAD");
     respond(s);
     if (!fin) {
       // RFC 9114 4.1: a complete response may precede the request's end.
-      transport_.h3_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
+      transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     }
     return 0;
   }
@@ -323,7 +340,8 @@ int H3Session::on_end_headers(Stream &s, bool fin) {
     s.refused = true; // ignore its body
     make_error(s.resp, 425);
     respond(s);
-    if (!fin) transport_.h3_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
+    if (!fin)
+      transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     return 0;
   }
   if (fin) {
@@ -341,7 +359,7 @@ int H3Session::on_data(Stream &s, const uint8_t *data, size_t len) {
     release_body(s);
     make_error(s.resp, 413);
     respond(s);
-    transport_.h3_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
+    transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     return 0;
   }
   if (!budget_.try_take(len)) {
@@ -364,8 +382,8 @@ void H3Session::refuse(Stream &s) {
   stats_.body_budget_refusals += 1;
   release_body(s);
   // Nothing of the request was processed: the client may retry it.
-  transport_.h3_stop_reading(s.id, NGHTTP3_H3_REQUEST_REJECTED);
-  transport_.h3_reset_writing(s.id, NGHTTP3_H3_REQUEST_REJECTED);
+  transport_.app_stop_reading(s.id, NGHTTP3_H3_REQUEST_REJECTED);
+  transport_.app_reset_writing(s.id, NGHTTP3_H3_REQUEST_REJECTED);
 }
 
 int H3Session::on_end_stream(Stream &s) {
@@ -393,19 +411,11 @@ void H3Session::respond(Stream &s) {
   const auto &resp = s.resp;
   stats_.count_response(resp.status);
 
-  char status[4];
-  std::to_chars(status, status + 3, resp.status);
-  status[3] = '\0';
-  content_length_ = std::to_string(resp.content_length);
+  head_.build(resp);
   nva_.clear();
-  nva_.push_back(make_nv(":status", std::string_view(status, 3)));
-  nva_.push_back(make_nv("server", "xdpq"));
-  if (resp.status != 304 && resp.status != 204) {
-    nva_.push_back(make_nv("content-length", content_length_));
-  }
-  for (const auto &h : resp.headers) {
-    nva_.push_back(make_nv(h.name, h.value));
-  }
+  nva_.push_back(make_nv(":status", head_.status()));
+  for (const auto &f : head_.fields())
+    nva_.push_back(make_nv(f.name, f.value));
   nghttp3_data_reader dr{cb_read_body};
   bool has_body = resp.body && resp.body->size() > 0;
   int rv = nghttp3_conn_submit_response(conn_, s.id, nva_.data(), nva_.size(),
@@ -413,7 +423,7 @@ void H3Session::respond(Stream &s) {
   if (!has_body) record_latency(s);
   if (rv != 0) {
     stats_.stream_errors += 1;
-    transport_.h3_reset_writing(s.id, NGHTTP3_H3_INTERNAL_ERROR);
+    transport_.app_reset_writing(s.id, NGHTTP3_H3_INTERNAL_ERROR);
   }
 }
 
@@ -421,7 +431,7 @@ void H3Session::respond(Stream &s) {
 // to QUIC (not to its acknowledgement, which a departing client may skip).
 void H3Session::record_latency(Stream &s) {
   if (s.started_ns) {
-    stats_.request_latency.record(dataplane::monotonic_ns() - s.started_ns);
+    stats_.request_latency.record(monotonic_ns() - s.started_ns);
     s.started_ns = 0;
   }
 }

@@ -1,14 +1,17 @@
 #pragma once
-// The HTTP/3 server session of one QUIC connection, on nghttp3. It turns
-// request streams into Requests for the Router and feeds Responses back to
-// nghttp3. It knows nothing of the transport or dataplane under it: the
-// QUIC connection implements H3Transport and moves bytes in and out.
+// The HTTP/3 server session of one QUIC connection, on nghttp3: quic/'s
+// Application for HTTP/3. It turns request streams into Requests for the
+// Router and feeds Responses back to nghttp3. It knows nothing of the
+// transport or dataplane under it: the QUIC connection implements
+// quic::AppTransport and moves bytes in and out.
 
 #include "base/counters.h"
 #include "dataplane/histogram.h"
 #include "http/memory_budget.h"
 #include "http/message.h"
+#include "http/response_head.h"
 #include "http/router.h"
+#include "quic/application.h"
 
 #include <nghttp3/nghttp3.h>
 
@@ -18,20 +21,6 @@
 #include <vector>
 
 namespace xdpq::http {
-
-// What the session needs from the QUIC connection under it.
-class H3Transport {
-public:
-  // The application consumed n bytes of stream data (flow-control credit).
-  virtual void h3_consume(int64_t stream_id, uint64_t n) = 0;
-  // Ask the peer to stop sending on the stream (STOP_SENDING).
-  virtual void h3_stop_reading(int64_t stream_id, uint64_t app_error) = 0;
-  // Abandon our side of the stream (RESET_STREAM).
-  virtual void h3_reset_writing(int64_t stream_id, uint64_t app_error) = 0;
-
-protected:
-  ~H3Transport() = default;
-};
 
 struct H3Limits {
   // Largest request header section (RFC 9114 4.2.2 size: name + value + 32
@@ -68,42 +57,35 @@ struct H3Stats {
   void count_response(int status) { count_status_class(*this, status); }
 };
 
-class H3Session {
+class H3Session final : public quic::Application {
 public:
-  H3Session(H3Transport &transport, std::shared_ptr<const Router> router,
+  H3Session(quic::AppTransport &transport, std::shared_ptr<const Router> router,
             const H3Limits &limits, H3Stats &stats);
-  ~H3Session();
+  ~H3Session() override;
   H3Session(const H3Session &) = delete;
   H3Session &operator=(const H3Session &) = delete;
 
-  // Binds our unidirectional control and QPACK streams (already opened by
-  // the transport). Returns 0 or an nghttp3 error code.
-  int start(int64_t control_id, int64_t qenc_id, int64_t qdec_id);
-
-  // Feeds stream bytes. Returns bytes consumed outside DATA payload (the
-  // transport credits them), or a negative nghttp3 error that is fatal to
-  // the connection when nghttp3_err_is_fatal() says so.
+  // quic::Application. Errors are nghttp3's (negative) codes.
+  // start(): opens our control and QPACK streams through the transport.
+  int start(uint64_t max_client_bidi_streams) override;
   // early: the bytes arrived in 0-RTT (replayable): requests that begin in
   // them and are not safe methods get 425 Too Early (RFC 8470).
   int64_t read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
-                      bool early = false);
-
-  // Thin pass-throughs to nghttp3 used by the transport's write loop.
-  int64_t writev_stream(int64_t &stream_id, int &fin, nghttp3_vec *vec, size_t veccnt);
-  int add_write_offset(int64_t stream_id, size_t n);
-  int add_ack_offset(int64_t stream_id, uint64_t n);
-  void block_stream(int64_t stream_id);
-  int unblock_stream(int64_t stream_id);
-  void shutdown_stream_write(int64_t stream_id);
-  int close_stream(int64_t stream_id, uint64_t app_error);
-  void shutdown_stream_read(int64_t stream_id);
-  void set_max_client_streams_bidi(uint64_t n);
-
-  // Graceful shutdown: GOAWAY with the largest id, then the final one.
-  int submit_shutdown_notice();
-  int shutdown();
-
-  size_t active_streams() const { return streams_.size(); }
+                      bool early) override;
+  int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) override;
+  int add_write_offset(int64_t stream_id, size_t n) override;
+  int add_ack_offset(int64_t stream_id, uint64_t n) override;
+  void block_stream(int64_t stream_id) override;
+  int unblock_stream(int64_t stream_id) override;
+  void shutdown_stream_write(int64_t stream_id) override;
+  void shutdown_stream_read(int64_t stream_id) override;
+  int close_stream(int64_t stream_id, uint64_t app_error) override;
+  void set_max_client_streams_bidi(uint64_t n) override;
+  // GOAWAY with the largest id, then the final one; streams in flight finish.
+  void shutdown_notice() override;
+  size_t active_streams() const override { return streams_.size(); }
+  uint64_t app_error_code(int64_t error) const override;
+  uint64_t no_error_code() const override { return NGHTTP3_H3_NO_ERROR; }
 
   // nghttp3 callbacks, public for the C trampolines only.
   struct Stream;
@@ -115,7 +97,7 @@ public:
   void on_stream_close(int64_t stream_id);
   nghttp3_ssize on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void on_acked(Stream &s, uint64_t n);
-  H3Transport &transport() { return transport_; }
+  quic::AppTransport &transport() { return transport_; }
 
 private:
   void respond(Stream &s);
@@ -126,7 +108,7 @@ private:
   void record_latency(Stream &s);
   Stream *acquire(int64_t stream_id);
 
-  H3Transport &transport_;
+  quic::AppTransport &transport_;
   std::shared_ptr<const Router> router_;
   H3Limits limits_;
   H3Stats &stats_;
@@ -139,7 +121,25 @@ private:
   std::vector<int64_t> aborted_;              // streams to reset after this write
   bool reading_early_ = false;                // read_stream() is feeding 0-RTT bytes
   static constexpr uint64_t READ_AHEAD = 128 * 1024;
-  std::string content_length_;
+  ResponseHead head_;
+};
+
+// Makes the HTTP/3 session of each new connection of one worker, and keeps
+// that worker's HTTP/3 counters.
+class H3ApplicationFactory final : public quic::ApplicationFactory {
+public:
+  H3ApplicationFactory(std::shared_ptr<const Router> router, const H3Limits &limits)
+      : router_(std::move(router)), limits_(limits) {}
+  std::unique_ptr<quic::Application> create(quic::AppTransport &transport) override {
+    return std::make_unique<H3Session>(transport, router_, limits_, stats_);
+  }
+  uint64_t no_error_code() const override { return NGHTTP3_H3_NO_ERROR; }
+  const H3Stats &stats() const { return stats_; }
+
+private:
+  std::shared_ptr<const Router> router_;
+  H3Limits limits_;
+  H3Stats stats_;
 };
 
 } // namespace xdpq::http

@@ -1,6 +1,6 @@
 #include "http/static_files.h"
 
-#include "dataplane/event_loop.h"
+#include "base/clock.h"
 #include "http/file_cache.h"
 #include "http/handlers.h"
 
@@ -327,7 +327,7 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
     return;
   }
   std::shared_ptr<const FileEntry> e;
-  switch (cache().lookup(rel, dataplane::monotonic_ns(), e)) {
+  switch (cache().lookup(rel, monotonic_ns(), e)) {
   case FileCache::Status::ok:
     break;
   case FileCache::Status::not_found:

@@ -2,6 +2,7 @@
 
 #include "base/log.h"
 #include "dataplane/accept_backoff.h"
+#include "http/tcp_connection.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -17,14 +18,7 @@
 namespace xdpq::http {
 
 namespace {
-
-constexpr size_t READ_CHUNK = 16 * 1024;
-constexpr size_t READ_BUDGET = 256 * 1024; // per readiness event, for fairness
-
-constexpr std::string_view PLAINTEXT_REPLY =
-    "HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-type: text/plain\r\n"
-    "content-length: 38\r\n\r\nThis port speaks HTTPS (TLS) only.\r\n\r\n";
-
+constexpr size_t READ_CHUNK = 16 * 1024; // the connections' shared read buffer
 } // namespace
 
 struct TcpServer::Listener final : public dataplane::FdHandler {
@@ -34,346 +28,6 @@ struct TcpServer::Listener final : public dataplane::FdHandler {
   dataplane::Address bound;
   std::unique_ptr<dataplane::AcceptBackoff> backoff;
   void on_io(uint32_t) override { srv->accept_all(*this); }
-};
-
-class TcpConnection final : public dataplane::FdHandler {
-public:
-  TcpConnection(TcpServer &srv, int fd, bool tls, uint32_t source_slot)
-      : srv_(srv), fd_(fd), tls_(tls), source_slot_(source_slot), timer_(on_timer, this) {
-    uint64_t now = srv_.loop().now();
-    accepted_at_ = last_activity_ = last_progress_ = now;
-    state_ = tls_ ? State::peek : State::detect;
-    srv_.loop().watch(fd_, this);
-    update_timer();
-  }
-
-  ~TcpConnection() {
-    srv_.loop().timers().cancel(timer_);
-    if (ssl_) SSL_free(ssl_);
-    if (fd_ >= 0) close(fd_);
-  }
-
-  void on_io(uint32_t events) override {
-    if (dead_) return;
-    if (events & (EPOLLERR | EPOLLHUP)) {
-      if (!(events & EPOLLIN)) return finish();
-    }
-    step();
-  }
-
-  TcpConnInfo info() const {
-    TcpConnInfo ci;
-    sockaddr_storage ss{};
-    socklen_t sl = sizeof(ss);
-    if (getpeername(fd_, reinterpret_cast<sockaddr *>(&ss), &sl) == 0) {
-      ci.peer = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl).to_string();
-    }
-    ci.proto = state_ != State::open ? "tls-handshake" : (h2_ ? "h2" : "http/1.1");
-    ci.age_ms = (srv_.loop().now() - accepted_at_) / 1'000'000;
-    ci.bytes_in = bytes_in_;
-    ci.bytes_out = bytes_out_;
-    ci.busy = busy();
-    return ci;
-  }
-  bool busy() const { return session_ && (session_->busy() || output_pending() > 0); }
-
-  void shutdown() {
-    if (dead_) return;
-    if (session_) {
-      session_->shutdown();
-      step();
-    } else {
-      finish();
-    }
-  }
-
-private:
-  enum class State { peek, detect, handshake, open };
-
-  static void on_timer(dataplane::Timer &t) {
-    static_cast<TcpConnection *>(t.owner())->timed_out();
-  }
-
-  void timed_out() {
-    if (dead_) return;
-    auto &st = srv_.mutable_stats();
-    switch (deadline_kind_) {
-    case Deadline::handshake: st.timeouts_handshake += 1; break;
-    case Deadline::headers: st.timeouts_headers += 1; break;
-    case Deadline::write: st.timeouts_write += 1; break;
-    case Deadline::idle: st.timeouts_idle += 1; break;
-    }
-    if (deadline_kind_ == Deadline::idle && session_) {
-      // An idle connection gets a polite GOAWAY / close.
-      session_->shutdown();
-      step();
-      if (!dead_) finish();
-      return;
-    }
-    finish();
-  }
-
-  // Read what we may, run the protocol, write what it produced; repeat
-  // while progress is made. Never blocks.
-  void step() {
-    for (int round = 0; round < 8 && !dead_; ++round) {
-      bool progressed = false;
-      if (state_ == State::peek && !peek_tls()) break;
-      if (state_ == State::detect && !detect_protocol()) break;
-      if (state_ == State::handshake && !handshake()) break;
-      if (state_ != State::open) continue;
-      if (!session_->input_paused() && output_pending() < srv_.config().max_output) {
-        progressed |= read_input();
-      }
-      if (session_->has_buffered_input()) {
-        session_->on_input(nullptr, 0, srv_.loop().now());
-        progressed = true;
-      }
-      progressed |= write_output();
-      if (dead_) return;
-      if (session_->finished() && output_pending() == 0) return finish();
-      if (peer_closed_ && output_pending() == 0 && !session_->busy()) return finish();
-      if (!progressed) break;
-    }
-    if (!dead_) {
-      bool want_read = state_ != State::open ||
-                       (!session_->input_paused() && output_pending() < srv_.config().max_output &&
-                        !peer_closed_);
-      bool want_write = want_write_ || output_pending() > 0;
-      srv_.loop().set_interest(fd_, this, want_read, want_write);
-      update_timer();
-    }
-  }
-
-  // Looks at the first bytes without consuming them. Returns how many, or
-  // 0 when there is nothing yet (the connection is finished on EOF/error).
-  size_t peek(char *buf, size_t len) {
-    ssize_t n = recv(fd_, buf, len, MSG_PEEK);
-    if (n > 0) return static_cast<size_t>(n);
-    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) finish();
-    return 0;
-  }
-
-  bool peek_tls() {
-    char b;
-    if (peek(&b, 1) == 0) return false;
-    if (static_cast<uint8_t>(b) != 0x16) { // not a TLS handshake record: someone speaks plain text
-      srv_.mutable_stats().plaintext_on_tls += 1;
-      [[maybe_unused]] auto w =
-          send(fd_, PLAINTEXT_REPLY.data(), PLAINTEXT_REPLY.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      finish();
-      return false;
-    }
-    ssl_ = srv_.tls().new_ssl();
-    if (!ssl_ || SSL_set_fd(ssl_, fd_) != 1) {
-      finish();
-      return false;
-    }
-    state_ = State::handshake;
-    return true;
-  }
-
-  bool detect_protocol() {
-    char buf[4];
-    size_t n = peek(buf, sizeof(buf));
-    if (n == 0) return false;
-    if (n < 4 && std::string_view(buf, n) == std::string_view("PRI ", n)) {
-      return false; // wait for enough bytes to tell h2c from HTTP/1.1
-    }
-    open_session(std::string_view(buf, n) == "PRI ");
-    return true;
-  }
-
-  bool handshake() {
-    ERR_clear_error();
-    int rv = SSL_accept(ssl_);
-    if (rv == 1) {
-      const unsigned char *alpn = nullptr;
-      unsigned int len = 0;
-      SSL_get0_alpn_selected(ssl_, &alpn, &len);
-      open_session(len == 2 && std::memcmp(alpn, "h2", 2) == 0);
-      want_write_ = false;
-      return true;
-    }
-    int err = SSL_get_error(ssl_, rv);
-    if (err == SSL_ERROR_WANT_READ) {
-      want_write_ = false;
-      return false;
-    }
-    if (err == SSL_ERROR_WANT_WRITE) {
-      want_write_ = true;
-      return false;
-    }
-    srv_.mutable_stats().tls_handshake_failed += 1;
-    ERR_clear_error();
-    finish();
-    return false;
-  }
-
-  void open_session(bool h2) {
-    h2_ = h2;
-    session_ = h2 ? make_h2_session(srv_.env()) : make_h1_session(srv_.env());
-    state_ = State::open;
-    last_activity_ = srv_.loop().now();
-  }
-
-  // Returns true when bytes arrived.
-  bool read_input() {
-    auto &buf = srv_.scratch();
-    buf.resize(READ_CHUNK);
-    size_t total = 0;
-    while (total < READ_BUDGET && !session_->input_paused()) {
-      ssize_t n;
-      if (ssl_) {
-        ERR_clear_error();
-        int rv = SSL_read(ssl_, buf.data(), static_cast<int>(buf.size()));
-        if (rv <= 0) {
-          int err = SSL_get_error(ssl_, rv);
-          if (err == SSL_ERROR_WANT_READ) break;
-          if (err == SSL_ERROR_WANT_WRITE) {
-            want_write_ = true;
-            break;
-          }
-          ERR_clear_error();
-          peer_closed_ = true; // clean close_notify, EOF or a TLS error
-          break;
-        }
-        n = rv;
-      } else {
-        n = recv(fd_, buf.data(), buf.size(), 0);
-        if (n == 0) {
-          peer_closed_ = true;
-          break;
-        }
-        if (n < 0) {
-          if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) peer_closed_ = true;
-          break;
-        }
-      }
-      total += static_cast<size_t>(n);
-      bytes_in_ += static_cast<uint64_t>(n);
-      srv_.mutable_stats().bytes_in += static_cast<uint64_t>(n);
-      session_->on_input(buf.data(), static_cast<size_t>(n), srv_.loop().now());
-    }
-    if (total) last_activity_ = srv_.loop().now();
-    return total > 0;
-  }
-
-  size_t output_pending() const { return out_.size() - out_off_; }
-
-  // Fills the output buffer from the session and writes it. The buffer is
-  // reused across passes: no allocation per response in steady state.
-  bool write_output() {
-    bool progressed = false;
-    for (int i = 0; i < 16; ++i) {
-      if (out_off_ > 0 && out_off_ == out_.size()) {
-        out_.clear();
-        out_off_ = 0;
-      } else if (out_off_ > 0) {
-        out_.erase(out_.begin(), out_.begin() + static_cast<long>(out_off_));
-        out_off_ = 0;
-      }
-      size_t before = out_.size();
-      session_->produce(out_, srv_.config().max_output);
-      if (out_.size() == 0) break;
-      if (out_.size() == before && before == 0) break;
-      size_t sent = 0;
-      while (out_off_ < out_.size()) {
-        ssize_t n;
-        if (ssl_) {
-          ERR_clear_error();
-          int rv = SSL_write(ssl_, out_.data() + out_off_, static_cast<int>(out_.size() - out_off_));
-          if (rv <= 0) {
-            int err = SSL_get_error(ssl_, rv);
-            if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
-              want_write_ = err == SSL_ERROR_WANT_WRITE;
-              return progressed;
-            }
-            ERR_clear_error();
-            finish();
-            return progressed;
-          }
-          n = rv;
-        } else {
-          n = send(fd_, out_.data() + out_off_, out_.size() - out_off_, MSG_NOSIGNAL);
-          if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-              want_write_ = true;
-              return progressed;
-            }
-            finish();
-            return progressed;
-          }
-        }
-        srv_.mutable_stats().tls_writes += 1;
-        srv_.mutable_stats().bytes_out += static_cast<uint64_t>(n);
-        bytes_out_ += static_cast<uint64_t>(n);
-        out_off_ += static_cast<size_t>(n);
-        sent += static_cast<size_t>(n);
-      }
-      want_write_ = false;
-      if (sent) {
-        progressed = true;
-        last_progress_ = last_activity_ = srv_.loop().now();
-      }
-    }
-    return progressed;
-  }
-
-  enum class Deadline { handshake, headers, write, idle };
-
-  void update_timer() {
-    const auto &cfg = srv_.config();
-    uint64_t at;
-    if (state_ != State::open) {
-      deadline_kind_ = Deadline::handshake;
-      at = accepted_at_ + cfg.handshake_timeout;
-    } else if (uint64_t h = session_->headers_started()) {
-      deadline_kind_ = Deadline::headers;
-      at = h + cfg.header_timeout;
-    } else if (output_pending() > 0 || session_->busy()) {
-      // Requests open but nothing moving either way: a client that stopped
-      // reading or never opens its flow-control window.
-      deadline_kind_ = Deadline::write;
-      at = std::max(last_progress_, last_activity_) + cfg.write_timeout;
-    } else {
-      deadline_kind_ = Deadline::idle;
-      at = last_activity_ + cfg.idle_timeout;
-    }
-    srv_.loop().timers().schedule(timer_, at);
-  }
-
-  void finish() {
-    if (dead_) return;
-    dead_ = true;
-    srv_.loop().timers().cancel(timer_);
-    if (ssl_ && state_ == State::open) {
-      ERR_clear_error();
-      SSL_shutdown(ssl_); // best effort close_notify
-      ERR_clear_error();
-    }
-    srv_.loop().unwatch(fd_);
-    srv_.closed(this, source_slot_);
-  }
-
-  TcpServer &srv_;
-  int fd_;
-  bool tls_;
-  uint32_t source_slot_;
-  SSL *ssl_ = nullptr;
-  State state_;
-  std::unique_ptr<TcpSession> session_;
-  std::vector<uint8_t> out_;
-  size_t out_off_ = 0;
-  dataplane::Timer timer_;
-  Deadline deadline_kind_ = Deadline::handshake;
-  uint64_t accepted_at_, last_activity_, last_progress_;
-  bool want_write_ = false;
-  bool peer_closed_ = false;
-  bool dead_ = false;
-  bool h2_ = false;
-  uint64_t bytes_in_ = 0;
-  uint64_t bytes_out_ = 0;
 };
 
 TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
@@ -430,8 +84,8 @@ TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
 }
 
 TcpServer::~TcpServer() {
-  for (auto *c : conns_) delete c;
-  for (auto *c : dead_) delete c;
+  conns_.clear();
+  dead_.clear();
   for (auto &l : listeners_) {
     loop_.unwatch(l->fd);
     close(l->fd);
@@ -478,31 +132,37 @@ void TcpServer::accept_all(Listener &l) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     stats_.accepted += 1;
-    conns_.insert(new TcpConnection(*this, fd, l.tls, slot));
+    auto c = make_tcp_connection(*this, fd, l.tls, slot);
+    TcpConnection *raw = c.get();
+    conns_.emplace(raw, std::move(c));
   }
 }
 
 void TcpServer::closed(TcpConnection *c, uint32_t source_slot) {
-  if (conns_.erase(c)) {
-    sources_.release(source_slot);
-    stats_.closed += 1;
-    dead_.push_back(c);
-  }
+  auto it = conns_.find(c);
+  if (it == conns_.end())
+    return;
+  sources_.release(source_slot);
+  stats_.closed += 1;
+  // Freed at the end of the pass: an event for it may still be pending.
+  dead_.push_back(std::move(it->second));
+  conns_.erase(it);
 }
 
 void TcpServer::end_of_pass() {
-  for (auto *c : dead_) delete c;
   dead_.clear();
 }
 
 size_t TcpServer::busy_connections() const {
   size_t n = 0;
-  for (auto *c : conns_) n += c->busy();
+  for (const auto &[c, owner] : conns_)
+    n += c->busy();
   return n;
 }
 
 void TcpServer::list_connections(std::vector<TcpConnInfo> &out) const {
-  for (auto *c : conns_) out.push_back(c->info());
+  for (const auto &[c, owner] : conns_)
+    out.push_back(c->info());
 }
 
 void TcpServer::shutdown() {
@@ -511,8 +171,11 @@ void TcpServer::shutdown() {
     l->backoff->stop();
     loop_.unwatch(l->fd);
   }
-  std::vector<TcpConnection *> all(conns_.begin(), conns_.end());
-  for (auto *c : all) c->shutdown();
+  std::vector<TcpConnection *> all;
+  for (const auto &[c, owner] : conns_)
+    all.push_back(c);
+  for (auto *c : all)
+    c->shutdown(); // (a connection may finish, and move to dead_, here)
 }
 
 } // namespace xdpq::http

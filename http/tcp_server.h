@@ -12,7 +12,7 @@
 
 #include <memory>
 #include <stdexcept>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 namespace xdpq::http {
@@ -86,8 +86,8 @@ private:
   dataplane::EventLoop &loop_;
   TcpStats stats_;
   std::vector<std::unique_ptr<Listener>> listeners_;
-  std::unordered_set<TcpConnection *> conns_;
-  std::vector<TcpConnection *> dead_;
+  std::unordered_map<TcpConnection *, std::unique_ptr<TcpConnection>> conns_;
+  std::vector<std::unique_ptr<TcpConnection>> dead_; // finished this pass
   std::vector<uint8_t> scratch_; // read buffer shared by this worker's connections
   dataplane::SourceLimiter sources_;
   bool shutting_down_ = false;

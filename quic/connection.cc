@@ -6,7 +6,6 @@
 
 #include <gnutls/crypto.h>
 #include <ngtcp2/ngtcp2_crypto.h>
-#include <nghttp3/nghttp3.h>
 
 #include <random>
 
@@ -155,7 +154,7 @@ Connection::Connection(Endpoint &ep) : ep_(ep), timer_(timer_fired, this) {
 
 Connection::~Connection() {
   ep_.timers().cancel(timer_);
-  h3_.reset();
+  app_.reset();
   if (conn_) ngtcp2_conn_del(conn_);
   if (tls_) gnutls_deinit(tls_);
 }
@@ -321,14 +320,12 @@ bool Connection::write() {
   for (;;) {
     int64_t stream_id = -1;
     int fin = 0;
-    nghttp3_vec vec[16];
-    nghttp3_ssize nvec = 0;
-    if (h3_ && ngtcp2_conn_get_max_data_left(conn_)) {
-      nvec = h3_->writev_stream(stream_id, fin, vec, 16);
+    ngtcp2_vec vec[16];
+    int64_t nvec = 0;
+    if (app_ && ngtcp2_conn_get_max_data_left(conn_)) {
+      nvec = app_->writev_stream(stream_id, fin, vec, 16);
       if (nvec < 0) {
-        ngtcp2_ccerr_set_application_error(
-            &last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(nvec)),
-            nullptr, 0);
+        ngtcp2_ccerr_set_application_error(&last_error_, app_->app_error_code(nvec), nullptr, 0);
         fail();
         return true;
       }
@@ -337,7 +334,7 @@ bool Connection::write() {
       buf = tx.tx_alloc(max_udp);
       if (buf.empty()) {
         // Out of room: the endpoint retries after the sink drains. Any
-        // stream data nghttp3 offered is offered again then.
+        // stream data the application offered is offered again then.
         ok = false;
         break;
       }
@@ -345,19 +342,19 @@ bool Connection::write() {
     uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
     if (fin) flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
     ngtcp2_ssize ndatalen = -1;
-    ngtcp2_ssize nwrite = ngtcp2_conn_writev_stream(
-        conn_, &ps.path, &pi, buf.data(), max_udp, &ndatalen, flags, stream_id,
-        reinterpret_cast<const ngtcp2_vec *>(vec), static_cast<size_t>(nvec), ts);
+    ngtcp2_ssize nwrite =
+        ngtcp2_conn_writev_stream(conn_, &ps.path, &pi, buf.data(), max_udp, &ndatalen, flags,
+                                  stream_id, vec, static_cast<size_t>(nvec), ts);
     if (nwrite < 0) {
       switch (nwrite) {
       case NGTCP2_ERR_STREAM_DATA_BLOCKED:
-        h3_->block_stream(stream_id);
+        app_->block_stream(stream_id);
         continue;
       case NGTCP2_ERR_STREAM_SHUT_WR:
-        h3_->shutdown_stream_write(stream_id);
+        app_->shutdown_stream_write(stream_id);
         continue;
       case NGTCP2_ERR_WRITE_MORE:
-        h3_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
+        app_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
         continue;
       default:
         ngtcp2_ccerr_set_liberr(
@@ -366,8 +363,8 @@ bool Connection::write() {
         return true;
       }
     }
-    if (ndatalen >= 0 && h3_) {
-      h3_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
+    if (ndatalen >= 0 && app_) {
+      app_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
     }
     if (nwrite == 0) break; // nothing more, or congestion/pacing limited
     tx.tx_commit(from_ngtcp2(ps.path), static_cast<uint8_t>(pi.ecn),
@@ -383,11 +380,10 @@ bool Connection::write() {
 }
 
 void Connection::shutdown_notice() {
-  if (state_ != State::active || !h3_) return;
-  // Two-step GOAWAY (RFC 9114 5.2): the notice, then the final one; nghttp3
-  // 0.8 sends both from here, and streams in flight complete.
-  h3_->submit_shutdown_notice();
-  h3_->shutdown();
+  if (state_ != State::active || !app_)
+    return;
+  // HTTP/3: the two-step GOAWAY (RFC 9114 5.2); streams in flight complete.
+  app_->shutdown_notice();
   ep_.want_write(this);
 }
 
@@ -424,7 +420,7 @@ bool Connection::fail() {
     return false;
   }
   if (!(last_error_.type == NGTCP2_CCERR_TYPE_APPLICATION &&
-        last_error_.error_code == NGHTTP3_H3_NO_ERROR)) {
+        last_error_.error_code == ep_.app_factory().no_error_code())) {
     ep_.mutable_stats().conn_errors += 1;
     LOG_DEBUG("connection closed: error type %d code 0x%llx", static_cast<int>(last_error_.type),
               static_cast<unsigned long long>(last_error_.error_code));
@@ -501,35 +497,37 @@ void Connection::update_timer() {
   }
 }
 
-int Connection::setup_h3() {
-  if (h3_) return 0;
+int Connection::setup_app() {
+  if (app_)
+    return 0;
   if (ngtcp2_conn_get_streams_uni_left(conn_) < 3) return NGTCP2_ERR_CALLBACK_FAILURE;
   try {
-    h3_ = std::make_unique<http::H3Session>(*this, ep_.router(), ep_.config().h3,
-                                            ep_.mutable_h3_stats());
+    app_ = ep_.app_factory().create(*this);
   } catch (const std::exception &) {
     // Called from inside ngtcp2: nothing may unwind through C frames.
     return NGTCP2_ERR_CALLBACK_FAILURE;
   }
-  h3_->set_max_client_streams_bidi(ep_.config().max_streams_bidi);
-  int64_t ctrl, qenc, qdec;
-  if (ngtcp2_conn_open_uni_stream(conn_, &ctrl, nullptr) != 0 ||
-      ngtcp2_conn_open_uni_stream(conn_, &qenc, nullptr) != 0 ||
-      ngtcp2_conn_open_uni_stream(conn_, &qdec, nullptr) != 0 ||
-      h3_->start(ctrl, qenc, qdec) != 0) {
+  if (app_->start(ep_.config().max_streams_bidi) != 0)
     return NGTCP2_ERR_CALLBACK_FAILURE;
-  }
   return 0;
+}
+
+int64_t Connection::app_open_uni_stream() {
+  int64_t id = -1;
+  if (ngtcp2_conn_open_uni_stream(conn_, &id, nullptr) != 0)
+    return -1;
+  return id;
 }
 
 int Connection::on_recv_tx_key(ngtcp2_encryption_level level) {
   if (level != NGTCP2_ENCRYPTION_LEVEL_1RTT) return 0;
-  return setup_h3() == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+  return setup_app() == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
 }
 
 int Connection::on_recv_stream_data(uint32_t flags, int64_t stream_id, const uint8_t *data,
                                     size_t len) {
-  if (!h3_ && setup_h3() != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  if (!app_ && setup_app() != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
   if ((flags & NGTCP2_STREAM_DATA_FLAG_0RTT) && !handshake_done_) {
     // Request bytes that arrived in 0-RTT (counted once per connection).
     if (!early_counted_) {
@@ -537,11 +535,10 @@ int Connection::on_recv_stream_data(uint32_t flags, int64_t stream_id, const uin
       ep_.mutable_stats().early_data_accepted += 1;
     }
   }
-  auto n = h3_->read_stream(stream_id, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN,
-                            (flags & NGTCP2_STREAM_DATA_FLAG_0RTT) != 0);
+  auto n = app_->read_stream(stream_id, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN,
+                             (flags & NGTCP2_STREAM_DATA_FLAG_0RTT) != 0);
   if (n < 0) {
-    ngtcp2_ccerr_set_application_error(
-        &last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(n)), nullptr, 0);
+    ngtcp2_ccerr_set_application_error(&last_error_, app_->app_error_code(n), nullptr, 0);
     return NGTCP2_ERR_CALLBACK_FAILURE;
   }
   ngtcp2_conn_extend_max_stream_offset(conn_, stream_id, static_cast<uint64_t>(n));
@@ -550,17 +547,19 @@ int Connection::on_recv_stream_data(uint32_t flags, int64_t stream_id, const uin
 }
 
 int Connection::on_acked_stream_data(int64_t stream_id, uint64_t len) {
-  if (h3_ && h3_->add_ack_offset(stream_id, len) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  if (app_ && app_->add_ack_offset(stream_id, len) != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
   return 0;
 }
 
 int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_error) {
-  if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET)) app_error = NGHTTP3_H3_NO_ERROR;
-  if (h3_) {
-    int rv = h3_->close_stream(stream_id, app_error);
-    if (rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND) {
-      ngtcp2_ccerr_set_application_error(
-          &last_error_, nghttp3_err_infer_quic_app_error_code(rv), nullptr, 0);
+  if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET)) {
+    app_error = ep_.app_factory().no_error_code();
+  }
+  if (app_) {
+    int rv = app_->close_stream(stream_id, app_error);
+    if (rv != 0) {
+      ngtcp2_ccerr_set_application_error(&last_error_, app_->app_error_code(rv), nullptr, 0);
       return NGTCP2_ERR_CALLBACK_FAILURE;
     }
   }
@@ -572,17 +571,20 @@ int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_
 }
 
 int Connection::on_stream_reset(int64_t stream_id) {
-  if (h3_) h3_->shutdown_stream_read(stream_id);
+  if (app_)
+    app_->shutdown_stream_read(stream_id);
   return 0;
 }
 
 int Connection::on_extend_max_stream_data(int64_t stream_id) {
-  if (h3_ && h3_->unblock_stream(stream_id) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  if (app_ && app_->unblock_stream(stream_id) != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
   return 0;
 }
 
 int Connection::on_extend_max_remote_streams_bidi(uint64_t max_streams) {
-  if (h3_) h3_->set_max_client_streams_bidi(max_streams);
+  if (app_)
+    app_->set_max_client_streams_bidi(max_streams);
   return 0;
 }
 
@@ -634,16 +636,16 @@ void Connection::on_path_validation(bool ok) {
   }
 }
 
-void Connection::h3_consume(int64_t stream_id, uint64_t n) {
+void Connection::app_consume(int64_t stream_id, uint64_t n) {
   ngtcp2_conn_extend_max_stream_offset(conn_, stream_id, n);
   ngtcp2_conn_extend_max_offset(conn_, n);
 }
 
-void Connection::h3_stop_reading(int64_t stream_id, uint64_t app_error) {
+void Connection::app_stop_reading(int64_t stream_id, uint64_t app_error) {
   ngtcp2_conn_shutdown_stream_read(conn_, 0, stream_id, app_error);
 }
 
-void Connection::h3_reset_writing(int64_t stream_id, uint64_t app_error) {
+void Connection::app_reset_writing(int64_t stream_id, uint64_t app_error) {
   ngtcp2_conn_shutdown_stream_write(conn_, 0, stream_id, app_error);
 }
 

@@ -1,12 +1,12 @@
 #pragma once
-// One QUIC connection: ngtcp2 state, its GnuTLS session and its HTTP/3
-// session. It reads datagrams the endpoint routes to it and writes packets
-// into the endpoint's TxSink, at most a send quantum per pass; its timer
-// lives in the worker's wheel.
+// One QUIC connection: ngtcp2 state, its GnuTLS session and its
+// application (HTTP/3, through quic/application.h). It reads datagrams the endpoint routes to it
+// and writes packets into the endpoint's TxSink, at most a send quantum per pass; its timer lives
+// in the worker's wheel.
 
 #include "dataplane/datagram_port.h"
 #include "dataplane/timer_wheel.h"
-#include "http/h3_session.h"
+#include "quic/application.h"
 #include "quic/endpoint_types.h"
 
 #include <gnutls/gnutls.h>
@@ -20,7 +20,7 @@ namespace xdpq::quic {
 
 class Endpoint;
 
-class Connection final : public http::H3Transport {
+class Connection final : public AppTransport {
 public:
   explicit Connection(Endpoint &ep);
   ~Connection();
@@ -39,12 +39,13 @@ public:
   // Writes pending packets. Returns false if the sink ran out of room.
   bool write();
 
-  // Sends CONNECTION_CLOSE with H3_NO_ERROR and enters the closing period.
+  // Sends CONNECTION_CLOSE with this application error and enters the
+  // closing period.
   void close(uint64_t app_error);
 
   // Graceful shutdown of HTTP/3: GOAWAY; the streams in flight finish.
   void shutdown_notice();
-  size_t active_streams() const { return h3_ ? h3_->active_streams() : 0; }
+  size_t active_streams() const { return app_ ? app_->active_streams() : 0; }
   ConnInfo info() const;
 
   bool pending_write = false; // queued in the endpoint's write list
@@ -78,10 +79,11 @@ public:
   bool decrypted = false;
   void on_path_validation(bool ok);
 
-  // http::H3Transport
-  void h3_consume(int64_t stream_id, uint64_t n) override;
-  void h3_stop_reading(int64_t stream_id, uint64_t app_error) override;
-  void h3_reset_writing(int64_t stream_id, uint64_t app_error) override;
+  // AppTransport
+  void app_consume(int64_t stream_id, uint64_t n) override;
+  void app_stop_reading(int64_t stream_id, uint64_t app_error) override;
+  void app_reset_writing(int64_t stream_id, uint64_t app_error) override;
+  int64_t app_open_uni_stream() override;
 
 private:
   enum class State { active, closing, draining, dead };
@@ -89,7 +91,7 @@ private:
   static void timer_fired(dataplane::Timer &t);
   void on_timer();
   void update_timer();
-  int setup_h3();
+  int setup_app();
   // Enters the closing period with last_error_ (or retires silently for an
   // idle close). Returns false: the caller's "connection finished" value.
   bool fail();
@@ -101,7 +103,7 @@ private:
   ngtcp2_conn *conn_ = nullptr;
   gnutls_session_t tls_ = nullptr;
   ngtcp2_crypto_conn_ref conn_ref_{};
-  std::unique_ptr<http::H3Session> h3_;
+  std::unique_ptr<Application> app_;
   dataplane::Timer timer_;
   State state_ = State::active;
   bool handshake_done_ = false;

@@ -41,11 +41,11 @@ size_t CidKeyHash::operator()(const CidKey &k) const {
 }
 
 Endpoint::Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &secrets,
-                   std::shared_ptr<const http::Router> router, dataplane::TimerWheel &timers,
-                   const Clock &clock, dataplane::TxSink &tx)
-    : cfg_(cfg), tls_(&tls), secrets_(secrets), router_(std::move(router)), timers_(timers),
-      clock_(clock), tx_(tx), sources_(cfg.per_source),
-      reset_tokens_(cfg.stateless_resets_per_second), reset_refill_at_(clock.now()) {
+                   ApplicationFactory &app, dataplane::TimerWheel &timers, const Clock &clock,
+                   dataplane::TxSink &tx)
+    : cfg_(cfg), tls_(&tls), secrets_(secrets), app_(app), timers_(timers), clock_(clock), tx_(tx),
+      sources_(cfg.per_source), reset_tokens_(cfg.stateless_resets_per_second),
+      reset_refill_at_(clock.now()) {
   scratch_.resize(MIN_INITIAL_DATAGRAM);
 }
 
@@ -376,7 +376,7 @@ void Endpoint::list_connections(std::vector<ConnInfo> &out) const {
 
 void Endpoint::close_all() {
   for (auto &[c, owner] : conns_) {
-    c->close(NGHTTP3_H3_NO_ERROR);
+    c->close(app_.no_error_code());
   }
 }
 

@@ -10,8 +10,7 @@
 #include "dataplane/histogram.h"
 #include "dataplane/source_limiter.h"
 #include "dataplane/timer_wheel.h"
-#include "http/h3_session.h"
-#include "http/router.h"
+#include "quic/application.h"
 #include "quic/clock.h"
 #include "quic/endpoint_types.h"
 #include "quic/secrets.h"
@@ -57,7 +56,6 @@ struct EndpointConfig {
   size_t max_connections = 65536;
   uint32_t stateless_resets_per_second = 1000;
   bool early_data = true;
-  http::H3Limits h3;
 };
 
 // Every datagram lands in exactly one of: datagrams_routed,
@@ -108,8 +106,8 @@ public:
   static constexpr size_t SCID_LEN = 18;
 
   Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &secrets,
-           std::shared_ptr<const http::Router> router, dataplane::TimerWheel &timers,
-           const Clock &clock, dataplane::TxSink &tx);
+           ApplicationFactory &app, dataplane::TimerWheel &timers, const Clock &clock,
+           dataplane::TxSink &tx);
   ~Endpoint();
   Endpoint(const Endpoint &) = delete;
   Endpoint &operator=(const Endpoint &) = delete;
@@ -123,9 +121,10 @@ public:
   // when it drains.
   bool write_blocked() const { return write_blocked_; }
 
-  // Closes every connection with H3_NO_ERROR (CONNECTION_CLOSE sent now).
+  // Closes every connection without an error (the application's "no
+  // error" code; CONNECTION_CLOSE sent now).
   void close_all();
-  // Graceful drain: HTTP/3 GOAWAY on every connection, new connections are
+  // Graceful drain: the application's GOAWAY on every connection, new connections are
   // refused. close_all() ends it.
   void start_drain();
   bool draining() const { return draining_; }
@@ -145,7 +144,6 @@ public:
     return sources_.connections(a);
   }
   const EndpointStats &stats() const { return stats_; }
-  const http::H3Stats &h3_stats() const { return h3_stats_; }
 
   // Used by Connection.
   const EndpointConfig &config() const { return cfg_; }
@@ -155,8 +153,7 @@ public:
   dataplane::TimerWheel &timers() { return timers_; }
   dataplane::TxSink &tx() { return tx_; }
   EndpointStats &mutable_stats() { return stats_; }
-  http::H3Stats &mutable_h3_stats() { return h3_stats_; }
-  const std::shared_ptr<const http::Router> &router() const { return router_; }
+  ApplicationFactory &app_factory() { return app_; }
   void make_cid(ngtcp2_cid &cid, size_t len);
   // Routes cid to c. The route is c's: it is removed by remove_cid or,
   // whatever ngtcp2 recorded, when c is freed, so no entry ever outlives
@@ -181,12 +178,11 @@ private:
   EndpointConfig cfg_;
   TlsContext *tls_;
   Secrets secrets_;
-  std::shared_ptr<const http::Router> router_;
+  ApplicationFactory &app_;
   dataplane::TimerWheel &timers_;
   const Clock &clock_;
   dataplane::TxSink &tx_;
   EndpointStats stats_;
-  http::H3Stats h3_stats_;
 
   std::unordered_map<CidKey, Connection *, CidKeyHash> cids_;
   std::unordered_map<Connection *, std::unique_ptr<Connection>> conns_;

@@ -13,10 +13,12 @@ using namespace xdpq;
 
 namespace {
 
-struct Transport final : http::H3Transport {
-  void h3_consume(int64_t, uint64_t) override {}
-  void h3_stop_reading(int64_t, uint64_t) override {}
-  void h3_reset_writing(int64_t, uint64_t) override {}
+struct Transport final : quic::AppTransport {
+  void app_consume(int64_t, uint64_t) override {}
+  void app_stop_reading(int64_t, uint64_t) override {}
+  void app_reset_writing(int64_t, uint64_t) override {}
+  int64_t app_open_uni_stream() override { return next_uni += 4; } // 3, 7, 11
+  int64_t next_uni = -1;
 };
 
 } // namespace
@@ -33,9 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   limits.budget = &budget;
   Transport t;
   http::H3Session s(t, router, limits, stats);
-  if (s.start(3, 7, 11) != 0)
-    return 0; // our uni streams
-  s.set_max_client_streams_bidi(16);
+  if (s.start(16) != 0)
+    return 0; // opens our uni streams 3, 7 and 11
   // Client streams: control (2), QPACK encoder (6) and decoder (10), and
   // request streams 0, 4, 8, 12, 16.
   static const int64_t IDS[8] = {2, 6, 10, 0, 4, 8, 12, 16};
@@ -51,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < 64; ++i) {
       int64_t sid = -1;
       int fin = 0;
-      nghttp3_vec vec[16];
+      ngtcp2_vec vec[16];
       auto nvec = s.writev_stream(sid, fin, vec, 16);
       if (nvec < 0 || sid < 0)
         break;

@@ -332,16 +332,16 @@ void TestClient::handle_expiry() {
 }
 
 TestServer::TestServer(quic::ManualClock &c, const quic::EndpointConfig &cfg,
-                       const quic::Secrets &secrets)
+                       const quic::Secrets &secrets, const http::H3Limits &h3)
     : clock(c), wheel(c.now()) {
   static const control::CertificatePair cert = control::make_self_signed();
   quic::TlsConfig tcfg;
   tcfg.cert_pem = cert.cert_pem;
   tcfg.key_pem = cert.key_pem;
   tls = std::make_unique<quic::TlsContext>(tcfg, secrets);
-  endpoint = std::make_unique<quic::Endpoint>(cfg, *tls, secrets,
-                                              http::make_default_router(http::RouterConfig{}),
-                                              wheel, clock, sink);
+  app = std::make_unique<http::H3ApplicationFactory>(
+      http::make_default_router(http::RouterConfig{}), h3);
+  endpoint = std::make_unique<quic::Endpoint>(cfg, *tls, secrets, *app, wheel, clock, sink);
 }
 
 std::vector<Datagram> TestServer::deliver(const Datagram &dg) {

@@ -5,6 +5,7 @@
 
 #include "dataplane/datagram_port.h"
 #include "dataplane/timer_wheel.h"
+#include "http/h3_session.h"
 #include "quic/clock.h"
 #include "quic/endpoint.h"
 
@@ -112,11 +113,12 @@ private:
 // Server side of the pipe: an Endpoint with its own wheel, sink and TLS.
 struct TestServer {
   TestServer(quic::ManualClock &clock, const quic::EndpointConfig &cfg,
-             const quic::Secrets &secrets);
+             const quic::Secrets &secrets, const http::H3Limits &h3 = {});
   quic::ManualClock &clock;
   dataplane::TimerWheel wheel;
   MemorySink sink;
   std::unique_ptr<quic::TlsContext> tls;
+  std::unique_ptr<http::H3ApplicationFactory> app; // HTTP/3 on the server's connections
   std::unique_ptr<quic::Endpoint> endpoint;
   // When set, the client's datagrams arrive from this source port instead
   // (a NAT rebinding the client does not know about).

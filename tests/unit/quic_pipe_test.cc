@@ -14,9 +14,9 @@ namespace {
 
 class QuicPipe : public ::testing::Test {
 protected:
-  void start(quic::EndpointConfig cfg = {}) {
+  void start(quic::EndpointConfig cfg = {}, http::H3Limits h3 = {}) {
     cfg_ = cfg;
-    server_ = std::make_unique<TestServer>(clock_, cfg_, secrets_);
+    server_ = std::make_unique<TestServer>(clock_, cfg_, secrets_, h3);
     client_ = std::make_unique<TestClient>(clock_, make_test_path());
     ASSERT_TRUE(run([&] {
       return client_->handshake_completed() && server_->endpoint->stats().handshakes_completed > 0;
@@ -69,7 +69,7 @@ TEST_F(QuicPipe, HandshakeAndRequests) {
   EXPECT_EQ(e.status, 200);
   EXPECT_EQ(e.body, "hello, echo");
   EXPECT_EQ(e.headers.at("content-type"), "text/x-test");
-  EXPECT_EQ(server_->endpoint->h3_stats().requests, 3u);
+  EXPECT_EQ(server_->app->stats().requests, 3u);
 }
 
 TEST_F(QuicPipe, ConcurrentStreamCapIsAdvertised) {
@@ -89,10 +89,10 @@ TEST_F(QuicPipe, ConcurrentStreamCapIsAdvertised) {
 }
 
 TEST_F(QuicPipe, OversizedHeaderSectionGets431AndConnectionSurvives) {
-  quic::EndpointConfig cfg;
-  cfg.h3.max_field_section_size = 4096;
-  cfg.h3.max_header_fields = 32;
-  start(cfg);
+  http::H3Limits h3;
+  h3.max_field_section_size = 4096;
+  h3.max_header_fields = 32;
+  start({}, h3);
   auto &big = fetch("GET", "/healthz", {{"x-big", std::string(5000, 'a')}});
   EXPECT_EQ(big.status, 431);
   std::vector<std::pair<std::string, std::string>> many;
@@ -102,7 +102,7 @@ TEST_F(QuicPipe, OversizedHeaderSectionGets431AndConnectionSurvives) {
   // Just under both limits is fine.
   auto &ok = fetch("GET", "/healthz", {{"x-fine", std::string(3000, 'b')}});
   EXPECT_EQ(ok.status, 200);
-  EXPECT_EQ(server_->endpoint->h3_stats().header_limit_rejects, 2u);
+  EXPECT_EQ(server_->app->stats().header_limit_rejects, 2u);
   EXPECT_FALSE(client_->closed());
 }
 
@@ -300,11 +300,11 @@ TEST_F(QuicPipe, RejectedInitialLeavesNoDanglingRoute) {
 // with H3_REQUEST_REJECTED, and everything is given back when they close.
 TEST_F(QuicPipe, RequestBodiesAreBudgetedPerConnectionAndWorker) {
   http::MemoryBudget worker(3u << 20);
-  quic::EndpointConfig cfg;
-  cfg.h3.max_request_body = 1u << 20;
-  cfg.h3.max_body_per_connection = 1u << 20;
-  cfg.h3.budget = &worker;
-  start(cfg);
+  http::H3Limits h3;
+  h3.max_request_body = 1u << 20;
+  h3.max_body_per_connection = 1u << 20;
+  h3.budget = &worker;
+  start({}, h3);
   std::string chunk(200 * 1024, 'q');
   std::vector<int64_t> ids;
   for (int i = 0; i < 10; ++i) {
@@ -325,7 +325,7 @@ TEST_F(QuicPipe, RequestBodiesAreBudgetedPerConnectionAndWorker) {
     }
   }
   EXPECT_GE(rejected, 5u);
-  EXPECT_EQ(server_->endpoint->h3_stats().body_budget_refusals, rejected);
+  EXPECT_EQ(server_->app->stats().body_budget_refusals, rejected);
   // The connection is still fine for a request that fits.
   auto &e = fetch("POST", "/echo", {}, "small");
   EXPECT_EQ(e.status, 200);

@@ -1,0 +1,44 @@
+#include "http/response_head.h"
+
+#include <charconv>
+
+namespace xdpq::http {
+
+void ResponseHead::build(const Response &resp, std::string_view alt_svc) {
+  code_ = resp.status >= 100 && resp.status <= 999 ? resp.status : 500;
+  std::to_chars(status_, status_ + 3, code_);
+  status_[3] = '\0';
+  fields_.clear();
+  fields_.push_back({"server", "xdpq"});
+  if (code_ != 304 && code_ != 204) {
+    auto [end, ec] = std::to_chars(content_length_, content_length_ + sizeof(content_length_),
+                                   resp.content_length);
+    (void)ec;
+    fields_.push_back(
+        {"content-length",
+         std::string_view(content_length_, static_cast<size_t>(end - content_length_))});
+  }
+  if (!alt_svc.empty())
+    fields_.push_back({"alt-svc", alt_svc});
+  for (const auto &h : resp.headers)
+    fields_.push_back({h.name, h.value});
+}
+
+void ResponseHead::append_http1(std::string &out, bool close) const {
+  out += "HTTP/1.1 ";
+  out.append(status_, 3);
+  out += ' ';
+  out += reason_phrase(code_);
+  out += "\r\n";
+  for (const auto &f : fields_) {
+    out += f.name;
+    out += ": ";
+    out += f.value;
+    out += "\r\n";
+  }
+  if (close)
+    out += "connection: close\r\n";
+  out += "\r\n";
+}
+
+} // namespace xdpq::http

@@ -1,0 +1,43 @@
+#pragma once
+// The response head, decided once for every protocol: :status, server,
+// content-length (not for 204 and 304), alt-svc where the transport
+// advertises one (the TCP side), then the handler's headers. HTTP/3 and
+// HTTP/2 turn the fields into their name/value arrays, HTTP/1.1 writes them
+// out as text; none of them spells the rule again.
+//
+// Reused across responses: build() allocates nothing once its field array
+// has grown to the largest response's size. Fields point into the Response
+// and into the builder; they are valid until the next build().
+
+#include "http/message.h"
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace xdpq::http {
+
+struct HeadField {
+  std::string_view name;
+  std::string_view value;
+};
+
+class ResponseHead {
+public:
+  void build(const Response &resp, std::string_view alt_svc = {});
+
+  std::string_view status() const { return {status_, 3}; }
+  // Without the status (HTTP/3 and HTTP/2 add it as a pseudo-header).
+  std::span<const HeadField> fields() const { return fields_; }
+
+  // HTTP/1.1: the status line and the fields, appended to out.
+  void append_http1(std::string &out, bool close) const;
+
+private:
+  char status_[4] = {};
+  char content_length_[24] = {};
+  int code_ = 0;
+  std::vector<HeadField> fields_;
+};
+
+} // namespace xdpq::http

@@ -1,0 +1,81 @@
+#pragma once
+// The seam between a QUIC connection and the application protocol on top of
+// it (HTTP/3, implemented in http/): the connection moves stream bytes and
+// flow-control credit, the application parses and produces them. quic/
+// knows nothing of HTTP; the worker hands the endpoint a factory.
+//
+// The shape follows ngtcp2's own split between transport and codec: the
+// application is driven from the connection's ngtcp2 callbacks and write
+// loop, and calls back into the connection through AppTransport.
+
+#include <ngtcp2/ngtcp2.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace xdpq::quic {
+
+// What the application may ask of the connection under it.
+class AppTransport {
+public:
+  // The application consumed n bytes of stream data (flow-control credit).
+  virtual void app_consume(int64_t stream_id, uint64_t n) = 0;
+  // Ask the peer to stop sending on the stream (STOP_SENDING).
+  virtual void app_stop_reading(int64_t stream_id, uint64_t app_error) = 0;
+  // Abandon our side of the stream (RESET_STREAM).
+  virtual void app_reset_writing(int64_t stream_id, uint64_t app_error) = 0;
+  // Opens a unidirectional stream of ours; its id, or -1.
+  virtual int64_t app_open_uni_stream() = 0;
+
+protected:
+  ~AppTransport() = default;
+};
+
+// One connection's application protocol. Errors are the application's own
+// (negative) codes; app_error_code() maps one to the QUIC application error
+// code the connection closes with. Callers never let exceptions in.
+class Application {
+public:
+  virtual ~Application() = default;
+
+  // The 1-RTT keys are ready: open the streams the protocol needs.
+  virtual int start(uint64_t max_client_bidi_streams) = 0;
+  // Stream data in. Returns the bytes to credit at once (the application
+  // credits the rest itself through app_consume), or a negative error.
+  virtual int64_t read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
+                              bool early) = 0;
+  // Data to send: fills vec (up to veccnt) for one stream, sets stream_id
+  // (-1: nothing) and fin. Returns the count or a negative error.
+  virtual int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) = 0;
+  virtual int add_write_offset(int64_t stream_id, size_t n) = 0;
+  virtual int add_ack_offset(int64_t stream_id, uint64_t n) = 0;
+  // Flow control blocked the stream / lifted the block.
+  virtual void block_stream(int64_t stream_id) = 0;
+  virtual int unblock_stream(int64_t stream_id) = 0;
+  virtual void shutdown_stream_write(int64_t stream_id) = 0;
+  virtual void shutdown_stream_read(int64_t stream_id) = 0;
+  // The stream is gone (app_error: the code it closed with).
+  virtual int close_stream(int64_t stream_id, uint64_t app_error) = 0;
+  virtual void set_max_client_streams_bidi(uint64_t n) = 0;
+  // Graceful shutdown: tell the peer (GOAWAY); streams in flight finish.
+  virtual void shutdown_notice() = 0;
+  virtual size_t active_streams() const = 0;
+
+  // The application error code for one of our negative error codes.
+  virtual uint64_t app_error_code(int64_t error) const = 0;
+  // The code for "closing without an error" and for an internal error.
+  virtual uint64_t no_error_code() const = 0;
+};
+
+// Makes the application for each new connection (one per worker).
+class ApplicationFactory {
+public:
+  virtual ~ApplicationFactory() = default;
+  // Throws std::bad_alloc and the like; the connection catches.
+  virtual std::unique_ptr<Application> create(AppTransport &transport) = 0;
+  // Its counters and the like, for the worker (opaque to quic/).
+  virtual uint64_t no_error_code() const = 0;
+};
+
+} // namespace xdpq::quic
