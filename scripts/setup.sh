@@ -32,8 +32,8 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-installed_version() {
-  dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null |
+installed_version() { # prints nothing (and succeeds) when not installed
+  { dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null || true; } |
     sed -n 's/^install ok installed //p'
 }
 
