@@ -288,10 +288,17 @@ class Soak:
         second_half = [(s["t"], s["rss_kib"] / 1024) for s in samples if s["t"] >= seconds / 2]
         slope = slope_per_min(second_half)
         fd_slope = slope_per_min([(s["t"], s["fds"]) for s in samples if s["t"] >= seconds / 2])
+        # Peak RSS of the second half over that of the first: RSS swings by a
+        # few MiB as malloc trims, so on a short run a fitted slope is mostly
+        # that noise, while a leak moves the peak.
+        first_peak = max((s["rss_kib"] for s in samples if s["t"] < seconds / 2), default=0)
+        second_peak = max((s["rss_kib"] for s in samples if s["t"] >= seconds / 2), default=0)
+        peak_growth = (second_peak - first_peak) / 1024
         verdict = (not errors and slope <= self.args.max_slope and good["h3"] > 0 and
                    good["h2"] > 0 and srv.returncode == 0)
         res = {"dataplane": dataplane, "seconds": seconds, "samples": samples, "errors": errors,
                "good": good, "rss_slope_mib_per_min": slope, "fd_slope_per_min": fd_slope,
+               "rss_peak_growth_mib": peak_growth,
                "rss_start_kib": samples[0]["rss_kib"] if samples else 0,
                "rss_max_kib": max((s["rss_kib"] for s in samples), default=0),
                "exit_status": srv.returncode, "counters": counters, "pass": verdict}

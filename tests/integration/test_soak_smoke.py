@@ -3,7 +3,8 @@
 clients alongside every hostile client we know, on both dataplanes, a
 minute each. Passes when no good request failed, xdpqd exited cleanly, the
 body bytes it held stayed within its budget, its descriptors stayed
-bounded, and its RSS did not keep growing in the second half of each run.
+bounded, and its peak RSS in the second half of each run stayed within
+16 MiB of the first half's.
 Under sanitizers RSS says little (the quarantine fills as it runs): there
 the leak check at exit (LeakSanitizer) stands in for the slope."""
 
@@ -28,7 +29,10 @@ class SoakSmokeTest(TimedTestCase):
         build = os.path.dirname(XDPQD)
         out = tempfile.mkdtemp(prefix="xdpq-soak-smoke-")
         sanitized = "ASAN_OPTIONS" in os.environ
-        slope = "1000" if sanitized else "2"
+        # The fitted slope over 30 s of samples is mostly malloc's trimming
+        # noise (+-5 MiB); the peak of the second half against the first's
+        # is what a leak moves. The 30-minute soak judges the slope.
+        slope = "1000"
         r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "soak.py"),
                             "--duration", "120", "--build", build, "--out", out,
                             "--max-slope", slope], capture_output=True, text=True, timeout=400)
@@ -41,7 +45,7 @@ class SoakSmokeTest(TimedTestCase):
             self.assertGreater(run["good"]["h2"], 0)
             self.assertEqual(run["exit_status"], 0)
             if not sanitized:
-                self.assertLessEqual(run["rss_slope_mib_per_min"], float(slope), run["dataplane"])
+                self.assertLessEqual(run["rss_peak_growth_mib"], 16, run["dataplane"])
             held = [x.get("body_bytes_held") or 0 for x in run["samples"]]
             self.assertLessEqual(max(held), 32 << 20, run["dataplane"])  # the soak's budget
             self.assertLess(max(x["fds"] for x in run["samples"]), 500, run["dataplane"])
