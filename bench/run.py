@@ -147,8 +147,16 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         cmd = self.server_cmd(variant, topo, echo)
         self.commands[variant + (" --echo" if echo else "")] = " ".join(cmd)
         log = open(os.path.join(self.work, f"{variant}.log"), "w")
+        env = dict(os.environ)
+        if is_xdpq(variant):
+            # Counts the worker threads' malloc calls (heap_allocations in
+            # the exit stats): mallocs per request, next to the CPU figures.
+            build = os.path.dirname(cmd[0])
+            shim = os.path.join(build, "libxdpq_malloc_count.so")
+            if os.path.exists(shim):
+                env["LD_PRELOAD"] = shim
         proc = subprocess.Popen(["ip", "netns", "exec", topo.srv_ns, *cmd], stdout=log,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, env=env)
         time.sleep(0.8 if variant != "nginx-h2" else 1.0)
         if proc.poll() is not None:
             raise RuntimeError(f"{variant} exited: " + open(log.name).read()[-2000:])
@@ -225,6 +233,11 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                "machine_cpu_s": (busy1 - busy0) / hz,
                "machine_cpu_util": (busy1 - busy0) / max(1, total1 - total0) * os.cpu_count(),
                "server_stats": server_stats}
+        # Every malloc on the worker threads over the whole run (handshakes and
+        # warm-up included) per request the server counted.
+        served = server_stats.get("requests", 0) + server_stats.get("tcp_requests", 0)
+        run["mallocs_per_req"] = (server_stats["heap_allocations"] / served
+                                  if served and "heap_allocations" in server_stats else None)
         run["server_cpu_us_per_req"] = run["server_cpu_s"] / reqs * 1e6 if reqs else None
         run["machine_cpu_us_per_req"] = run["machine_cpu_s"] / reqs * 1e6 if reqs else None
         self.runs.append(run)
@@ -322,12 +335,12 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
               f"{self.args.seconds} s per variant, alternating; medians shown.",
               f"Topology: {meta['topology']}.", "",
               "| proto | cell | variant | req/s (udp: round trips/s) | p50 ms | p99 ms | "
-              "server CPU us/req | machine CPU us/req |",
-              "|---|---|---|---:|---:|---:|---:|---:|"]
+              "server CPU us/req | machine CPU us/req | mallocs/req |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             md.append(f"| {r['proto']} | {r['cell']} | {r['variant']} | {r['rps']:.0f} | "
                       f"{r['p50'] / 1000:.2f} | {r['p99'] / 1000:.2f} | {fmt(r['srv'])} | "
-                      f"{fmt(r['all'])} |")
+                      f"{fmt(r['all'])} | {fmt(r['mallocs'], 2)} |")
         md += ["", "Ratios A/B of requests/s, computed per round (A and B run back to back) "
                "and summarized by their median and range. A direction is stated only when "
                "every round agrees by more than 5 %; otherwise the difference is within this "
@@ -337,7 +350,10 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         for cell, a, b, med, lo, hi, verdict, cpu in paired_ratios(self.runs):
             md.append(f"| {cell} | {a} vs {b} | {med:.2f} | {lo:.2f}-{hi:.2f} | {verdict} | "
                       f"{fmt(cpu, 2)} |")
-        md += ["", "Server CPU is the server process's own time; on veth the receive work of "
+        md += ["", "mallocs/req: malloc calls on xdpqd's worker threads over the whole run "
+               "(start, handshakes and warm-up included) divided by the requests it served, "
+               "counted by bench/malloc_count.c preloaded into xdpqd.",
+               "", "Server CPU is the server process's own time; on veth the receive work of "
                "the sender's packets runs in softirq on the sender's core, so the machine-wide "
                "figure is the fairer cost."]
         with open(os.path.join(self.out, "report.md"), "w") as f:
@@ -433,6 +449,7 @@ def summarize(runs):
         rows.append({"proto": proto, "cell": cell, "variant": variant, "rps": med("req_per_s"),
                      "p50": med("p50_us") or 0, "p99": med("p99_us") or 0,
                      "srv": med("server_cpu_us_per_req"), "all": med("machine_cpu_us_per_req"),
+                     "mallocs": med("mallocs_per_req"),
                      "n": len(rs)})
     return rows
 

@@ -2,6 +2,8 @@
 
 #include "dataplane/xdp_program.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <sstream>
 
@@ -24,6 +26,12 @@ std::string fmt_seconds(double s) {
 
 } // namespace
 
+uint64_t thread_malloc_count() {
+  using Fn = uint64_t (*)();
+  static const Fn fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "xdpq_thread_malloc_count"));
+  return fn ? fn() : 0;
+}
+
 Counters counters_of(const WorkerSnapshot &s) {
   Counters c;
   c.reserve(128);
@@ -31,6 +39,7 @@ Counters counters_of(const WorkerSnapshot &s) {
   add_group(c, s.endpoint, "");
   add_group(c, s.h3, "");
   add_group(c, s.gauges, "", true);
+  add_group(c, s.heap, "");
   // Groups a worker may lack are still listed (as zeros), so every worker
   // exports the same names in the same order.
   add_group(c, s.tcp, "tcp_");

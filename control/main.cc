@@ -1,9 +1,10 @@
 // xdpqd: the xdpq daemon.
 
-#include "control/config.h"
 #include "base/log.h"
+#include "control/config.h"
 #include "control/options.h"
 #include "control/server.h"
+#include "http/tcp_tls.h"
 
 #include <cstdio>
 
@@ -11,6 +12,9 @@
 
 int main(int argc, char **argv) {
   using namespace xdpq::control;
+  // Before anything touches OpenSSL.
+  if (!xdpq::http::use_block_cache_for_openssl())
+    std::fprintf(stderr, "xdpqd: OpenSSL allocated before start; its buffers use malloc\n");
   block_server_signals();
   Options opts;
   try {

@@ -6,6 +6,7 @@
 
 #include "base/counters.h"
 #include "base/log.h"
+#include "base/small_alloc.h"
 #include "control/capture.h"
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
@@ -29,16 +30,32 @@
 
 namespace xdpq::control {
 
-#define XDPQ_WORKER_GAUGES(X)                                                          \
-  X(quic_connections, "QUIC connections open")                                         \
-  X(tcp_connections, "TCP connections open")                                           \
-  X(body_bytes_held, "request body bytes held (and responses made from them)")        \
-  X(body_bytes_limit, "the worker's body budget (--max-body-per-worker)")
+#define XDPQ_WORKER_GAUGES(X)                                                                      \
+  X(quic_connections, "QUIC connections open")                                                     \
+  X(tcp_connections, "TCP connections open")                                                       \
+  X(body_bytes_held, "request body bytes held (and responses made from them)")                     \
+  X(body_bytes_limit, "the worker's body budget (--max-body-per-worker)")                          \
+  X(block_cache_bytes, "freed small blocks the worker's thread keeps for reuse")
 
 struct WorkerGauges {
   XDPQ_COUNTER_FIELDS(XDPQ_WORKER_GAUGES)
   template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_WORKER_GAUGES) }
 };
+
+// The worker thread's heap traffic.
+#define XDPQ_WORKER_HEAP_COUNTERS(X)                                                               \
+  X(block_cache_hits, "small blocks served from the worker's block cache")                         \
+  X(block_cache_misses, "small blocks the block cache had to take from malloc")                    \
+  X(heap_allocations, "malloc calls on the worker's thread (counted only under the "               \
+                      "benchmark shim libxdpq_malloc_count.so; 0 otherwise)")
+
+struct WorkerHeap {
+  XDPQ_COUNTER_FIELDS(XDPQ_WORKER_HEAP_COUNTERS)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_WORKER_HEAP_COUNTERS) }
+};
+
+// This thread's malloc calls, when the counting shim is preloaded.
+uint64_t thread_malloc_count();
 
 // A copy of a worker's counters (and optionally its connections), taken on
 // the worker's own thread.
@@ -57,6 +74,7 @@ struct WorkerSnapshot {
   bool zerocopy = false;
 #endif
   WorkerGauges gauges;
+  WorkerHeap heap;
   std::vector<quic::ConnInfo> quic_conns;
   std::vector<http::TcpConnInfo> tcp_conns;
 };
@@ -106,6 +124,10 @@ public:
         LOG_ERROR("worker %d failed (unknown exception); stopping xdpqd", id_);
         failed_.store(true, std::memory_order_release);
       }
+      // Thread-local figures must be read here; final_snapshot() runs on
+      // the control thread after join().
+      read_heap(heap_at_exit_, cached_at_exit_);
+      loop_done_ = true;
       stopped_.store(true, std::memory_order_release);
     });
   }
@@ -304,6 +326,15 @@ private:
     }
   }
 
+  // The calling thread's heap figures: call on the worker's thread.
+  static void read_heap(WorkerHeap &heap, uint64_t &cached) {
+    auto blocks = small_alloc::thread_stats();
+    cached = blocks.cached_bytes;
+    heap.block_cache_hits = blocks.hits;
+    heap.block_cache_misses = blocks.misses;
+    heap.heap_allocations = thread_malloc_count();
+  }
+
   void fill_snapshot() {
     WorkerSnapshot s;
     s.id = id_;
@@ -314,6 +345,12 @@ private:
     s.gauges.quic_connections = endpoint_.connection_count();
     s.gauges.body_bytes_held = budget_.held();
     s.gauges.body_bytes_limit = budget_.limit();
+    if (loop_done_) {
+      s.heap = heap_at_exit_;
+      s.gauges.block_cache_bytes = cached_at_exit_;
+    } else {
+      read_heap(s.heap, s.gauges.block_cache_bytes);
+    }
     if (tcp_) {
       s.has_tcp = true;
       s.tcp = tcp_->stats();
@@ -337,6 +374,9 @@ private:
     cv_.notify_all();
   }
 
+  WorkerHeap heap_at_exit_; // read by the worker thread as its loop ended
+  uint64_t cached_at_exit_ = 0;
+  bool loop_done_ = false; // set on the worker thread; read after join()
   int id_;
   int cpu_;
   quic::SystemClock clock_;

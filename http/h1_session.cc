@@ -170,7 +170,7 @@ private:
     if (!too_large_) {
       for (auto &c : field_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       if (field_ == "host") req_.authority = value_;
-      req_.headers.push_back(Header{field_, value_});
+      req_.headers.add(field_, value_);
     }
     field_.clear();
     value_.clear();

@@ -6,12 +6,12 @@
 
 #include "base/clock.h"
 #include "base/guard.h"
+#include "base/small_alloc.h"
 
 #include <nghttp2/nghttp2.h>
 
 #include <charconv>
 #include <cstring>
-#include <unordered_map>
 
 namespace xdpq::http {
 
@@ -65,7 +65,9 @@ public:
     nghttp2_option_set_max_outbound_ack(opt, 256);
     // Bound nghttp2's own HPACK buffering a little above what we enforce.
     nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
-    nghttp2_session_server_new2(&session_, cb, this, opt);
+    // nghttp2's frames and HPACK strings come from the worker's block cache.
+    static constexpr nghttp2_mem MEM = small_alloc::c_table<nghttp2_mem>();
+    nghttp2_session_server_new3(&session_, cb, this, opt, const_cast<nghttp2_mem *>(&MEM));
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
     nghttp2_settings_entry iv[] = {
@@ -118,7 +120,7 @@ public:
     // a CONTINUATION sequence may stay open by count, we bound it by time.
     return pending_headers_ ? headers_since_ : 0;
   }
-  bool busy() const override { return !streams_.empty(); }
+  bool busy() const override { return active_ > 0; }
   void shutdown() override {
     if (!shutdown_) {
       shutdown_ = true;
@@ -137,14 +139,14 @@ private:
           auto &me = self(ud);
           if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
             return 0;
-          std::unique_ptr<H2Stream> slot;
+          H2Stream *st;
           if (!me.free_.empty()) {
-            slot = std::move(me.free_.back());
+            st = me.free_.back();
             me.free_.pop_back();
           } else {
-            slot = std::make_unique<H2Stream>();
+            me.pool_.push_back(std::make_unique<H2Stream>());
+            st = me.pool_.back().get();
           }
-          H2Stream *st = slot.get();
           st->req.reset();
           st->resp.reset();
           st->id = f->hd.stream_id;
@@ -156,8 +158,11 @@ private:
           st->offset = 0;
           st->started_ns = me.now_;
           st->stats = me.env_.stats;
-          me.streams_[st->id] = std::move(slot);
-          nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st);
+          if (nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st) != 0) {
+            me.free_.push_back(st);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+          }
+          me.active_ += 1;
           if (me.pending_headers_++ == 0)
             me.headers_since_ = me.now_;
           return 0;
@@ -197,7 +202,7 @@ private:
           else if (n == ":path")
             st->req.path.assign(v);
           else if (!n.empty() && n[0] != ':')
-            st->req.headers.push_back(Header{std::string(n), std::string(v)});
+            st->req.headers.add(n, v);
           return 0;
         },
         int{NGHTTP2_ERR_CALLBACK_FAILURE});
@@ -266,23 +271,22 @@ private:
         int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
-  static int on_stream_close(nghttp2_session *, int32_t id, uint32_t, void *ud) {
+  static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t, void *ud) {
     return guarded(
         [&]() -> int {
           auto &me = self(ud);
-          auto it = me.streams_.find(id);
-          if (it != me.streams_.end()) {
-            if (!it->second->headers_done && me.pending_headers_ > 0)
-              --me.pending_headers_;
-
-            me.budget_.give_back(it->second->charged); // the body or the response made from it
-            it->second->charged = 0;
-            it->second->req.reset();
-            it->second->resp.reset(); // drop the body (file mapping) now
-            if (me.free_.size() < 64)
-              me.free_.push_back(std::move(it->second));
-            me.streams_.erase(it);
-          }
+          auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, id));
+          if (!st)
+            return 0; // never began a request
+          nghttp2_session_set_stream_user_data(s, id, nullptr);
+          if (!st->headers_done && me.pending_headers_ > 0)
+            --me.pending_headers_;
+          me.budget_.give_back(st->charged); // the body or the response made from it
+          st->charged = 0;
+          st->req.reset();
+          st->resp.reset(); // drop the body (a cached file entry) now
+          me.active_ -= 1;
+          me.free_.push_back(st);
           return 0;
         },
         int{NGHTTP2_ERR_CALLBACK_FAILURE});
@@ -392,8 +396,11 @@ private:
   SessionEnv env_;
   BudgetAccount budget_;
   nghttp2_session *session_ = nullptr;
-  std::unordered_map<int32_t, std::unique_ptr<H2Stream>> streams_;
-  std::vector<std::unique_ptr<H2Stream>> free_;
+  // Streams are pooled per connection (at most its concurrent-stream limit
+  // at once): nghttp2's stream user data points into pool_.
+  std::vector<std::unique_ptr<H2Stream>> pool_;
+  std::vector<H2Stream *> free_;
+  size_t active_ = 0;
   std::vector<nghttp2_nv> nva_;
   ResponseHead head_;
   uint64_t now_ = 0;

@@ -2,6 +2,7 @@
 
 #include "base/clock.h"
 #include "base/guard.h"
+#include "base/small_alloc.h"
 
 #include <charconv>
 #include <cstddef>
@@ -49,9 +50,14 @@ namespace {
 
 H3Session &session_of(void *conn_user_data) { return *static_cast<H3Session *>(conn_user_data); }
 
-int cb_begin_headers(nghttp3_conn *, int64_t stream_id, void *ud, void *) {
-  return guarded([&]() -> int { return session_of(ud).on_begin_headers(stream_id); },
-                 int{NGHTTP3_ERR_CALLBACK_FAILURE});
+int cb_begin_headers(nghttp3_conn *, int64_t stream_id, void *ud, void *sud) {
+  return guarded(
+      [&]() -> int {
+        if (sud)
+          return 0; // already ours
+        return session_of(ud).on_begin_headers(stream_id);
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
 int cb_recv_header(nghttp3_conn *, int64_t, int32_t token, nghttp3_rcbuf *name,
@@ -108,10 +114,13 @@ int cb_end_stream(nghttp3_conn *, int64_t, void *ud, void *sud) {
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
-int cb_stream_close(nghttp3_conn *, int64_t stream_id, uint64_t, void *ud, void *) {
+int cb_stream_close(nghttp3_conn *, int64_t, uint64_t, void *ud, void *sud) {
   return guarded(
       [&]() -> int {
-        session_of(ud).on_stream_close(stream_id);
+        // Streams without user data never began a request (control and
+        // QPACK streams, or reset before their headers).
+        if (sud)
+          session_of(ud).on_stream_close(*static_cast<H3Session::Stream *>(sud));
         return 0;
       },
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
@@ -192,7 +201,10 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
   settings.max_field_section_size = limits_.max_field_section_size;
   settings.qpack_max_dtable_capacity = 4096;
   settings.qpack_blocked_streams = 100;
-  if (nghttp3_conn_server_new(&conn_, &cbs, &settings, nullptr, this) != 0) {
+  // nghttp3's per-stream buffers and QPACK strings come from the worker's
+  // per-thread block cache.
+  static constexpr nghttp3_mem MEM = small_alloc::c_table<nghttp3_mem>();
+  if (nghttp3_conn_server_new(&conn_, &cbs, &settings, &MEM, this) != 0) {
     throw std::bad_alloc();
   }
 }
@@ -287,12 +299,14 @@ H3Session::Stream *H3Session::acquire(int64_t stream_id) {
 }
 
 int H3Session::on_begin_headers(int64_t stream_id) {
-  auto [it, inserted] = streams_.try_emplace(stream_id, nullptr);
-  if (inserted) {
-    it->second = acquire(stream_id);
-    it->second->early = reading_early_;
+  Stream *s = acquire(stream_id);
+  s->early = reading_early_;
+  int rv = nghttp3_conn_set_stream_user_data(conn_, stream_id, s);
+  if (rv != 0) {
+    free_.push_back(s);
+    return rv;
   }
-  nghttp3_conn_set_stream_user_data(conn_, stream_id, it->second);
+  active_ += 1;
   return 0;
 }
 
@@ -314,7 +328,7 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
   case NGHTTP3_QPACK_TOKEN__PATH: s.req.path.assign(v); break;
   default:
     if (!n.empty() && n.front() != ':') {
-      s.req.headers.push_back(Header{std::string(n), std::string(v)});
+      s.req.headers.add(n, v);
     }
   }
   return 0;
@@ -394,16 +408,13 @@ int H3Session::on_end_stream(Stream &s) {
   return 0;
 }
 
-void H3Session::on_stream_close(int64_t stream_id) {
-  auto it = streams_.find(stream_id);
-  if (it == streams_.end()) return;
-  Stream *s = it->second;
-  streams_.erase(it);
-  budget_.give_back(s->charged); // the body, or the response made from it
-  s->charged = 0;
-  s->req.reset();
-  s->resp.reset(); // releases the body (and a file mapping) now
-  free_.push_back(s);
+void H3Session::on_stream_close(Stream &s) {
+  active_ -= 1;
+  budget_.give_back(s.charged); // the body, or the response made from it
+  s.charged = 0;
+  s.req.reset();
+  s.resp.reset(); // releases the body (and a cached file entry) now
+  free_.push_back(&s);
 }
 
 void H3Session::respond(Stream &s) {

@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 namespace xdpq::http {
@@ -83,7 +82,7 @@ public:
   void set_max_client_streams_bidi(uint64_t n) override;
   // GOAWAY with the largest id, then the final one; streams in flight finish.
   void shutdown_notice() override;
-  size_t active_streams() const override { return streams_.size(); }
+  size_t active_streams() const override { return active_; }
   uint64_t app_error_code(int64_t error) const override;
   uint64_t no_error_code() const override { return NGHTTP3_H3_NO_ERROR; }
 
@@ -94,7 +93,7 @@ public:
   int on_end_headers(Stream &s, bool fin);
   int on_data(Stream &s, const uint8_t *data, size_t len);
   int on_end_stream(Stream &s);
-  void on_stream_close(int64_t stream_id);
+  void on_stream_close(Stream &s);
   nghttp3_ssize on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void on_acked(Stream &s, uint64_t n);
   quic::AppTransport &transport() { return transport_; }
@@ -114,7 +113,7 @@ private:
   H3Stats &stats_;
   BudgetAccount budget_;
   nghttp3_conn *conn_ = nullptr;
-  std::unordered_map<int64_t, Stream *> streams_;
+  size_t active_ = 0;                         // request streams between begin_headers and close
   std::vector<std::unique_ptr<Stream>> pool_; // every Stream ever made
   std::vector<Stream *> free_;                // reusable ones
   std::vector<nghttp3_nv> nva_;               // scratch for submit_response

@@ -4,8 +4,44 @@
 
 namespace xdpq::http {
 
-const std::string *Request::find(std::string_view name) const {
-  for (const auto &h : headers) {
+namespace {
+constexpr size_t KEEP_BODY_CAPACITY = 64 * 1024;
+// A field slot whose strings grew past this is freed, not kept for reuse
+// (one huge header must not stay allocated in a pooled stream slot).
+constexpr size_t KEEP_FIELD_CAPACITY = 1024;
+} // namespace
+
+void HeaderList::add(std::string_view name, std::string_view value) {
+  if (size_ < fields_.size()) {
+    Header &h = fields_[size_];
+    h.name.assign(name);
+    h.value.assign(value);
+  } else {
+    fields_.push_back(Header{std::string(name), std::string(value)});
+  }
+  ++size_;
+}
+
+namespace {
+void trim_headers(HeaderList &h) {
+  for (const auto &f : h) {
+    if (f.name.capacity() > KEEP_FIELD_CAPACITY || f.value.capacity() > KEEP_FIELD_CAPACITY) {
+      h.release();
+      return;
+    }
+  }
+  h.clear();
+}
+} // namespace
+
+void HeaderList::release() {
+  fields_.clear();
+  fields_.shrink_to_fit();
+  size_ = 0;
+}
+
+const std::string *HeaderList::find(std::string_view name) const {
+  for (const auto &h : *this) {
     if (h.name == name) {
       return &h.value;
     }
@@ -13,16 +49,12 @@ const std::string *Request::find(std::string_view name) const {
   return nullptr;
 }
 
-namespace {
-constexpr size_t KEEP_BODY_CAPACITY = 64 * 1024;
-} // namespace
-
 void Request::reset() {
   method.clear();
   scheme.clear();
   authority.clear();
   path.clear();
-  headers.clear();
+  trim_headers(headers);
   if (body.capacity() > KEEP_BODY_CAPACITY) {
     std::string().swap(body);
   } else {
@@ -74,12 +106,12 @@ void Response::set(int s, std::string_view content_type, std::unique_ptr<Body> b
 }
 
 void Response::add_header(std::string_view name, std::string_view value) {
-  headers.push_back(Header{std::string(name), std::string(value)});
+  headers.add(name, value);
 }
 
 void Response::reset() {
   status = 200;
-  headers.clear();
+  trim_headers(headers);
   body.reset();
   content_length = 0;
 }

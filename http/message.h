@@ -4,7 +4,10 @@
 // Response in their own framing. Objects are reused across requests on a
 // stream slot (reset() keeps string capacity), so steady state reuses memory.
 
+#include "base/small_alloc.h"
+
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -19,18 +22,43 @@ struct Header {
   std::string value;
 };
 
+// Header fields of one message. clear() keeps every field's strings (and
+// their capacity) for the next message on the same stream slot, so a
+// steady stream of requests with the same shape allocates nothing.
+class HeaderList {
+public:
+  HeaderList() = default;
+  HeaderList(std::initializer_list<Header> fields) : fields_(fields), size_(fields_.size()) {}
+  HeaderList(std::vector<Header> fields) : fields_(std::move(fields)), size_(fields_.size()) {}
+
+  void add(std::string_view name, std::string_view value);
+  void clear() { size_ = 0; }
+  // Frees the strings too (a connection going idle, a huge header).
+  void release();
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const Header *begin() const { return fields_.data(); }
+  const Header *end() const { return fields_.data() + size_; }
+  // The first field with this (lower-case) name, or nullptr.
+  const std::string *find(std::string_view name) const;
+
+private:
+  std::vector<Header> fields_; // [0, size_) in use; the rest kept for reuse
+  size_t size_ = 0;
+};
+
 struct Request {
   std::string method;
   std::string scheme;
   std::string authority;
   std::string path; // as sent, including the query
-  std::vector<Header> headers;
+  HeaderList headers;
   // mutable: the handler is the body's last reader and may move it out
   // (/echo does), so a body is never held twice.
   mutable std::string body;
 
   // Returns the first header with this (lower-case) name, or nullptr.
-  const std::string *find(std::string_view name) const;
+  const std::string *find(std::string_view name) const { return headers.find(name); }
   // Clears for the next request, keeping small buffers for reuse and
   // freeing large ones (a big upload must not stay allocated in a pooled
   // stream slot).
@@ -43,6 +71,8 @@ struct Request {
 // acknowledges the bytes (nghttp3 does).
 class Body {
 public:
+  // One or more bodies per response: from the worker's block cache.
+  XDPQ_SMALL_ALLOC_OPERATORS
   virtual ~Body() = default;
   virtual uint64_t size() const = 0;
   // Largest contiguous chunk starting at offset (offset < size()). Empty
@@ -91,7 +121,7 @@ private:
 
 struct Response {
   int status = 200;
-  std::vector<Header> headers; // without content-length; transports add it
+  HeaderList headers;          // without content-length; transports add it
   std::unique_ptr<Body> body;  // may be null: no body
   // Content-Length to announce. For HEAD this is the length a GET would
   // have returned, while body stays null.

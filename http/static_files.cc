@@ -171,8 +171,8 @@ bool normalize_path(std::string_view target, std::string &out) {
   if (path.empty() || path.front() != '/') {
     return false;
   }
-  std::string decoded;
-  decoded.reserve(path.size());
+  thread_local std::string decoded; // scratch: no allocation per request once warm
+  decoded.clear();
   for (size_t i = 0; i < path.size(); ++i) {
     char c = path[i];
     if (c == '%') {
@@ -317,7 +317,7 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
   if (!allow_get_head(req, resp)) {
     return;
   }
-  std::string rel;
+  thread_local std::string rel; // scratch: no allocation per request once warm
   if (!normalize_path(req.path, rel)) {
     make_error(resp, 400);
     return;

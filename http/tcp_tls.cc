@@ -1,7 +1,10 @@
 #include "http/tcp_tls.h"
 
+#include "base/small_alloc.h"
+
 #include "base/guard.h"
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -11,6 +14,22 @@
 #include <stdexcept>
 
 namespace xdpq::http {
+
+namespace {
+void *ossl_malloc(size_t n, const char *, int) {
+  return small_alloc::allocate(n);
+}
+void *ossl_realloc(void *p, size_t n, const char *, int) {
+  return small_alloc::reallocate(p, n);
+}
+void ossl_free(void *p, const char *, int) {
+  small_alloc::deallocate(p);
+}
+} // namespace
+
+bool use_block_cache_for_openssl() {
+  return CRYPTO_set_mem_functions(ossl_malloc, ossl_realloc, ossl_free) == 1;
+}
 
 namespace {
 

@@ -17,6 +17,13 @@
 namespace xdpq::http {
 
 // Key log lines from the TCP side's TLS (set once by the control plane).
+// Routes OpenSSL's allocations through the per-thread block cache
+// (base/small_alloc.h): with SSL_MODE_RELEASE_BUFFERS an idle connection
+// holds no record buffers, and each request on a keep-alive connection
+// takes them back from the cache instead of malloc. Call first thing in
+// main(), before OpenSSL allocates anything; false if it was too late.
+bool use_block_cache_for_openssl();
+
 using TcpKeylogSink = void (*)(const std::string &line);
 void set_tcp_keylog_sink(TcpKeylogSink sink);
 

@@ -2,6 +2,7 @@
 
 #include "base/guard.h"
 #include "base/log.h"
+#include "base/small_alloc.h"
 #include "quic/endpoint.h"
 
 #include <gnutls/crypto.h>
@@ -231,8 +232,10 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
                                                ep_.secrets().reset_key.size(), &scid);
 
   ngtcp2_path np = make_path(path);
+  // ngtcp2's buffers come from the worker's per-thread block cache.
+  static constexpr ngtcp2_mem MEM = small_alloc::c_table<ngtcp2_mem>();
   if (ngtcp2_conn_server_new(&conn_, &hd.scid, &scid, &np, hd.version, &cb, &settings, &params,
-                             nullptr, this) != 0) {
+                             &MEM, this) != 0) {
     return -1;
   }
   tls_ = ep_.tls().new_session(&conn_ref_);

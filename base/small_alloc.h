@@ -1,0 +1,90 @@
+#pragma once
+// A per-thread cache of small heap blocks, by size class, in front of
+// malloc. The request path allocates and frees the same few shapes over and
+// over (nghttp3's per-stream buffers and QPACK strings, ngtcp2's
+// per-connection objects, response bodies); a worker thread takes them from
+// and gives them back to its own free lists, without a lock or a call into
+// malloc once warm.
+//
+// - Blocks up to MAX_SMALL bytes come from 40 size classes (16-byte steps up
+//   to 64, then four classes per power of two); larger ones go to malloc.
+//   Every block carries a 16-byte header naming its class, so free() needs
+//   no size and a block may be freed on any thread (it joins that thread's
+//   lists).
+// - Bounded: a thread caches at most CACHE_BYTES; past that, freed blocks
+//   go back to malloc. What a peer can make the server hold is bounded
+//   elsewhere (budgets); this only decides who holds freed memory.
+// - Under AddressSanitizer cached blocks are poisoned, so a use after free
+//   of a pooled block is still reported.
+//
+// The C libraries get it through ngtcp2_mem / nghttp3_mem / nghttp2_mem
+// tables (quic/, http/) and OpenSSL's CRYPTO_set_mem_functions (http/
+// tcp_tls.h); C++ types opt in with XDPQ_SMALL_ALLOC_OPERATORS.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xdpq::small_alloc {
+
+inline constexpr size_t MAX_SMALL = 32768; // OpenSSL's record buffers (~17 KB) fit
+inline constexpr size_t CACHE_BYTES = 8u << 20;
+
+void *allocate(size_t n) noexcept; // nullptr when out of memory
+void *allocate_zeroed(size_t count, size_t n) noexcept;
+void *reallocate(void *p, size_t n) noexcept;
+void deallocate(void *p) noexcept; // p may be nullptr
+
+// The calling thread's figures (tests, stats).
+struct ThreadStats {
+  uint64_t hits = 0;         // served from a free list
+  uint64_t misses = 0;       // went to malloc
+  uint64_t cached_bytes = 0; // held in free lists now
+};
+ThreadStats thread_stats() noexcept;
+// Returns every cached block of the calling thread to malloc.
+void trim() noexcept;
+
+// Size class of an n-byte request (n <= MAX_SMALL) and its block size.
+size_t class_of(size_t n) noexcept;
+size_t class_size(size_t cls) noexcept;
+
+} // namespace xdpq::small_alloc
+
+// In a class body: new/delete of this type (and its subclasses) go through
+// the per-thread cache. Throws std::bad_alloc like the global operator new.
+#define XDPQ_SMALL_ALLOC_OPERATORS                                                                 \
+  static void *operator new(size_t n) {                                                            \
+    if (void *p = ::xdpq::small_alloc::allocate(n))                                                \
+      return p;                                                                                    \
+    ::xdpq::small_alloc::throw_bad_alloc();                                                        \
+  }                                                                                                \
+  static void operator delete(void *p) noexcept {                                                  \
+    ::xdpq::small_alloc::deallocate(p);                                                            \
+  }
+
+namespace xdpq::small_alloc {
+[[noreturn]] void throw_bad_alloc();
+}
+
+namespace xdpq::small_alloc {
+
+// The allocator table ngtcp2 and nghttp3 take ({user_data, malloc, free,
+// calloc, realloc}, the same shape in both):
+//   static const ngtcp2_mem MEM = small_alloc::c_table<ngtcp2_mem>();
+inline void *c_malloc(size_t n, void *) {
+  return allocate(n);
+}
+inline void c_free(void *p, void *) {
+  deallocate(p);
+}
+inline void *c_calloc(size_t count, size_t n, void *) {
+  return allocate_zeroed(count, n);
+}
+inline void *c_realloc(void *p, size_t n, void *) {
+  return reallocate(p, n);
+}
+template <typename Mem> constexpr Mem c_table() {
+  return Mem{nullptr, c_malloc, c_free, c_calloc, c_realloc};
+}
+
+} // namespace xdpq::small_alloc

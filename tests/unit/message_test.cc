@@ -1,0 +1,48 @@
+#include "http/message.h"
+
+#include <gtest/gtest.h>
+
+using xdpq::http::Header;
+using xdpq::http::HeaderList;
+using xdpq::http::Request;
+using xdpq::http::Response;
+
+TEST(HeaderList, ClearKeepsSlotsAndTheirStrings) {
+  HeaderList h;
+  h.add("content-type", "application/octet-stream; with a long tail");
+  h.add("etag", "\"0123456789abcdef-42\"");
+  ASSERT_EQ(h.size(), 2u);
+  const char *value_buf = h.begin()[0].value.data();
+  h.clear();
+  EXPECT_TRUE(h.empty());
+  EXPECT_EQ(h.begin(), h.end());
+  EXPECT_EQ(h.find("etag"), nullptr); // cleared slots are not found
+  h.add("content-type", "text/plain");
+  EXPECT_EQ(h.begin()[0].value.data(), value_buf); // same storage reused
+  ASSERT_NE(h.find("content-type"), nullptr);
+  EXPECT_EQ(*h.find("content-type"), "text/plain");
+  EXPECT_EQ(h.size(), 1u);
+}
+
+TEST(HeaderList, FindReturnsTheFirstMatch) {
+  HeaderList h{{"a", "1"}, {"b", "2"}, {"a", "3"}};
+  ASSERT_NE(h.find("a"), nullptr);
+  EXPECT_EQ(*h.find("a"), "1");
+  EXPECT_EQ(h.find("c"), nullptr);
+}
+
+TEST(HeaderList, ResetFreesHugeFieldsInsteadOfKeepingThem) {
+  Request r;
+  r.headers.add("x-big", std::string(100000, 'x'));
+  r.reset();
+  r.headers.add("x-small", "1");
+  // The slot holding 100 KB was released, not reused.
+  EXPECT_LT(r.headers.begin()[0].value.capacity(), 100000u);
+
+  Response resp;
+  resp.add_header("etag", "\"0123456789abcdef-0001\"");
+  const char *value_buf = resp.headers.begin()[0].value.data();
+  resp.reset();
+  resp.add_header("etag", "\"0123456789abcdef-0002\"");
+  EXPECT_EQ(resp.headers.begin()[0].value.data(), value_buf); // no allocation
+}
