@@ -123,6 +123,27 @@ class Bench:
         if variant == "gtlsserver":
             return pin + ["gtlsserver", "-q", "-d", self.docroot, topo.srv_ip, "4433",
                           self.key, self.cert]
+        if variant == "caddy":
+            # Debian's Caddy (quic-go): the HTTP/3 server most users would
+            # pick. Pinned like the others; GOMAXPROCS matches one core.
+            conf = os.path.join(self.work, "Caddyfile")
+            with open(conf, "w") as f:
+                f.write(f"""{{
+  admin off
+  auto_https off
+  log {{
+    level ERROR
+  }}
+}}
+https://{topo.srv_ip}:4433 {{
+  tls {self.cert} {self.key}
+  root * {self.docroot}
+  file_server
+}}
+""")
+            return pin + ["env", f"HOME={self.work}", f"XDG_DATA_HOME={self.work}",
+                          f"XDG_CONFIG_HOME={self.work}", "GOMAXPROCS=1", "caddy", "run",
+                          "--config", conf, "--adapter", "caddyfile"]
         if variant == "nginx-h2":
             conf = os.path.join(self.work, "nginx.conf")
             with open(conf, "w") as f:
@@ -286,6 +307,12 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
     def run(self):
         h3_cells, h2_cells, echo_cells = self.matrix()
         h3_variants = ["xdpq-afxdp", "xdpq-socket"] + ([] if self.args.smoke else ["gtlsserver"])
+        if not self.args.smoke:
+            if shutil.which("caddy"):
+                h3_variants.append("caddy")
+            else:
+                print("caddy not installed (bench/run.sh installs it): no Caddy column",
+                      flush=True)
         h2_variants = ["xdpq-h2", "nginx-h2"]
         echo_variants = ["xdpq-afxdp", "xdpq-socket"]
         if self.base_xdpqd:
@@ -455,7 +482,7 @@ def summarize(runs):
 
 
 PAIRS = (("xdpq-afxdp", "xdpq-socket"), ("xdpq-afxdp", "gtlsserver"),
-         ("xdpq-socket", "gtlsserver"), ("xdpq-h2", "nginx-h2"),
+         ("xdpq-socket", "gtlsserver"), ("xdpq-socket", "caddy"), ("xdpq-h2", "nginx-h2"),
          ("xdpq-afxdp", "base-afxdp"), ("xdpq-socket", "base-socket"), ("xdpq-h2", "base-h2"))
 
 

@@ -7,6 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Caddy (Debian's, quic-go) is a benchmark peer only: installed here, not by
+# setup.sh, and its packaged service is not left running.
+if ! command -v caddy >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends caddy
+  systemctl disable --now caddy 2>/dev/null || true
+fi
 cmake --preset release >/dev/null
 cmake --build --preset release
 OUT=bench/results/latest
