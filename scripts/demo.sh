@@ -63,5 +63,87 @@ kill -TERM $PID
 wait $PID || true
 trap - EXIT
 grep -E "stats " "$LOG" | sed 's/.*stats /   counters: /' | cut -c1-400
-rm -rf "$OUT"
+
+# ---------------------------------------------------------------------------
+# Part two: what xdpq is for. Two network namespaces joined by a veth pair
+# (a stand-in for a NIC queue and the network behind it); xdpqd attaches its
+# XDP program to the server side and serves QUIC from an AF_XDP socket, while
+# TCP and ping still go to the kernel.
+# ---------------------------------------------------------------------------
+echo
+if [ "$(id -u)" != 0 ]; then
+  echo "== skipping the AF_XDP part: it needs root (network namespaces, XDP, AF_XDP)"
+  rm -rf "$OUT"
+  echo "== demo done"
+  exit 0
+fi
+SNS="xdpq-demo-srv-$$" CNS="xdpq-demo-cli-$$"
+SIF="xqds$$" CIF="xqdc$$"
+SIP=10.78.0.1 CIP=10.78.0.2
+cleanup_ns() {
+  [ -n "${PID:-}" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+  ip netns del "$SNS" 2>/dev/null || true
+  ip netns del "$CNS" 2>/dev/null || true
+  rm -rf "$OUT"
+}
+trap cleanup_ns EXIT
+echo "== AF_XDP: namespaces $SNS ($SIP) and $CNS ($CIP) joined by veth $SIF <-> $CIF"
+ip netns add "$SNS"
+ip netns add "$CNS"
+ip link add "$SIF" type veth peer name "$CIF"
+ip link set "$SIF" netns "$SNS"
+ip link set "$CIF" netns "$CNS"
+ip -n "$SNS" link set lo up
+ip -n "$CNS" link set lo up
+ip -n "$SNS" link set "$SIF" address 02:78:00:00:00:01 up
+ip -n "$CNS" link set "$CIF" address 02:78:00:00:00:02 up
+ip -n "$SNS" addr add "$SIP/24" dev "$SIF"
+ip -n "$CNS" addr add "$CIP/24" dev "$CIF"
+# AF_XDP must see each datagram as it is on a wire: no GRO on the receiving
+# veth, no UDP GSO super-packets from the client's kernel.
+ip netns exec "$SNS" ethtool -K "$SIF" gro off >/dev/null
+ip netns exec "$CNS" ethtool -K "$CIF" tx-udp-segmentation off >/dev/null
+ip netns exec "$CNS" ping -c 1 -W 2 "$SIP" >/dev/null
+
+LOG2="$(mktemp -t xdpqd-demo-afxdp.XXXXXX.log)"
+CTL2="$OUT/xdpqd-afxdp.sock"
+echo "== starting xdpqd --dataplane afxdp --interface $SIF in $SNS (log: $LOG2)"
+ip netns exec "$SNS" "$XDPQD" --dataplane afxdp --interface "$SIF" --xdp-mode native \
+  --listen "$SIP:$PORT" --workers 1 --control-socket "$CTL2" >"$LOG2" 2>&1 &
+PID=$!
+for _ in $(seq 100); do
+  grep -q "ready:" "$LOG2" && break
+  kill -0 $PID 2>/dev/null || { cat "$LOG2"; exit 1; }
+  sleep 0.1
+done
+grep -q "ready:" "$LOG2" || { cat "$LOG2"; echo "xdpqd did not become ready"; exit 1; }
+sed 's/^/   server| /' "$LOG2"
+
+echo
+echo "== GET / and /bytes/1048576 over HTTP/3 from $CNS, through the XDP program and the AF_XDP rings"
+ip netns exec "$CNS" gtlsclient --no-quic-dump --exit-on-all-streams-close --download "$OUT" \
+  "$SIP" "$PORT" "https://$SIP:$PORT/" "https://$SIP:$PORT/bytes/1048576" 2>&1 \
+  | grep -E '^http: stream 0x[0-9a-f]+ \[(:status|content-length)' | sed 's/^/   client| /'
+echo "-- received $(stat -c %s "$OUT/1048576") bytes, sha256 $(sha256sum "$OUT/1048576" | cut -c1-16)..."
+
+echo
+echo "== TCP and ping still reach the kernel (HTTP/2 on the same address and port; ping)"
+ip netns exec "$CNS" curl -sk --http2 -D - -o /dev/null "https://$SIP:$PORT/healthz" \
+  | grep -Ei '^(HTTP|alt-svc)' | sed 's/^/   client| /'
+ip netns exec "$CNS" ping -c 2 -i 0.2 -W 2 "$SIP" | grep -E 'packets transmitted' | sed 's/^/   ping| /'
+
+echo
+echo "== xdpqctl status"
+"$XDPQCTL" --socket "$CTL2" status | sed 's/^/   | /'
+echo
+echo "== the XDP program's per-reason counters and the AF_XDP counters (xdpqctl stats)"
+"$XDPQCTL" --socket "$CTL2" stats | awk '/^ *(xdp_|afxdp_)/ && $2 != 0' | sed 's/^/   | /'
+
+echo
+echo "== stopping xdpqd (SIGTERM): the XDP program is detached, the namespaces removed"
+kill -TERM $PID
+wait $PID || true
+PID=
+cleanup_ns
+trap - EXIT
 echo "== demo done"
