@@ -6,11 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh
-cmake --preset release >/dev/null
-cmake --build --preset release >/dev/null
-XDPQD=build/release/xdpqd
-XDPQCTL=build/release/xdpqctl
+# XDPQ_DEMO_BIN: a directory holding already built xdpqd and xdpqctl (the
+# test suite runs the demo on its own build this way); otherwise set up the
+# machine and build the release preset.
+if [ -n "${XDPQ_DEMO_BIN:-}" ]; then
+  XDPQD="$XDPQ_DEMO_BIN/xdpqd" XDPQCTL="$XDPQ_DEMO_BIN/xdpqctl"
+else
+  bash scripts/setup.sh
+  cmake --preset release >/dev/null
+  cmake --build --preset release >/dev/null
+  XDPQD=build/release/xdpqd XDPQCTL=build/release/xdpqctl
+fi
 
 PORT="${PORT:-4433}"
 LOG="$(mktemp -t xdpqd-demo.XXXXXX.log)"
