@@ -101,7 +101,7 @@ Server::Server(const Options &opts) : opts_(opts) {
   quic::Secrets secrets;
   if (!opts_.secrets_file.empty()) {
     try {
-      secrets = quic::Secrets::load_or_create(opts_.secrets_file);
+      secrets = quic::Secrets::load_or_create(opts_.secrets_file, !opts_.check_config);
     } catch (const std::exception &e) {
       throw UsageError(std::string("--secrets: ") + e.what());
     }

@@ -60,10 +60,19 @@ Secrets Secrets::generate() {
   return s;
 }
 
-Secrets Secrets::load_or_create(const std::string &path) {
+Secrets Secrets::load_or_create(const std::string &path, bool create) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) {
     Secrets s = generate();
+    if (!create) {
+      size_t slash = path.rfind('/');
+      std::string dir = slash == std::string::npos ? "." : path.substr(0, slash ? slash : 1);
+      if (access(dir.c_str(), W_OK | X_OK) != 0) {
+        throw std::runtime_error("secrets file " + path + ": cannot create: " +
+                                 std::strerror(errno));
+      }
+      return s;
+    }
     fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
       throw std::runtime_error("secrets file " + path + ": cannot create: " + std::strerror(errno));

@@ -17,9 +17,11 @@ struct Secrets {
 
   static Secrets generate();
   // Reads path; if it does not exist, generates secrets and writes them
-  // there with mode 0600. Throws std::runtime_error on a malformed file,
-  // a file readable by others, or an I/O error, naming the path.
-  static Secrets load_or_create(const std::string &path);
+  // there with mode 0600 (with create false, only checks that it could:
+  // --check-config writes nothing). Throws std::runtime_error on a
+  // malformed file, a file readable by others, or an I/O error, naming the
+  // path.
+  static Secrets load_or_create(const std::string &path, bool create = true);
 };
 
 } // namespace xdpq::quic

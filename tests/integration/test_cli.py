@@ -82,6 +82,20 @@ class CliTest(TimedTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("configuration OK", r.stdout)
 
+    def test_check_config_writes_nothing(self):
+        # Run as root on a service's config, --check-config must not leave a
+        # root-owned secrets file the service user then cannot read.
+        d = tempfile.mkdtemp(prefix="xdpq-check-")
+        path = os.path.join(d, "secrets")
+        r = run("--check-config", "--listen", "127.0.0.1:1", "--secrets", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(path), "--check-config created the secrets file")
+        r = run("--check-config", "--listen", "127.0.0.1:1", "--secrets",
+                os.path.join(d, "missing-dir", "secrets"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("missing-dir", r.stderr)
+        os.rmdir(d)
+
     def test_self_signed_fingerprint_logged_and_sigint_clean(self):
         with Server("--dataplane", "socket") as srv:
             self.assertRegex(srv.output(), r"self-signed certificate, SHA-256 fingerprint "
