@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 
+#include "xdpq_version.h"
+
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
@@ -704,6 +706,7 @@ HTTP/3 load generator (h2load's flags where they apply).
   --new-connection-per-request   one request per connection (handshakes/s)
   --timeout S          fail a connection after S seconds without progress (10)
   --json               machine-readable results on stdout
+  --version            print the version
   -h, --help
 
 URIs: https://HOST:PORT/path with a numeric HOST (IPv6 in brackets).)");
@@ -753,8 +756,11 @@ int main(int argc, char **argv) {
       else if (a == "--timeout") cfg.timeout = std::stod(val());
       else if (a == "--new-connection-per-request") cfg.conn_per_request = true;
       else if (a == "--json") cfg.json = true;
-      else if (a == "-h" || a == "--help") { usage(); return 0; }
-      else if (!a.empty() && a[0] == '-') {
+      else if (a == "-h" || a == "--help") { usage(); return 0;
+      } else if (a == "--version") {
+        std::printf("h3load %s\n", XDPQ_VERSION);
+        return 0;
+      } else if (!a.empty() && a[0] == '-') {
         std::fprintf(stderr, "h3load: unknown option %s (see --help)\n", a.c_str());
         return 2;
       } else {

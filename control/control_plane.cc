@@ -59,7 +59,9 @@ std::string json_escape(const std::string &s) {
 }
 
 std::string default_control_path() {
-  if (geteuid() == 0) return "/run/xdpq/xdpqd.sock";
+  // Root, and the service user the unit gives /run/xdpq to (RuntimeDirectory=).
+  if (geteuid() == 0 || access("/run/xdpq", W_OK) == 0)
+    return "/run/xdpq/xdpqd.sock";
   const char *rt = getenv("XDG_RUNTIME_DIR");
   if (rt && *rt) return std::string(rt) + "/xdpqd.sock";
   return "/tmp/xdpqd-" + std::to_string(geteuid()) + ".sock";

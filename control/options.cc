@@ -23,7 +23,8 @@ Listening and dataplane:
                           GSO/GRO, the default) or 'afxdp' (an XDP program
                           steers the listen addresses' UDP into AF_XDP
                           sockets; needs --interface and root or
-                          CAP_NET_ADMIN+CAP_BPF+CAP_NET_RAW+CAP_IPC_LOCK).
+                          CAP_NET_ADMIN+CAP_BPF+CAP_PERFMON+CAP_NET_RAW+
+                          CAP_IPC_LOCK).
   --interface IF          AF_XDP: the network interface to attach to.
   --queues LIST           AF_XDP: NIC queues to serve, one worker each
                           (default 0). Steer QUIC to them with ethtool

@@ -2,6 +2,7 @@
 
 #include "control/options.h"
 #include "control/server.h"
+#include "xdpq_version.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -32,6 +33,7 @@ Commands:
 
 --socket PATH   the control socket (default: the daemon's default path)
 --json          machine-readable output
+--version       print the version
 Exit status: 0 ok, 1 the daemon reported an error, 2 usage or connection error.
 )";
 
@@ -54,6 +56,9 @@ int main(int argc, char **argv) {
       count = argv[++i];
     } else if (a == "-h" || a == "--help") {
       std::fputs(USAGE, stdout);
+      return 0;
+    } else if (a == "--version") {
+      std::printf("xdpqctl %s\n", XDPQ_VERSION);
       return 0;
     } else if (a.starts_with("--")) {
       std::fprintf(stderr, "xdpqctl: unknown option %s\n%s", a.c_str(), USAGE);

@@ -90,7 +90,7 @@ XdpProgram::XdpProgram() {
   if (err) {
     bpf_object__close(obj_);
     obj_ = nullptr;
-    throw XdpError("XDP program: load failed (need root or CAP_BPF+CAP_NET_ADMIN): " +
+    throw XdpError("XDP program: load failed (need root or CAP_BPF+CAP_PERFMON+CAP_NET_ADMIN): " +
                    errstr(err));
   }
   auto *prog = bpf_object__find_program_by_name(obj_, "xdpq_steer");

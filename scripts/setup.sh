@@ -19,6 +19,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev nghttp2-client python3-h2 python3-scapy
   iproute2 openssl
   curl python3 procps ethtool iputils-ping tcpdump util-linux
+  # packaging (man pages, the .deb)
+  help2man dpkg-dev adduser
   # benchmarks
   libbenchmark-dev nginx-light python3-matplotlib
 )

@@ -19,6 +19,11 @@ export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 echo "== release: build"
 cmake --preset release -DXDPQ_WERROR=ON >/dev/null
 cmake --build --preset release
+# The Debian package's build (Release, prefix /usr); integration.package
+# installs what scripts/package.sh makes of it.
+echo "== package: build"
+cmake --preset package -DXDPQ_WERROR=ON >/dev/null
+cmake --build --preset package
 
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   echo "== fuzz: build (clang, libFuzzer) and ${FUZZ_SECONDS:-20} s per harness"

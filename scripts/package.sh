@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the Debian package xdpq_VERSION_ARCH.deb: xdpqd and xdpqctl in
+# /usr/sbin, h3load in /usr/bin, the systemd unit (the xdpq user with
+# capabilities, not root), a commented /etc/xdpq/xdpq.toml (a conffile), a man
+# page per program, the README; postinst creates the xdpq system user.
+#   scripts/package.sh            # prints the path of the .deb
+#   dpkg -i build/package/xdpq_*.deb
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh >&2
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+cmake --preset package >/dev/null
+cmake --build --preset package >&2
+rm -f build/package/xdpq_*.deb
+(cd build/package && cpack -G DEB >&2)
+deb=$(ls build/package/xdpq_*.deb)
+dpkg-deb --info "$deb" >&2
+echo "$deb"
