@@ -756,11 +756,9 @@ int main(int argc, char **argv) {
       else if (a == "--timeout") cfg.timeout = std::stod(val());
       else if (a == "--new-connection-per-request") cfg.conn_per_request = true;
       else if (a == "--json") cfg.json = true;
-      else if (a == "-h" || a == "--help") { usage(); return 0;
-      } else if (a == "--version") {
-        std::printf("h3load %s\n", XDPQ_VERSION);
-        return 0;
-      } else if (!a.empty() && a[0] == '-') {
+      else if (a == "-h" || a == "--help") { usage(); return 0; }
+      else if (a == "--version") { std::printf("h3load %s\n", XDPQ_VERSION); return 0; }
+      else if (!a.empty() && a[0] == '-') {
         std::fprintf(stderr, "h3load: unknown option %s (see --help)\n", a.c_str());
         return 2;
       } else {
