@@ -190,6 +190,11 @@ Server::Server(const Options &opts) : opts_(opts) {
                "reach the wrong worker and be reset", strerror(errno));
     }
   }
+  // Cross-queue routing: a datagram for another worker's connection ID
+  // reaches that worker through its hand-off ring.
+  std::vector<Worker *> all;
+  for (auto &w : workers_) all.push_back(w.get());
+  for (auto &w : workers_) w->connect_peers(all);
   if (opts_.echo) {
     for (auto &w : workers_) w->set_echo(true);
     dataplane_info += ", UDP echo mode (no QUIC)";

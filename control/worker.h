@@ -10,6 +10,7 @@
 #include "control/capture.h"
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
+#include "dataplane/handoff_ring.h"
 #include "http/h3_session.h"
 #include "http/tcp_server.h"
 #include "quic/endpoint.h"
@@ -18,6 +19,7 @@
 #include "dataplane/afxdp_port.h"
 #endif
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -54,6 +56,20 @@ struct WorkerHeap {
   template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_WORKER_HEAP_COUNTERS) }
 };
 
+// Cross-queue routing: datagrams for a connection another worker owns.
+#define XDPQ_WORKER_HANDOFF_COUNTERS(X)                                                            \
+  X(handoff_received, "datagrams other workers handed to this one (their owner)")                 \
+  X(handoff_wakeups, "wakeups sent to other workers for datagrams handed to them")                 \
+  X(handoff_ring_full, "datagrams not handed off: the owner's ring was full")                      \
+  X(handoff_too_big, "datagrams not handed off: larger than a hand-off slot")
+
+struct WorkerHandoff {
+  XDPQ_COUNTER_FIELDS(XDPQ_WORKER_HANDOFF_COUNTERS)
+  template <typename F> void visit(F &&f) const {
+    XDPQ_COUNTER_VISIT(XDPQ_WORKER_HANDOFF_COUNTERS)
+  }
+};
+
 // This thread's malloc calls, when the counting shim is preloaded.
 uint64_t thread_malloc_count();
 
@@ -75,13 +91,15 @@ struct WorkerSnapshot {
 #endif
   WorkerGauges gauges;
   WorkerHeap heap;
+  WorkerHandoff handoff;
   std::vector<quic::ConnInfo> quic_conns;
   std::vector<http::TcpConnInfo> tcp_conns;
 };
 
 class Worker final : public dataplane::LoopHandler,
                      public dataplane::FdHandler,
-                     public dataplane::TxSink {
+                     public dataplane::TxSink,
+                     public quic::Handoff {
 public:
   Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
          const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
@@ -94,6 +112,25 @@ public:
         heartbeat_(heartbeat_fired, this) {
     for (int fd : port_->fds()) loop_.watch(fd, this);
     loop_.timers().schedule(heartbeat_, dataplane::monotonic_ns() + HEARTBEAT_NS);
+  }
+
+  // Joins the workers that share the CID space (all[i] has id i; this one
+  // among them): each gets a hand-off ring from every other, owned by the
+  // receiving worker. Call for every worker before any start().
+  void connect_peers(const std::vector<Worker *> &all) {
+    peers_ = all;
+    wake_pending_.assign(all.size(), false);
+    inbox_.clear();
+    inbox_.resize(all.size());
+    if (all.size() < 2) return;
+    // About 2 MiB of slots per worker, split over its peers, at least 32
+    // slots each; pages are touched only as slots are used.
+    constexpr size_t SLOT_BYTES = dataplane::HandoffRing::MAX_PAYLOAD + 96;
+    size_t slots = std::max<size_t>(32, (2u << 20) / SLOT_BYTES / (all.size() - 1));
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i] != this) inbox_[i] = std::make_unique<dataplane::HandoffRing>(slots);
+    }
+    endpoint_.set_handoff(this);
   }
 
   // Adds the TCP side to this worker's loop (throws http::TcpError).
@@ -231,9 +268,28 @@ public:
     port_->peer_verified(path, link, strong);
   }
 
+  // --- quic::Handoff: another worker's datagrams -----------------------------
+  bool hand_off(uint8_t owner, const dataplane::RxDatagram &dg) override {
+    if (owner >= peers_.size() || peers_[owner] == this) return false;
+    switch (peers_[owner]->inbox_[static_cast<size_t>(id_)]->push(dg)) {
+    case dataplane::HandoffRing::Push::ok:
+      wake_pending_[owner] = true;
+      any_wake_pending_ = true;
+      return true;
+    case dataplane::HandoffRing::Push::full:
+      handoff_.handoff_ring_full += 1;
+      return false;
+    case dataplane::HandoffRing::Push::too_big:
+      handoff_.handoff_too_big += 1;
+      return false;
+    }
+    return false;
+  }
+
   // --- dataplane::LoopHandler ----------------------------------------------
   void on_iteration_end() override {
     beats_.fetch_add(1, std::memory_order_relaxed);
+    if (any_wake_pending_) wake_owners();
     if (tcp_) tcp_->end_of_pass();
     if (draining_) check_drain();
     bool drained = true;
@@ -253,6 +309,7 @@ public:
   }
 
   void on_wake() override {
+    take_handoffs();
     if (snap_requested_.exchange(false, std::memory_order_acquire)) fill_snapshot();
     std::shared_ptr<const quic::TlsConfig> reload;
     {
@@ -293,6 +350,30 @@ private:
   }
 
   static constexpr uint64_t HEARTBEAT_NS = 250'000'000;
+
+  // One wakeup per owner per pass, however many datagrams it was handed;
+  // the wake follows the pushes, so the owner sees them when it runs.
+  void wake_owners() {
+    any_wake_pending_ = false;
+    for (size_t i = 0; i < wake_pending_.size(); ++i) {
+      if (!wake_pending_[i]) continue;
+      wake_pending_[i] = false;
+      handoff_.handoff_wakeups += 1;
+      peers_[i]->loop_.wake();
+    }
+  }
+
+  // Datagrams other workers received for our connections: processed as if
+  // they had arrived on our queue; the replies leave through our port.
+  void take_handoffs() {
+    if (echo_) return;
+    for (auto &ring : inbox_) {
+      if (!ring) continue;
+      handoff_.handoff_received += ring->drain([this](const dataplane::RxDatagram &dg) {
+        endpoint_.on_datagram(dg);
+      });
+    }
+  }
 
   static void heartbeat_fired(dataplane::Timer &t) {
     auto *w = static_cast<Worker *>(t.owner());
@@ -345,6 +426,7 @@ private:
     s.gauges.quic_connections = endpoint_.connection_count();
     s.gauges.body_bytes_held = budget_.held();
     s.gauges.body_bytes_limit = budget_.limit();
+    s.handoff = handoff_;
     if (loop_done_) {
       s.heap = heap_at_exit_;
       s.gauges.block_cache_bytes = cached_at_exit_;
@@ -391,6 +473,14 @@ private:
   quic::Endpoint endpoint_;
   std::unique_ptr<http::TcpServer> tcp_;
   std::array<dataplane::RxDatagram, 64> batch_{};
+  // Cross-queue routing: every worker by id (peers_[id_] is this one), the
+  // rings others push into (inbox_[sender], ours), and the owners to wake
+  // at the end of this pass.
+  std::vector<Worker *> peers_;
+  std::vector<std::unique_ptr<dataplane::HandoffRing>> inbox_;
+  std::vector<bool> wake_pending_;
+  bool any_wake_pending_ = false;
+  WorkerHandoff handoff_;
   std::span<uint8_t> last_alloc_;
   dataplane::Timer heartbeat_;
   std::thread thread_;

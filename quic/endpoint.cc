@@ -17,6 +17,13 @@ constexpr size_t MIN_INITIAL_DATAGRAM = 1200;
 // Shortest datagram a stateless reset may answer: it must look like a short
 // header packet with our CID length, and be longer than the reset we send.
 constexpr size_t MIN_RESET_TRIGGER = Endpoint::SCID_LEN + 22;
+
+// A long header's packet type is Initial (RFC 9000 17.2; RFC 9369 3.2
+// renumbered the types for version 2).
+bool is_initial(uint8_t first, uint32_t version) {
+  const uint8_t type = (first & 0x30) >> 4;
+  return version == NGTCP2_PROTO_VER_V2 ? type == 1 : type == 0;
+}
 } // namespace
 
 CidKey CidKey::from(const uint8_t *p, size_t n) {
@@ -129,14 +136,23 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
     it->second->on_datagram(dg);
     return;
   }
-  if (dg.data[0] & 0x80) {
+  // Another worker's CID: a client whose new path (migration, NAT
+  // rebinding, an RSS change) hashes to our queue. It is the owner's to
+  // route, or to reset if it has no such connection; a reset from us would
+  // kill a healthy connection. A new connection's Initial stays here: its
+  // DCID is the client's choice and any worker may accept it.
+  const bool long_header = dg.data[0] & 0x80;
+  if (vc.dcidlen == SCID_LEN && vc.dcid[0] != cfg_.worker_id &&
+      vc.dcid[0] < cfg_.worker_count && !(long_header && is_initial(dg.data[0], vc.version))) {
+    if (handoff_ != nullptr && handoff_->hand_off(vc.dcid[0], dg)) {
+      stats_.datagrams_handed_off += 1;
+    } else {
+      stats_.drop_other_worker += 1;
+    }
+    return;
+  }
+  if (long_header) {
     accept(dg, vc);
-  } else if (vc.dcidlen == SCID_LEN && vc.dcid[0] != cfg_.worker_id &&
-             vc.dcid[0] < cfg_.worker_count) {
-    // Another worker's CID (a client whose new path RSS-hashes to our
-    // queue, or someone replaying a CID): a reset from us would kill a
-    // healthy connection.
-    stats_.drop_other_worker += 1;
   } else {
     send_stateless_reset(dg, vc);
   }

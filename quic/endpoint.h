@@ -30,10 +30,25 @@ class Connection;
 
 enum class RetryMode { off, on, automatic };
 
+// Where a datagram for another worker's connection ID goes: a copy into
+// that worker's hand-off ring (control/worker.h), so a client whose new
+// path lands on another NIC queue keeps its connection. quic/ only names
+// the owner; it never touches another worker.
+class Handoff {
+public:
+  // True when the owner took a copy of dg (valid only during the call);
+  // false when it could not, and the endpoint drops and counts it.
+  virtual bool hand_off(uint8_t owner, const dataplane::RxDatagram &dg) = 0;
+
+protected:
+  ~Handoff() = default;
+};
+
 struct EndpointConfig {
   uint8_t worker_id = 0; // first byte of every CID we issue (steering)
-  // Workers sharing the CID space (ids 0..worker_count-1): a short-header
-  // packet for another worker's CID is that worker's, never ours to reset.
+  // Workers sharing the CID space (ids 0..worker_count-1): a packet for
+  // another worker's CID is that worker's: handed off to it (set_handoff),
+  // never ours to reset.
   uint8_t worker_count = 1;
   RetryMode retry = RetryMode::automatic;
   // automatic: require Retry while this many handshakes are in progress...
@@ -59,12 +74,13 @@ struct EndpointConfig {
 };
 
 // Every datagram lands in exactly one of: datagrams_routed,
-// handshakes_started, retries_sent, version_negotiations,
+// datagrams_handed_off, handshakes_started, retries_sent, version_negotiations,
 // stateless_resets_sent, or a drop_* counter.
 #define XDPQ_ENDPOINT_COUNTERS(X)                                                                  \
   X(datagrams_in, "datagrams handed to QUIC")                                                      \
   X(bytes_in, "bytes handed to QUIC")                                                              \
   X(datagrams_routed, "datagrams routed to an existing connection")                                \
+  X(datagrams_handed_off, "datagrams handed to the worker that owns their connection ID")          \
   X(drop_reflection, "dropped: from a privileged or amplifier source port")                        \
   X(drop_unparsable, "dropped: not a QUIC header we can read")                                     \
   X(drop_small_initial, "dropped: Initial in a datagram under 1200 bytes")                         \
@@ -75,7 +91,7 @@ struct EndpointConfig {
   X(drop_reset_rate, "dropped: stateless reset suppressed by its rate limit")                      \
   X(drop_closing, "datagrams for a connection in closing or draining (also routed)")               \
   X(drop_tx_full, "stateless replies not sent: no room to transmit")                               \
-  X(drop_other_worker, "dropped: short header for another worker's connection ID")                 \
+  X(drop_other_worker, "dropped: another worker's connection ID, and no room to hand it off")      \
   X(drop_source_limit, "dropped Initials: the source holds its connection cap")                    \
   X(drop_source_rate, "dropped Initials: the source opens connections too fast")                   \
   X(version_negotiations, "Version Negotiation packets sent")                                      \
@@ -134,6 +150,8 @@ public:
   // A new TLS context for new connections (certificate reload); existing
   // connections keep the one they started with, which must stay alive.
   void set_tls(TlsContext &tls) { tls_ = &tls; }
+  // Where other workers' datagrams go; without one they are dropped.
+  void set_handoff(Handoff *h) { handoff_ = h; }
 
   size_t connection_count() const { return conns_.size(); }
   // Entries in the CID routing table (every one names a live connection).
@@ -182,6 +200,7 @@ private:
   dataplane::TimerWheel &timers_;
   const Clock &clock_;
   dataplane::TxSink &tx_;
+  Handoff *handoff_ = nullptr;
   EndpointStats stats_;
 
   std::unordered_map<CidKey, Connection *, CidKeyHash> cids_;

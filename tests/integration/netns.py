@@ -81,3 +81,45 @@ class Topology:
             if line.startswith("prog/xdp id "):
                 return int(line.split()[2])
         return None
+
+    def xdp_packets_per_queue(self):
+        """Frames the server veth's XDP program saw, per RX queue."""
+        out = sh("ethtool", "-S", self.srv_if, ns=self.srv_ns).stdout
+        counts = {}
+        for line in out.splitlines():
+            name, _, value = line.strip().partition(":")
+            if name.startswith("rx_queue_") and name.endswith("_xdp_packets"):
+                counts[int(name.split("_")[2])] = int(value)
+        return [counts[q] for q in sorted(counts)]
+
+    def client_ports_by_queue(self, dst_port, candidates=range(41000, 41100)):
+        """For each server RX queue, a client UDP source port whose datagrams
+        to (srv_ip, dst_port) arrive on it. A veth picks the queue from the
+        flow hash of the 4-tuple (fixed for the boot), so it is found by
+        sending short junk from each candidate port (a native XDP program
+        must be attached; xdpqd's drops the junk) and watching the per-queue
+        counters."""
+        found = {}
+        for port in candidates:
+            before = self.xdp_packets_per_queue()
+            sh("/usr/bin/python3", "-c",
+               "import socket\n"
+               "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+               f"s.bind(('{self.cli_ip}', {port}))\n"
+               f"for i in range(8): s.sendto(b'probe', ('{self.srv_ip}', {dst_port}))\n",
+               ns=self.cli_ns)
+            after = self.xdp_packets_per_queue()
+            hit = [q for q, (a, b) in enumerate(zip(before, after)) if b - a >= 8]
+            if len(hit) == 1:
+                found.setdefault(hit[0], port)
+            if len(found) == self.queues:
+                return found
+        raise AssertionError(f"no source port per queue found: {found}")
+
+    def restrict_client_ports(self, ports):
+        """The client's kernel may pick only these ephemeral UDP ports."""
+        lo, hi = min(ports), max(ports)
+        reserved = [str(p) for p in range(lo, hi + 1) if p not in ports]
+        sh("sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={lo} {hi}", ns=self.cli_ns)
+        sh("sysctl", "-q", "-w", "net.ipv4.ip_local_reserved_ports=" + ",".join(reserved),
+           ns=self.cli_ns)

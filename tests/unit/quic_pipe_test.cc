@@ -3,6 +3,8 @@
 
 #include "quic_pipe.h"
 
+#include "dataplane/handoff_ring.h"
+
 #include <nghttp3/nghttp3.h>
 
 #include <gtest/gtest.h>
@@ -351,6 +353,7 @@ TEST_F(QuicPipe, OtherWorkersConnectionIdsAreNotReset) {
     pkt[1] = first_cid_byte;
     return pkt;
   };
+  // Without a hand-off (one worker's endpoint alone): dropped, not reset.
   EXPECT_TRUE(srv.deliver(raw(short_packet(0))).empty());
   EXPECT_TRUE(srv.deliver(raw(short_packet(2))).empty());
   EXPECT_TRUE(srv.deliver(raw(short_packet(3))).empty());
@@ -359,6 +362,102 @@ TEST_F(QuicPipe, OtherWorkersConnectionIdsAreNotReset) {
   EXPECT_EQ(srv.deliver(raw(short_packet(1))).size(), 1u);
   EXPECT_EQ(srv.deliver(raw(short_packet(9))).size(), 1u);
   EXPECT_EQ(srv.endpoint->stats().stateless_resets_sent, 2u);
+}
+
+namespace {
+// The hand-off as the worker does it, through a real ring (one owner).
+struct RingHandoff final : quic::Handoff {
+  explicit RingHandoff(uint8_t owner_id) : owner(owner_id) {}
+  bool hand_off(uint8_t to, const dataplane::RxDatagram &dg) override {
+    owners.push_back(to);
+    return to == owner && ring.push(dg) == dataplane::HandoffRing::Push::ok;
+  }
+  uint8_t owner;
+  dataplane::HandoffRing ring{8};
+  std::vector<uint8_t> owners;
+};
+} // namespace
+
+TEST_F(QuicPipe, OtherWorkersDatagramsAreHandedToTheirOwner) {
+  quic::EndpointConfig cfg;
+  cfg.worker_id = 1;
+  cfg.worker_count = 4;
+  TestServer srv(clock_, cfg, secrets_);
+  RingHandoff h(3);
+  srv.endpoint->set_handoff(&h);
+  std::vector<uint8_t> pkt(60, 0x55);
+  pkt[0] = 0x41;
+  for (uint8_t owner : {0, 2, 3, 3}) {
+    pkt[1] = owner;
+    EXPECT_TRUE(srv.deliver(raw(pkt)).empty());
+  }
+  EXPECT_EQ(h.owners, (std::vector<uint8_t>{0, 2, 3, 3}));
+  EXPECT_EQ(srv.endpoint->stats().datagrams_handed_off, 2u);
+  EXPECT_EQ(srv.endpoint->stats().drop_other_worker, 2u); // refused: dropped, never reset
+  EXPECT_EQ(srv.endpoint->stats().stateless_resets_sent, 0u);
+  // The owner gets the very datagram; it has no such connection, so the
+  // reset comes from the owner.
+  cfg.worker_id = 3;
+  TestServer owner(clock_, cfg, secrets_);
+  size_t resets = 0;
+  h.ring.drain([&](const dataplane::RxDatagram &dg) {
+    EXPECT_EQ(std::vector<uint8_t>(dg.data, dg.data + dg.len), pkt);
+    resets += owner.deliver(Datagram{dg.path, dg.ecn, {dg.data, dg.data + dg.len}, dg.link}).size();
+  });
+  EXPECT_EQ(resets, 2u);
+  EXPECT_EQ(owner.endpoint->stats().stateless_resets_sent, 2u);
+}
+
+// Issue 12 (cross-queue routing): a client whose new path lands on another
+// worker's queue keeps its connection: that worker hands its datagrams to
+// the owner, which answers on the new path.
+TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
+  quic::EndpointConfig cfg;
+  cfg.worker_id = 1;
+  cfg.worker_count = 2;
+  start(cfg); // the client's connection belongs to worker 1
+  EXPECT_EQ(fetch("GET", "/bytes/1000").status, 200);
+  cfg.worker_id = 0;
+  TestServer other(clock_, cfg, secrets_);
+  other.nat_port = 61000; // the new path, which hashes to worker 0's queue
+  RingHandoff h(1);
+  other.endpoint->set_handoff(&h);
+
+  int64_t sid = client_->request("GET", "/bytes/200000");
+  ASSERT_GE(sid, 0);
+  bool answered_on_new_path = false;
+  for (int step = 0; step < 4000 && !client_->responses[sid].done; ++step) {
+    bool moved = false;
+    for (auto &dg : client_->write()) {
+      moved = true;
+      EXPECT_TRUE(other.deliver(dg).empty());
+    }
+    h.ring.drain([&](const dataplane::RxDatagram &dg) {
+      server_->endpoint->on_datagram(dg);
+      server_->endpoint->end_of_pass();
+    });
+    auto out = server_->tick();
+    for (auto &back : out) {
+      moved = true;
+      answered_on_new_path |= back.path.remote.port() == 61000;
+      client_->read(back);
+    }
+    if (!moved) {
+      uint64_t next = std::min(client_->expiry(), server_->wheel.next_expiry());
+      if (next == UINT64_MAX) break;
+      if (next > clock_.now()) clock_.set(next);
+      client_->handle_expiry();
+    }
+  }
+  ASSERT_TRUE(client_->responses[sid].done);
+  EXPECT_EQ(client_->responses[sid].body, pattern_bytes(200000));
+  EXPECT_TRUE(answered_on_new_path);
+  EXPECT_FALSE(client_->closed());
+  EXPECT_GT(other.endpoint->stats().datagrams_handed_off, 0u);
+  EXPECT_EQ(other.endpoint->stats().drop_other_worker, 0u);
+  EXPECT_EQ(other.endpoint->stats().stateless_resets_sent, 0u);
+  EXPECT_EQ(other.endpoint->connection_count(), 0u);
+  EXPECT_GE(stats().path_validations_ok, 1u);
 }
 
 // Regression (issue 10): one source may not hold every connection slot.
