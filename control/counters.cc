@@ -46,6 +46,7 @@ Counters counters_of(const WorkerSnapshot &s) {
   add_group(c, s.tcp, "tcp_");
 #ifdef XDPQ_HAVE_AFXDP
   add_group(c, s.afxdp, "afxdp_");
+  add_group(c, s.next_hops, "");
 #endif
   return c;
 }

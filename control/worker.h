@@ -86,6 +86,7 @@ struct WorkerSnapshot {
   bool has_afxdp = false;
 #ifdef XDPQ_HAVE_AFXDP
   dataplane::AfXdpStats afxdp;
+  dataplane::NextHopStats next_hops;
   uint32_t queue = 0;
   bool zerocopy = false;
 #endif
@@ -141,7 +142,10 @@ public:
     tcp_ = std::make_unique<http::TcpServer>(cfg, e, std::move(tls), loop_);
   }
 #ifdef XDPQ_HAVE_AFXDP
-  void set_afxdp(dataplane::AfXdpPort *p) { afxdp_ = p; }
+  void set_afxdp(dataplane::AfXdpPort *p) {
+    afxdp_ = p;
+    if (p->next_hop_fd() >= 0) loop_.watch(p->next_hop_fd(), &next_hop_events_);
+  }
 #endif
 
   void start() {
@@ -442,6 +446,7 @@ private:
     if (afxdp_) {
       s.has_afxdp = true;
       s.afxdp = afxdp_->xdp_stats();
+      if (const auto *nh = afxdp_->next_hop_stats()) s.next_hops = *nh;
       s.queue = afxdp_->queue();
       s.zerocopy = afxdp_->zerocopy();
     }
@@ -490,6 +495,12 @@ private:
   bool finishing_ = false;
 #ifdef XDPQ_HAVE_AFXDP
   dataplane::AfXdpPort *afxdp_ = nullptr;
+  // The port's rtnetlink socket: routing and neighbour answers and changes.
+  struct NextHopEvents final : dataplane::FdHandler {
+    explicit NextHopEvents(Worker &w) : worker(w) {}
+    void on_io(uint32_t) override { worker.afxdp_->on_next_hop_events(); }
+    Worker &worker;
+  } next_hop_events_{*this};
 #endif
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> drain_requested_{false};

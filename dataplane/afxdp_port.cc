@@ -1,5 +1,6 @@
 #include "dataplane/afxdp_port.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "dataplane/xdp_program.h"
 
@@ -106,6 +107,13 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
     }
   }
   local_mac_ = interface_mac(opts_.ifname);
+  try {
+    next_hops_ = std::make_unique<KernelNextHops>(static_cast<int>(if_nametoindex(opts_.ifname.c_str())));
+  } catch (const std::exception &e) {
+    LOG_WARN("%sno next hops from the kernel (%s): replies go only to MACs learned from "
+             "authenticated packets, so peers behind a gateway may not be reached",
+             where(opts_).c_str(), e.what());
+  }
 
   free_.reserve(opts_.num_frames);
   for (uint32_t i = opts_.num_frames; i-- > 0;) {
@@ -212,12 +220,41 @@ std::span<uint8_t> AfXdpPort::tx_alloc(size_t max_len) {
 }
 
 void AfXdpPort::tx_commit(const Path &path, uint8_t ecn, size_t len) {
-  if (!(last_link_ != 0 && path.remote.family() == last_peer_.family() &&
+  uint64_t generation = next_hops_ ? next_hops_->generation() : 0;
+  if (!(last_link_ != 0 && generation == last_generation_ &&
+        path.remote.family() == last_peer_.family() &&
         std::memcmp(&path.remote.u, &last_peer_.u, path.remote.len) == 0)) {
     last_peer_ = path.remote;
-    last_link_ = neighbors_.lookup(path.remote);
+    last_link_ = resolve_link(path.remote);
+    last_generation_ = next_hops_ ? next_hops_->generation() : 0;
   }
   commit_frame(path, ecn, len, last_link_);
+}
+
+uint64_t AfXdpPort::resolve_link(const Address &dst) {
+  const uint64_t learned = neighbors_.lookup(dst);
+  if (!next_hops_) return learned;
+  // The kernel's MAC with the VLAN tag the peer's packets carried.
+  constexpr uint64_t MAC_BITS = (uint64_t{1} << 48) - 1;
+  auto tagged = [&](uint64_t mac) { return mac ? (mac & MAC_BITS) | (learned & ~MAC_BITS) : 0; };
+  const uint64_t now = monotonic_ns();
+  auto hop = next_hops_->route(dst, now);
+  switch (hop.kind) {
+  case KernelNextHops::Hop::Kind::onlink:
+    // On the link: the peer's own MAC, as its authenticated packets showed
+    // it (the fast path), else the kernel's.
+    return learned ? learned : tagged(next_hops_->neighbor(dst, now));
+  case KernelNextHops::Hop::Kind::gateway: {
+    // Behind a gateway: the route decides, not the router the peer's
+    // packets came through (asymmetric paths, ECMP, a new MAC).
+    uint64_t gw = tagged(next_hops_->neighbor(hop.via, now));
+    return gw ? gw : learned;
+  }
+  case KernelNextHops::Hop::Kind::unknown:   // asked; meanwhile what we learned
+  case KernelNextHops::Hop::Kind::elsewhere: // not through this interface
+    break;
+  }
+  return learned;
 }
 
 void AfXdpPort::tx_commit_reply(const RxDatagram &to, size_t len) {

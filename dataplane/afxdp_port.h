@@ -14,11 +14,13 @@
 
 #include "base/counters.h"
 #include "dataplane/datagram_port.h"
+#include "dataplane/kernel_next_hops.h"
 #include "dataplane/neighbor_cache.h"
 #include "dataplane/packet.h"
 
 #include <xdp/xsk.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,18 @@ public:
 
   const NeighborCache &neighbors() const { return neighbors_; }
 
+  // Next hops from the kernel's routing and neighbour tables (null when
+  // rtnetlink could not be opened: then only learned MACs are used). Its
+  // socket must be watched by the port's loop, which calls
+  // on_next_hop_events() when it is readable.
+  int next_hop_fd() const { return next_hops_ ? next_hops_->fd() : -1; }
+  void on_next_hop_events() {
+    if (next_hops_) next_hops_->on_readable();
+  }
+  const NextHopStats *next_hop_stats() const {
+    return next_hops_ ? &next_hops_->stats() : nullptr;
+  }
+
 private:
   struct Pending {
     uint64_t addr;
@@ -100,6 +114,8 @@ private:
   void release_rx_batch();
   void reclaim_completions();
   void refill();
+  // Where a packet to dst goes on the link (MAC and VLAN), 0 if unknown.
+  uint64_t resolve_link(const Address &dst);
   // Fills in the headers of the tx_alloc() frame and queues it.
   void commit_frame(const Path &path, uint8_t ecn, size_t len, uint64_t link);
 
@@ -124,10 +140,13 @@ private:
   std::vector<Pending> pending_;   // committed, not yet in the TX ring
   uint32_t outstanding_tx_ = 0;    // in the TX or completion ring
 
-  NeighborCache neighbors_;
-  // The last lookup: a train of packets to one peer looks up once.
+  NeighborCache neighbors_; // learned from authenticated packets
+  std::unique_ptr<KernelNextHops> next_hops_;
+  // The last lookup: a train of packets to one peer looks up once (while
+  // the kernel tables stay as they were).
   Address last_peer_{};
   uint64_t last_link_ = 0;
+  uint64_t last_generation_ = 0;
   PortStats stats_;
   AfXdpStats xdp_stats_;
 };

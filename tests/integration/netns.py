@@ -123,3 +123,91 @@ class Topology:
         sh("sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={lo} {hi}", ns=self.cli_ns)
         sh("sysctl", "-q", "-w", "net.ipv4.ip_local_reserved_ports=" + ",".join(reserved),
            ns=self.cli_ns)
+
+
+class RoutedTopology:
+    """Client and server in different subnets, two routers between them,
+    joined by two bridges in a switch namespace:
+
+        cli 10.80.x.2 ─┬─ lan bridge ─┬─ r1 10.80.x.1 │ 10.81.x.1 ─┬─ wan bridge ─ srv 10.81.x.2
+                       └──────────────┴─ r2 10.80.x.3 │ 10.81.x.3 ─┘
+        (and fd80:x::/64, fd81:x::/64 alike)
+
+    The client's gateway is r1, the server's is r2, and r1 discards what is
+    addressed to the client: the server's replies get through only when it
+    sends them where its own routing table says (r2), not back to the router
+    the client's packets came from. Fixed MACs; torn down on exit."""
+
+    def __init__(self):
+        require_root()
+        n = f"{os.getpid() % 10000}{next(_ids)}"
+        self.idx = int(n) % 250 + 1
+        x = self.idx
+        self.ns = {k: f"xr-{k}{n}" for k in ("cli", "r1", "r2", "sw", "srv")}
+        self.cli_ns, self.srv_ns = self.ns["cli"], self.ns["srv"]
+        self.srv_if = f"xrs{n}"
+        self.cli_ip, self.srv_ip = f"10.80.{x}.2", f"10.81.{x}.2"
+        self.cli_ip6, self.srv_ip6 = f"fd80:{x:x}::2", f"fd81:{x:x}::2"
+        self.r2_wan_ip, self.r2_wan_ip6 = f"10.81.{x}.3", f"fd81:{x:x}::3"
+        self.r2_wan_if = f"xr2w{n}"
+        self.n = n
+
+    def _link(self, ns, dev, peer, bridge, mac, addrs):
+        sh("ip", "link", "add", dev, "type", "veth", "peer", "name", peer)
+        sh("ip", "link", "set", dev, "netns", self.ns[ns])
+        sh("ip", "link", "set", peer, "netns", self.ns["sw"])
+        sh("ip", "-n", self.ns["sw"], "link", "set", peer, "master", bridge, "up")
+        sh("ip", "-n", self.ns[ns], "link", "set", dev, "address", mac, "up")
+        for a in addrs:
+            extra = ["nodad"] if ":" in a else []
+            sh("ip", "-n", self.ns[ns], "addr", "add", a, "dev", dev, *extra)
+
+    def __enter__(self):
+        x, n = self.idx, self.n
+        try:
+            for ns in self.ns.values():
+                sh("ip", "netns", "add", ns)
+                sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sw = self.ns["sw"]
+            for br in ("brl", "brw"):
+                sh("ip", "-n", sw, "link", "add", br, "type", "bridge")
+                sh("ip", "-n", sw, "link", "set", br, "up")
+            self._link("cli", f"xrc{n}", f"xpc{n}", "brl", "02:80:00:00:00:02",
+                       [f"{self.cli_ip}/24", f"{self.cli_ip6}/64"])
+            self._link("r1", f"xr1l{n}", f"xp1l{n}", "brl", "02:80:00:00:01:01",
+                       [f"10.80.{x}.1/24", f"fd80:{x:x}::1/64"])
+            self._link("r2", f"xr2l{n}", f"xp2l{n}", "brl", "02:80:00:00:02:01",
+                       [f"10.80.{x}.3/24", f"fd80:{x:x}::3/64"])
+            self._link("r1", f"xr1w{n}", f"xp1w{n}", "brw", "02:81:00:00:01:01",
+                       [f"10.81.{x}.1/24", f"fd81:{x:x}::1/64"])
+            self._link("r2", self.r2_wan_if, f"xp2w{n}", "brw", "02:81:00:00:02:01",
+                       [f"{self.r2_wan_ip}/24", f"{self.r2_wan_ip6}/64"])
+            self._link("srv", self.srv_if, f"xpsv{n}", "brw", "02:81:00:00:00:02",
+                       [f"{self.srv_ip}/24", f"{self.srv_ip6}/64"])
+            for r in ("r1", "r2"):
+                sh("sysctl", "-q", "-w", "net.ipv4.ip_forward=1", ns=self.ns[r])
+                sh("sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1", ns=self.ns[r])
+            # r1 forwards towards the server, never back to the client.
+            sh("ip", "-n", self.ns["r1"], "route", "add", "blackhole", f"{self.cli_ip}/32")
+            sh("ip", "-n", self.ns["r1"], "-6", "route", "add", "blackhole", f"{self.cli_ip6}/128")
+            sh("ip", "-n", self.cli_ns, "route", "add", "default", "via", f"10.80.{x}.1")
+            sh("ip", "-n", self.cli_ns, "-6", "route", "add", "default", "via", f"fd80:{x:x}::1")
+            sh("ip", "-n", self.srv_ns, "route", "add", "default", "via", self.r2_wan_ip)
+            sh("ip", "-n", self.srv_ns, "-6", "route", "add", "default", "via", self.r2_wan_ip6)
+            sh("ethtool", "-K", self.srv_if, "gro", "off", ns=self.srv_ns)
+            # The client's kernel segments before its veth (see Topology).
+            sh("ethtool", "-K", f"xrc{n}", "tx-udp-segmentation", "off", ns=self.cli_ns)
+        except Exception:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for ns in self.ns.values():
+            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+                sh("kill", "-9", pid, check=False)
+            sh("ip", "netns", "del", ns, check=False)
+
+    def server_neighbor(self, ip):
+        """The server kernel's neighbour entry for ip (lladdr and state)."""
+        return sh("ip", "-n", self.srv_ns, "neigh", "show", ip, "dev", self.srv_if).stdout.strip()

@@ -6,6 +6,7 @@ sha256; meanwhile TCP and ping to the same address go through the kernel.
 Also: several queues, kill -9 under load, refusing a foreign XDP program,
 and XDP drop counters from junk."""
 
+import copy
 import os
 import signal
 import socket
@@ -19,7 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
                      sha256)
-from netns import Topology, sh  # noqa: E402
+from netns import RoutedTopology, Topology, sh  # noqa: E402
 
 TEN_MIB = 10 * 1024 * 1024
 
@@ -219,6 +220,60 @@ class AfXdpNative(AfXdpCases, TimedTestCase):
 
 class AfXdpGeneric(AfXdpCases, TimedTestCase):
     MODE = "generic"
+
+
+class AfXdpRouting(TimedTestCase):
+    """Issue 12 (neighbours from the kernel): where AF_XDP replies go on the
+    link comes from the kernel's routing and neighbour tables."""
+
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+
+    def test_replies_follow_the_kernel_route_and_neighbour_changes(self):
+        # The client's packets arrive through r1, which discards anything
+        # addressed to the client; the server's own routes go through r2.
+        # Replies sent back to the MAC they came from (what a server that
+        # only learns from packets does) are lost; replies sent to the
+        # gateway of the kernel's route get through. IPv4 and IPv6.
+        with RoutedTopology() as topo:
+            for target in (topo.srv_ip, topo.srv_ip6):  # wait for the routers (and IPv6 DAD)
+                for _ in range(50):
+                    if sh("ping", "-c", "1", "-W", "1", target, ns=topo.cli_ns,
+                          check=False).returncode == 0:
+                        break
+                else:
+                    self.fail(f"no route from the client to {target}")
+            # Nothing known about r2 yet: xdpqd must have the kernel resolve it.
+            sh("ip", "-n", topo.srv_ns, "neigh", "flush", "dev", topo.srv_if)
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native", host=topo.srv_ip, netns=topo.srv_ns, workers=0,
+                        listen=[f"{topo.srv_ip}:4433", f"[{topo.srv_ip6}]:4433"]) as srv:
+                srv6 = copy.copy(srv)
+                srv6.host = topo.srv_ip6
+                first = [gtlsclient(s, ["/bytes/70000"], netns=topo.cli_ns) for s in (srv, srv6)]
+                for r in first:
+                    self.assertEqual(r.statuses, {0: 200}, r.output[-2000:] + srv.output()[-2000:])
+                self.assertIn("lladdr 02:81:00:00:02:01", topo.server_neighbor(topo.r2_wan_ip))
+                # r2 gets a new MAC and the server's kernel learns it (as from
+                # a gratuitous ARP or a neighbour advertisement): xdpqd follows
+                # without a restart. The old MAC now reaches nobody.
+                new_mac = "02:81:00:00:02:99"
+                sh("ip", "-n", topo.ns["r2"], "link", "set", topo.r2_wan_if, "address", new_mac)
+                for ip in (topo.r2_wan_ip, topo.r2_wan_ip6):
+                    sh("ip", "-n", topo.srv_ns, "neigh", "replace", ip, "lladdr", new_mac, "dev",
+                       topo.srv_if, "nud", "reachable")
+                second = [gtlsclient(s, ["/bytes/70001"], netns=topo.cli_ns) for s in (srv, srv6)]
+                stats = srv.stop()
+        for r in first:
+            self.assertEqual(r.file("70000"), pattern(70000))
+        for r in second:
+            self.assertEqual(r.statuses, {0: 200}, r.output[-2000:] + srv.output()[-2000:])
+            self.assertEqual(r.file("70001"), pattern(70001))
+        self.assertEqual(stats["handshakes_completed"], 4, stats)
+        self.assertGreaterEqual(stats["nh_route_queries"], 2, stats)  # one per family at least
+        self.assertGreaterEqual(stats["nh_solicits"], 2, stats)       # r2 over ARP and over NDP
+        self.assertGreaterEqual(stats["nh_neigh_updates"], 4, stats)  # resolved, then the new MAC
 
 
 class AfXdpLifecycle(TimedTestCase):
