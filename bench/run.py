@@ -114,9 +114,12 @@ class Bench:
             # not the server (gtlsserver and nginx have neither).
             common = common + ["--per-source-connections", "0", "--per-source-rate", "0",
                                "--retry-rate", "0"]
-        if variant == "xdpq-afxdp":
+        if variant in ("xdpq-afxdp", "xdpq-afxdp-ring"):
+            # -ring: every datagram through the AF_XDP TX ring, no hybrid TX
+            # (only with --variants; the default is the binary's own policy).
+            ring = ["--kernel-trains", "0"] if variant == "xdpq-afxdp-ring" else []
             return [binary, "--dataplane", "afxdp", "--interface", topo.srv_if,
-                    "--xdp-mode", "native", "--cpus", SERVER_CPU, *common]
+                    "--xdp-mode", "native", "--cpus", SERVER_CPU, *ring, *common]
         if variant in ("xdpq-socket", "xdpq-h2"):
             return [binary, "--dataplane", "socket", "--workers", "1", "--cpus",
                     SERVER_CPU, *common]
@@ -307,6 +310,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
     def run(self):
         h3_cells, h2_cells, echo_cells = self.matrix()
         h3_variants = ["xdpq-afxdp", "xdpq-socket"] + ([] if self.args.smoke else ["gtlsserver"])
+        if self.args.variants and "xdpq-afxdp-ring" in self.args.variants.split(","):
+            h3_variants.insert(1, "xdpq-afxdp-ring")
         if not self.args.smoke:
             if shutil.which("caddy"):
                 h3_variants.append("caddy")
@@ -483,7 +488,8 @@ def summarize(runs):
 
 PAIRS = (("xdpq-afxdp", "xdpq-socket"), ("xdpq-afxdp", "gtlsserver"),
          ("xdpq-socket", "gtlsserver"), ("xdpq-socket", "caddy"), ("xdpq-h2", "nginx-h2"),
-         ("xdpq-afxdp", "base-afxdp"), ("xdpq-socket", "base-socket"), ("xdpq-h2", "base-h2"))
+         ("xdpq-afxdp", "base-afxdp"), ("xdpq-socket", "base-socket"), ("xdpq-h2", "base-h2"),
+         ("xdpq-afxdp", "xdpq-afxdp-ring"), ("xdpq-afxdp-ring", "xdpq-socket"))
 
 
 def paired_ratios(runs):

@@ -35,6 +35,12 @@ Listening and dataplane:
   --busy-poll             AF_XDP: SO_PREFER_BUSY_POLL on the sockets.
   --xdp-replace           AF_XDP: replace an XDP program someone else
                           attached (default: refuse, naming it).
+  --kernel-trains N       AF_XDP hybrid TX: a train of N or more datagrams
+                          to one peer leaves through the kernel's UDP
+                          socket as one UDP GSO send; receive and shorter
+                          runs stay on AF_XDP. 0 turns it off. Default:
+                          4 in copy mode (where the TX ring costs an skb
+                          per frame), 0 in zero-copy mode.
   --workers N             Number of worker threads (one UDP socket per
                           listen address each, SO_REUSEPORT). Default: one
                           per CPU in --cpus, or per available CPU.
@@ -274,6 +280,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.busy_poll = true;
     } else if (arg == "--xdp-replace") {
       o.xdp_replace = true;
+    } else if (arg == "--kernel-trains") {
+      o.kernel_trains = static_cast<int>(parse_number(arg, need(), 0, 64));
     } else if (arg == "--cert") {
       o.cert_file = need();
     } else if (arg == "--key") {

@@ -27,6 +27,9 @@ struct Options {
   std::string zerocopy = "auto";   // auto, on, off
   bool busy_poll = false;
   bool xdp_replace = false;
+  // AF_XDP hybrid TX: trains this long leave via kernel UDP GSO; 0 off;
+  // -1 (auto): 4 in copy mode, 0 in zero-copy mode.
+  int kernel_trains = -1;
   std::string cert_file;
   std::string key_file;
   std::string docroot; // empty: the embedded page

@@ -300,6 +300,9 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
       close(fd);
       throw UsageError("listen " + a.to_string() + ": --dataplane afxdp needs an explicit port");
     }
+    // Hybrid TX trains leave through these sockets too.
+    int sndbuf = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     reservations_.push_back(fd);
   }
   dataplane::XdpMode mode = opts_.xdp_mode == "native"    ? dataplane::XdpMode::native
@@ -322,6 +325,10 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
     xo.ifname = opts_.interface;
     xo.queue = static_cast<uint32_t>(opts_.queues[i]);
     xo.busy_poll = opts_.busy_poll;
+    xo.kernel_train = opts_.kernel_trains;
+    for (size_t k = 0; k < opts_.listen.size(); ++k) {
+      xo.kernel_sockets.emplace_back(opts_.listen[k], reservations_[k]);
+    }
     xo.zerocopy = opts_.zerocopy == "on"    ? dataplane::ZeroCopy::on
                   : opts_.zerocopy == "off" ? dataplane::ZeroCopy::off
                                             : dataplane::ZeroCopy::automatic;
@@ -332,7 +339,10 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
       throw UsageError(e.what());
     }
     zc += (zc.empty() ? "" : ", ") + std::string("queue ") + std::to_string(xo.queue) + " " +
-          (port->zerocopy() ? "zero-copy" : "copy") + (port->hugepages() ? " hugepages" : "");
+          (port->zerocopy() ? "zero-copy" : "copy") + (port->hugepages() ? " hugepages" : "") +
+          (port->kernel_train() ? ", trains of " + std::to_string(port->kernel_train()) +
+                                      "+ via kernel UDP GSO"
+                                : "");
     int cpu = opts_.cpus.empty() ? -1 : opts_.cpus[i % opts_.cpus.size()];
     ecfg.worker_id = static_cast<uint8_t>(i);
     auto *raw = port.get();

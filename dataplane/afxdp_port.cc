@@ -6,6 +6,8 @@
 
 #include <linux/if_xdp.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -19,6 +21,10 @@
 #endif
 #ifndef SO_BUSY_POLL_BUDGET
 #define SO_BUSY_POLL_BUDGET 70
+#endif
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
 #endif
 
 namespace xdpq::dataplane {
@@ -107,6 +113,10 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
     }
   }
   local_mac_ = interface_mac(opts_.ifname);
+  kernel_train_ = opts_.kernel_train >= 0 ? static_cast<uint32_t>(opts_.kernel_train)
+                  : zerocopy_               ? 0
+                                            : 4;
+  if (opts_.kernel_sockets.empty()) kernel_train_ = 0;
   try {
     next_hops_ = std::make_unique<KernelNextHops>(static_cast<int>(if_nametoindex(opts_.ifname.c_str())));
   } catch (const std::exception &e) {
@@ -220,15 +230,135 @@ std::span<uint8_t> AfXdpPort::tx_alloc(size_t max_len) {
 }
 
 void AfXdpPort::tx_commit(const Path &path, uint8_t ecn, size_t len) {
+  if (tx_frame_ == UINT64_MAX) return;
+  const uint64_t f = tx_frame_;
+  tx_frame_ = UINT64_MAX;
+  if (kernel_train_ == 0 || len == 0) {
+    commit_frame(f, path, ecn, len, link_for(path.remote));
+    return;
+  }
+  Train &t = train_;
+  bool joins = t.count > 0 && !t.tail && t.ecn == ecn && len <= t.segment && t.count < 64 &&
+               t.bytes + len <= 65000 && t.path == path;
+  if (!joins) {
+    close_train();
+    t.path = path;
+    t.ecn = ecn;
+    t.segment = static_cast<uint32_t>(len);
+  }
+  t.frames[t.count] = f;
+  t.lens[t.count] = static_cast<uint16_t>(len);
+  t.count += 1;
+  t.bytes += static_cast<uint32_t>(len);
+  t.tail = len < t.segment;
+}
+
+uint64_t AfXdpPort::link_for(const Address &dst) {
   uint64_t generation = next_hops_ ? next_hops_->generation() : 0;
-  if (!(last_link_ != 0 && generation == last_generation_ &&
-        path.remote.family() == last_peer_.family() &&
-        std::memcmp(&path.remote.u, &last_peer_.u, path.remote.len) == 0)) {
-    last_peer_ = path.remote;
-    last_link_ = resolve_link(path.remote);
+  if (!(last_link_ != 0 && generation == last_generation_ && dst.family() == last_peer_.family() &&
+        std::memcmp(&dst.u, &last_peer_.u, dst.len) == 0)) {
+    last_peer_ = dst;
+    last_link_ = resolve_link(dst);
     last_generation_ = next_hops_ ? next_hops_->generation() : 0;
   }
-  commit_frame(path, ecn, len, last_link_);
+  return last_link_;
+}
+
+void AfXdpPort::close_train() {
+  Train &t = train_;
+  if (t.count == 0) return;
+  if (t.count >= kernel_train_ && send_train_via_kernel()) {
+    for (uint32_t i = 0; i < t.count; ++i) free_.push_back(t.frames[i]); // the kernel copied them
+  } else {
+    uint64_t link = link_for(t.path.remote);
+    for (uint32_t i = 0; i < t.count; ++i) commit_frame(t.frames[i], t.path, t.ecn, t.lens[i], link);
+  }
+  t.count = 0;
+  t.bytes = 0;
+  t.tail = false;
+}
+
+bool AfXdpPort::send_train_via_kernel() {
+  const Train &t = train_;
+  if (t.count > 1 && !kernel_gso_) return false;
+  int fd = -1;
+  bool wildcard = false;
+  for (const auto &[bound, sfd] : opts_.kernel_sockets) {
+    if (bound.family() != t.path.local.family() || bound.port() != t.path.local.port()) continue;
+    wildcard = bound.is_unspecified();
+    if (wildcard || bound == t.path.local) {
+      fd = sfd;
+      break;
+    }
+  }
+  if (fd < 0) return false;
+  iovec iov[64];
+  for (uint32_t i = 0; i < t.count; ++i) iov[i] = {frame(t.frames[i]) + TX_HEADROOM, t.lens[i]};
+  msghdr h{};
+  h.msg_name = const_cast<sockaddr *>(&t.path.remote.u.sa);
+  h.msg_namelen = t.path.remote.len;
+  h.msg_iov = iov;
+  h.msg_iovlen = t.count;
+  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(int)) +
+                                   CMSG_SPACE(sizeof(uint16_t))] = {};
+  h.msg_control = control;
+  h.msg_controllen = sizeof(control);
+  const bool v4 = t.path.local.family() == AF_INET;
+  size_t used = 0;
+  cmsghdr *c = CMSG_FIRSTHDR(&h);
+  if (wildcard) { // the source address the peer knows us by
+    if (v4) {
+      in_pktinfo pi{};
+      pi.ipi_spec_dst = t.path.local.u.in.sin_addr;
+      c->cmsg_level = IPPROTO_IP;
+      c->cmsg_type = IP_PKTINFO;
+      c->cmsg_len = CMSG_LEN(sizeof(pi));
+      std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+      used += CMSG_SPACE(sizeof(pi));
+    } else {
+      in6_pktinfo pi{};
+      pi.ipi6_addr = t.path.local.u.in6.sin6_addr;
+      c->cmsg_level = IPPROTO_IPV6;
+      c->cmsg_type = IPV6_PKTINFO;
+      c->cmsg_len = CMSG_LEN(sizeof(pi));
+      std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+      used += CMSG_SPACE(sizeof(pi));
+    }
+    c = CMSG_NXTHDR(&h, c);
+  }
+  if (t.ecn != 0) {
+    int tos = t.ecn;
+    c->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
+    c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &tos, sizeof(tos));
+    used += CMSG_SPACE(sizeof(int));
+    c = CMSG_NXTHDR(&h, c);
+  }
+  if (t.count > 1) {
+    uint16_t seg = static_cast<uint16_t>(t.segment);
+    c->cmsg_level = IPPROTO_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(seg));
+    std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+    used += CMSG_SPACE(sizeof(seg));
+  }
+  h.msg_controllen = used;
+  if (used == 0) h.msg_control = nullptr;
+  if (sendmsg(fd, &h, MSG_DONTWAIT) < 0) {
+    // Full socket buffer, no route, or a route that cannot segment (EIO):
+    // the ring carries this train.
+    if (errno == EIO) kernel_gso_ = false;
+    xdp_stats_.tx_kernel_refused += 1;
+    return false;
+  }
+  stats_.tx_datagrams += t.count;
+  stats_.tx_bytes += t.bytes;
+  stats_.tx_sends += 1;
+  if (t.count > 1) stats_.tx_gso_batches += 1;
+  xdp_stats_.tx_kernel_trains += 1;
+  xdp_stats_.tx_kernel_datagrams += t.count;
+  return true;
 }
 
 uint64_t AfXdpPort::resolve_link(const Address &dst) {
@@ -258,13 +388,14 @@ uint64_t AfXdpPort::resolve_link(const Address &dst) {
 }
 
 void AfXdpPort::tx_commit_reply(const RxDatagram &to, size_t len) {
-  commit_frame(Path{to.path.local, to.path.remote}, 0, len, to.link);
+  if (tx_frame_ == UINT64_MAX) return;
+  const uint64_t f = tx_frame_;
+  tx_frame_ = UINT64_MAX;
+  commit_frame(f, Path{to.path.local, to.path.remote}, 0, len, to.link);
 }
 
-void AfXdpPort::commit_frame(const Path &path, uint8_t ecn, size_t len, uint64_t link) {
-  if (tx_frame_ == UINT64_MAX) return;
-  uint64_t f = tx_frame_;
-  tx_frame_ = UINT64_MAX;
+void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t len,
+                             uint64_t link) {
   if (link == 0 || len == 0) {
     xdp_stats_.tx_no_neighbor += len ? 1 : 0;
     stats_.tx_dropped += 1;
@@ -279,6 +410,7 @@ void AfXdpPort::commit_frame(const Path &path, uint8_t ecn, size_t len, uint64_t
 }
 
 bool AfXdpPort::flush() {
+  close_train();
   reclaim_completions();
   if (!pending_.empty()) {
     uint32_t idx = 0;

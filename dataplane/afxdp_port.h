@@ -39,6 +39,15 @@ struct AfXdpOptions {
   uint32_t num_frames = 8192;
   uint32_t ring_size = 2048; // RX, TX, fill and completion rings
   uint32_t batch = 64;
+  // Hybrid TX: a train of at least this many datagrams to one peer leaves
+  // through a kernel UDP socket as one UDP GSO send instead of frame by
+  // frame through the TX ring (0: never; -1: 4 in copy mode, where the ring
+  // costs the kernel an skb per frame, 0 in zero-copy mode). Receive and
+  // everything shorter stay on AF_XDP.
+  int kernel_train = -1;
+  // The sockets that hold the served ports (borrowed: the caller keeps
+  // them open for the port's life): where kernel trains leave from.
+  std::vector<std::pair<Address, int>> kernel_sockets;
 };
 
 #define XDPQ_AFXDP_COUNTERS(X)                                                         \
@@ -53,6 +62,9 @@ struct AfXdpOptions {
   X(tx_no_neighbor, "datagrams not sent: no MAC known for the next hop")               \
   X(tx_ring_full, "flushes that left datagrams pending (TX ring full)")                \
   X(tx_kicks, "sendto() wakeups of the TX ring")                                       \
+  X(tx_kernel_trains, "trains sent through the kernel's UDP socket with GSO (hybrid TX)") \
+  X(tx_kernel_datagrams, "datagrams in those trains")                                  \
+  X(tx_kernel_refused, "trains the kernel refused, sent on the TX ring instead")        \
   X(fill_starved, "receives that found no free frame to refill")                       \
   X(xdp_rx_dropped, "kernel XDP_STATISTICS rx_dropped")                                \
   X(xdp_rx_invalid_descs, "kernel XDP_STATISTICS rx_invalid_descs")                    \
@@ -88,6 +100,8 @@ public:
   const AfXdpStats &xdp_stats(); // refreshes the kernel's XDP_STATISTICS
   bool zerocopy() const { return zerocopy_; }
   bool hugepages() const { return hugepages_; }
+  // The hybrid TX threshold in force (0: off).
+  uint32_t kernel_train() const { return kernel_train_; }
   uint32_t queue() const { return opts_.queue; }
 
   const NeighborCache &neighbors() const { return neighbors_; }
@@ -116,8 +130,13 @@ private:
   void refill();
   // Where a packet to dst goes on the link (MAC and VLAN), 0 if unknown.
   uint64_t resolve_link(const Address &dst);
-  // Fills in the headers of the tx_alloc() frame and queues it.
-  void commit_frame(const Path &path, uint8_t ecn, size_t len, uint64_t link);
+  // resolve_link() with the last answer cached (a train asks once).
+  uint64_t link_for(const Address &dst);
+  // Fills in the headers of frame f (payload at TX_HEADROOM) and queues it.
+  void commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t len, uint64_t link);
+  // Hybrid TX: the open train goes out, through the kernel or the ring.
+  void close_train();
+  bool send_train_via_kernel();
 
   AfXdpOptions opts_;
   XdpProgram &program_;
@@ -147,6 +166,22 @@ private:
   Address last_peer_{};
   uint64_t last_link_ = 0;
   uint64_t last_generation_ = 0;
+
+  // Hybrid TX: committed datagrams to one path, held until the train ends
+  // (another path, a shorter datagram, 64 of them, or the flush).
+  struct Train {
+    Path path;
+    uint8_t ecn = 0;
+    uint32_t segment = 0; // every datagram's size but a shorter last one
+    uint32_t count = 0;
+    uint32_t bytes = 0;
+    bool tail = false; // a shorter datagram ended it
+    uint64_t frames[64];
+    uint16_t lens[64];
+  };
+  Train train_;
+  uint32_t kernel_train_ = 0; // the policy in force (0: off)
+  bool kernel_gso_ = true;    // off after the kernel said the route cannot GSO
   PortStats stats_;
   AfXdpStats xdp_stats_;
 };

@@ -57,24 +57,52 @@ const char *parse_status_name(ParseStatus s) {
 }
 
 uint32_t checksum_add(const uint8_t *data, size_t len, uint32_t sum) {
-  // 64-bit accumulation of 32-bit words; folded by the caller.
-  uint64_t acc = sum;
-  while (len >= 4) {
+  // The one's-complement sum does not depend on byte order (RFC 1071 2.B):
+  // add native 64-bit loads as two 32-bit halves in two independent
+  // accumulators (no byte swap per word), fold, and swap the 16-bit result
+  // once into network order. The sums stay far below 2^64 for any datagram.
+  uint64_t a = 0, b = 0;
+  while (len >= 16) {
+    uint64_t w0, w1;
+    std::memcpy(&w0, data, 8);
+    std::memcpy(&w1, data + 8, 8);
+    a += (w0 & 0xffffffffu) + (w0 >> 32);
+    b += (w1 & 0xffffffffu) + (w1 >> 32);
+    data += 16;
+    len -= 16;
+  }
+  a += b;
+  if (len >= 8) {
+    uint64_t w;
+    std::memcpy(&w, data, 8);
+    a += (w & 0xffffffffu) + (w >> 32);
+    data += 8;
+    len -= 8;
+  }
+  if (len >= 4) {
     uint32_t w;
     std::memcpy(&w, data, 4);
-    acc += ntohl(w);
+    a += w;
     data += 4;
     len -= 4;
   }
   if (len >= 2) {
-    acc += rd16(data);
+    uint16_t w;
+    std::memcpy(&w, data, 2);
+    a += w;
     data += 2;
     len -= 2;
   }
-  if (len) acc += static_cast<uint32_t>(data[0]) << 8;
-  while (acc >> 32) acc = (acc & 0xffffffffu) + (acc >> 32);
-  // Fold 32 -> 16 lazily in checksum_fold; keep it a valid 32-bit partial sum.
-  uint32_t s = static_cast<uint32_t>(acc);
+  if (len) {
+    // A last odd byte is the high byte of a network-order word.
+    uint8_t pad[2] = {data[0], 0};
+    uint16_t w;
+    std::memcpy(&w, pad, 2);
+    a += w;
+  }
+  while (a >> 16) a = (a & 0xffff) + (a >> 16);
+  uint16_t folded = static_cast<uint16_t>(a);
+  uint32_t s = sum + ntohs(folded);
   return (s & 0xffff) + (s >> 16);
 }
 

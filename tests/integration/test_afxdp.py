@@ -91,12 +91,21 @@ class AfXdpCases:
         self.assertIsNone(self.topo.xdp_attached(), "XDP program left attached after exit")
 
     def test_ten_mib(self):
-        with self.serve() as srv:
-            r = self.fetch(srv, [f"/bytes/{TEN_MIB}"], quiet=True)
-            stats = srv.stop()
-        self.assertEqual(sha256(r.file(str(TEN_MIB))), sha256(pattern(TEN_MIB)))
-        self.assertEqual(stats["responses_2xx"], 1)
-        self.assert_served_over_afxdp(stats)
+        # Both TX paths: the default hybrid (trains through the kernel's UDP
+        # socket with GSO, the rest through the TX ring), and the ring alone.
+        for trains in ("4", "0"):
+            with self.serve("--kernel-trains", trains) as srv:
+                r = self.fetch(srv, [f"/bytes/{TEN_MIB}"], quiet=True)
+                stats = srv.stop()
+            self.assertEqual(sha256(r.file(str(TEN_MIB))), sha256(pattern(TEN_MIB)), trains)
+            self.assertEqual(stats["responses_2xx"], 1)
+            self.assert_served_over_afxdp(stats)
+            if trains == "0":
+                self.assertEqual(stats["afxdp_tx_kernel_trains"], 0, stats)
+            else:
+                # Most of the body left in GSO trains, and all of it arrived.
+                self.assertGreater(stats["afxdp_tx_kernel_datagrams"], TEN_MIB // 1500 // 2, stats)
+                self.assertGreater(stats["tx_gso_batches"], 0, stats)
 
     def test_2000_multiplexed(self):
         with self.serve() as srv:
