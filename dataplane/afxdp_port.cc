@@ -2,12 +2,11 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "dataplane/udp_send_control.h"
 #include "dataplane/xdp_program.h"
 
 #include <linux/if_xdp.h>
 #include <net/if.h>
-#include <netinet/in.h>
-#include <netinet/udp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -21,10 +20,6 @@
 #endif
 #ifndef SO_BUSY_POLL_BUDGET
 #define SO_BUSY_POLL_BUDGET 70
-#endif
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
 #endif
 
 namespace xdpq::dataplane {
@@ -299,52 +294,9 @@ bool AfXdpPort::send_train_via_kernel() {
   h.msg_namelen = t.path.remote.len;
   h.msg_iov = iov;
   h.msg_iovlen = t.count;
-  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(int)) +
-                                   CMSG_SPACE(sizeof(uint16_t))] = {};
-  h.msg_control = control;
-  h.msg_controllen = sizeof(control);
-  const bool v4 = t.path.local.family() == AF_INET;
-  size_t used = 0;
-  cmsghdr *c = CMSG_FIRSTHDR(&h);
-  if (wildcard) { // the source address the peer knows us by
-    if (v4) {
-      in_pktinfo pi{};
-      pi.ipi_spec_dst = t.path.local.u.in.sin_addr;
-      c->cmsg_level = IPPROTO_IP;
-      c->cmsg_type = IP_PKTINFO;
-      c->cmsg_len = CMSG_LEN(sizeof(pi));
-      std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
-      used += CMSG_SPACE(sizeof(pi));
-    } else {
-      in6_pktinfo pi{};
-      pi.ipi6_addr = t.path.local.u.in6.sin6_addr;
-      c->cmsg_level = IPPROTO_IPV6;
-      c->cmsg_type = IPV6_PKTINFO;
-      c->cmsg_len = CMSG_LEN(sizeof(pi));
-      std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
-      used += CMSG_SPACE(sizeof(pi));
-    }
-    c = CMSG_NXTHDR(&h, c);
-  }
-  if (t.ecn != 0) {
-    int tos = t.ecn;
-    c->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
-    c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &tos, sizeof(tos));
-    used += CMSG_SPACE(sizeof(int));
-    c = CMSG_NXTHDR(&h, c);
-  }
-  if (t.count > 1) {
-    uint16_t seg = static_cast<uint16_t>(t.segment);
-    c->cmsg_level = IPPROTO_UDP;
-    c->cmsg_type = UDP_SEGMENT;
-    c->cmsg_len = CMSG_LEN(sizeof(seg));
-    std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
-    used += CMSG_SPACE(sizeof(seg));
-  }
-  h.msg_controllen = used;
-  if (used == 0) h.msg_control = nullptr;
+  alignas(cmsghdr) uint8_t control[UDP_SEND_CONTROL_SPACE];
+  set_send_control(h, control, t.path.local, wildcard, t.ecn,
+                   t.count > 1 ? static_cast<uint16_t>(t.segment) : 0);
   if (sendmsg(fd, &h, MSG_DONTWAIT) < 0) {
     // Full socket buffer, no route, or a route that cannot segment (EIO):
     // the ring carries this train.

@@ -1,5 +1,7 @@
 #include "dataplane/udp_socket_port.h"
 
+#include "dataplane/udp_send_control.h"
+
 #include <linux/filter.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
@@ -21,6 +23,7 @@ namespace {
 
 constexpr size_t RX_BUF_SIZE = 65536;  // one GRO train
 constexpr size_t CMSG_PER_MSG = 128;
+static_assert(CMSG_PER_MSG >= UDP_SEND_CONTROL_SPACE);
 constexpr size_t GSO_MAX_SEGMENTS = 64; // UDP_MAX_SEGMENTS on 6.x kernels
 constexpr size_t GSO_MAX_BYTES = 65000;
 constexpr size_t TX_SLOT = 2048;
@@ -290,51 +293,9 @@ bool UdpSocketPort::flush() {
       h.msg_namelen = e.path.remote.len;
       h.msg_iov = &tx_iov_[n];
       h.msg_iovlen = 1;
-      uint8_t *cbuf = tx_cmsg_.data() + n * CMSG_PER_MSG;
-      std::memset(cbuf, 0, CMSG_PER_MSG);
-      h.msg_control = cbuf;
-      h.msg_controllen = CMSG_PER_MSG;
-      size_t used = 0;
-      cmsghdr *c = CMSG_FIRSTHDR(&h);
-      if (s.bound.is_unspecified()) {
-        if (e.path.local.family() == AF_INET) {
-          c->cmsg_level = IPPROTO_IP;
-          c->cmsg_type = IP_PKTINFO;
-          c->cmsg_len = CMSG_LEN(sizeof(in_pktinfo));
-          in_pktinfo pi{};
-          pi.ipi_spec_dst = e.path.local.u.in.sin_addr;
-          std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
-          used += CMSG_SPACE(sizeof(in_pktinfo));
-        } else {
-          c->cmsg_level = IPPROTO_IPV6;
-          c->cmsg_type = IPV6_PKTINFO;
-          c->cmsg_len = CMSG_LEN(sizeof(in6_pktinfo));
-          in6_pktinfo pi{};
-          pi.ipi6_addr = e.path.local.u.in6.sin6_addr;
-          std::memcpy(CMSG_DATA(c), &pi, sizeof(pi));
-          used += CMSG_SPACE(sizeof(in6_pktinfo));
-        }
-        c = CMSG_NXTHDR(&h, c);
-      }
-      if (e.ecn != 0) {
-        int tos = e.ecn;
-        c->cmsg_level = e.path.local.family() == AF_INET ? IPPROTO_IP : IPPROTO_IPV6;
-        c->cmsg_type = e.path.local.family() == AF_INET ? IP_TOS : IPV6_TCLASS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(c), &tos, sizeof(tos));
-        used += CMSG_SPACE(sizeof(int));
-        c = CMSG_NXTHDR(&h, c);
-      }
-      if (e.count > 1) {
-        uint16_t seg = static_cast<uint16_t>(e.segment);
-        c->cmsg_level = IPPROTO_UDP;
-        c->cmsg_type = UDP_SEGMENT;
-        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
-        used += CMSG_SPACE(sizeof(uint16_t));
-      }
-      h.msg_controllen = used;
-      if (used == 0) h.msg_control = nullptr;
+      set_send_control(h, tx_cmsg_.data() + n * CMSG_PER_MSG, e.path.local,
+                       s.bound.is_unspecified(), e.ecn,
+                       e.count > 1 ? static_cast<uint16_t>(e.segment) : 0);
     }
     int sent = sendmmsg(s.fd, tx_msgs_.data(), static_cast<unsigned>(n), MSG_DONTWAIT);
     if (sent < 0) {
