@@ -39,6 +39,7 @@ constexpr Key KEYS[] = {
     {"dataplane", "busy_poll", Kind::flag_if_true, "--busy-poll", "true or false"},
     {"dataplane", "xdp_replace", Kind::flag_if_true, "--xdp-replace", "true or false"},
     {"dataplane", "kernel_trains", Kind::integer, "--kernel-trains", "an integer (0 to 64)"},
+    {"dataplane", "spin_us", Kind::integer, "--spin-us", "microseconds (0 to 1000000)"},
     {"tls", "cert", Kind::string, "--cert", "a path string"},
     {"tls", "key", Kind::string, "--key", "a path string"},
     {"tls", "secrets", Kind::string, "--secrets", "a path string"},
@@ -214,6 +215,7 @@ xdp_mode = "auto"                        # native, generic, auto
 zerocopy = "auto"                        # auto, on, off
 busy_poll = false
 xdp_replace = false
+spin_us = 0                              # poll this long after work before sleeping (0: never spin)
 # kernel_trains = 4                      # afxdp: trains of N+ datagrams leave via kernel UDP GSO;
                                          # 0 off; default 4 in copy mode, 0 in zero-copy mode
 

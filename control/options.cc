@@ -41,6 +41,10 @@ Listening and dataplane:
                           runs stay on AF_XDP. 0 turns it off. Default:
                           4 in copy mode (where the TX ring costs an skb
                           per frame), 0 in zero-copy mode.
+  --spin-us N             Each worker keeps polling, without sleeping,
+                          for N microseconds after its last work (lower
+                          wakeup latency for a core's idle time; default
+                          0: sleep in epoll as soon as idle).
   --workers N             Number of worker threads (one UDP socket per
                           listen address each, SO_REUSEPORT). Default: one
                           per CPU in --cpus, or per available CPU.
@@ -280,6 +284,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.busy_poll = true;
     } else if (arg == "--xdp-replace") {
       o.xdp_replace = true;
+    } else if (arg == "--spin-us") {
+      o.spin_us = parse_number(arg, need(), 0, 1000000);
     } else if (arg == "--kernel-trains") {
       o.kernel_trains = static_cast<int>(parse_number(arg, need(), 0, 64));
     } else if (arg == "--cert") {

@@ -30,6 +30,7 @@ struct Options {
   // AF_XDP hybrid TX: trains this long leave via kernel UDP GSO; 0 off;
   // -1 (auto): 4 in copy mode, 0 in zero-copy mode.
   int kernel_trains = -1;
+  uint64_t spin_us = 0; // workers poll without sleeping this long after work
   std::string cert_file;
   std::string key_file;
   std::string docroot; // empty: the embedded page

@@ -194,7 +194,10 @@ Server::Server(const Options &opts) : opts_(opts) {
   // reaches that worker through its hand-off ring.
   std::vector<Worker *> all;
   for (auto &w : workers_) all.push_back(w.get());
-  for (auto &w : workers_) w->connect_peers(all);
+  for (auto &w : workers_) {
+    w->connect_peers(all);
+    w->set_spin(opts_.spin_us * 1000);
+  }
   if (opts_.echo) {
     for (auto &w : workers_) w->set_echo(true);
     dataplane_info += ", UDP echo mode (no QUIC)";

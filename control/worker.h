@@ -93,6 +93,7 @@ struct WorkerSnapshot {
   WorkerGauges gauges;
   WorkerHeap heap;
   WorkerHandoff handoff;
+  dataplane::LoopStats loop;
   std::vector<quic::ConnInfo> quic_conns;
   std::vector<http::TcpConnInfo> tcp_conns;
 };
@@ -329,6 +330,9 @@ public:
     if (stop_requested_.load(std::memory_order_acquire)) finish();
   }
 
+  // Spin budget of the worker's loop (EventLoop::set_spin); before start().
+  void set_spin(uint64_t ns) { loop_.set_spin(ns); }
+
   // Benchmark mode: every datagram goes straight back (no QUIC), to measure
   // the bare packet path of this dataplane.
   void set_echo(bool on) { echo_ = on; }
@@ -431,6 +435,7 @@ private:
     s.gauges.body_bytes_held = budget_.held();
     s.gauges.body_bytes_limit = budget_.limit();
     s.handoff = handoff_;
+    s.loop = loop_.stats();
     if (loop_done_) {
       s.heap = heap_at_exit_;
       s.gauges.block_cache_bytes = cached_at_exit_;

@@ -172,6 +172,7 @@ size_t AfXdpPort::receive(std::span<RxDatagram> out) {
   uint32_t n = xsk_ring_cons__peek(&rx_, static_cast<uint32_t>(want), &idx);
   if (n == 0) {
     if (xsk_ring_prod__needs_wakeup(&fill_)) {
+      xdp_stats_.rx_wakeups += 1;
       recvfrom(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
     }
     return 0;

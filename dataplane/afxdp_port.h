@@ -62,6 +62,7 @@ struct AfXdpOptions {
   X(tx_no_neighbor, "datagrams not sent: no MAC known for the next hop")               \
   X(tx_ring_full, "flushes that left datagrams pending (TX ring full)")                \
   X(tx_kicks, "sendto() wakeups of the TX ring")                                       \
+  X(rx_wakeups, "recvfrom() wakeups of the fill ring (need_wakeup)")                    \
   X(tx_kernel_trains, "trains sent through the kernel's UDP socket with GSO (hybrid TX)") \
   X(tx_kernel_datagrams, "datagrams in those trains")                                  \
   X(tx_kernel_refused, "trains the kernel refused, sent on the TX ring instead")        \

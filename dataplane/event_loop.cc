@@ -62,17 +62,26 @@ void EventLoop::run(LoopHandler &handler) {
     uint64_t next = wheel_.next_expiry();
     timespec ts{};
     timespec *timeout = nullptr;
-    if (next != TimerWheel::NEVER) {
+    if (now_ < spin_until_) {
+      timeout = &ts; // spinning: look, do not sleep
+    } else if (next != TimerWheel::NEVER) {
       uint64_t wait = next > now_ ? next - now_ : 0;
       ts.tv_sec = static_cast<time_t>(wait / 1000000000ull);
       ts.tv_nsec = static_cast<long>(wait % 1000000000ull);
       timeout = &ts;
     }
+    if (timeout == nullptr || ts.tv_sec != 0 || ts.tv_nsec != 0) stats_.loop_sleeps += 1;
     int n = epoll_pwait2(epfd_, events, MAX_EVENTS, timeout, nullptr);
     if (n < 0 && errno != EINTR) {
       throw std::runtime_error(std::string("epoll_pwait2: ") + std::strerror(errno));
     }
     now_ = monotonic_ns();
+    stats_.loop_passes += 1;
+    if (n <= 0) {
+      stats_.loop_idle_passes += 1;
+    } else if (spin_ns_ != 0) {
+      spin_until_ = now_ + spin_ns_;
+    }
     bool woken = false;
     for (int i = 0; i < n; ++i) {
       auto *h = static_cast<FdHandler *>(events[i].data.ptr);
@@ -85,7 +94,10 @@ void EventLoop::run(LoopHandler &handler) {
         h->on_io(events[i].events);
       }
     }
-    if (woken) handler.on_wake();
+    if (woken) {
+      stats_.loop_wakeups += 1;
+      handler.on_wake();
+    }
     now_ = monotonic_ns();
     wheel_.run(now_);
     handler.on_iteration_end();

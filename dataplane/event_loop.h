@@ -4,6 +4,7 @@
 // another thread may only call wake() and stop().
 
 #include "base/clock.h"
+#include "base/counters.h"
 #include "dataplane/timer_wheel.h"
 
 #include <atomic>
@@ -35,6 +36,17 @@ protected:
   ~LoopHandler() = default;
 };
 
+#define XDPQ_LOOP_COUNTERS(X)                                                                      \
+  X(loop_passes, "event loop passes")                                                              \
+  X(loop_idle_passes, "passes that found nothing to do (a timer, or a spin that came back empty)") \
+  X(loop_sleeps, "passes that blocked in epoll until something happened")                          \
+  X(loop_wakeups, "wakeups by another thread (hand-offs, the control plane)")
+
+struct LoopStats {
+  XDPQ_COUNTER_FIELDS(XDPQ_LOOP_COUNTERS)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_LOOP_COUNTERS) }
+};
+
 class EventLoop {
 public:
   EventLoop();
@@ -58,12 +70,21 @@ public:
   void wake();
   bool stopping() const { return stop_.load(std::memory_order_acquire); }
 
+  // Spin budget: after a pass that had work, keep polling without
+  // sleeping for up to ns (0: always sleep when idle). Trades a core's
+  // idle time for the latency of a wakeup.
+  void set_spin(uint64_t ns) { spin_ns_ = ns; }
+  const LoopStats &stats() const { return stats_; }
+
 private:
   int epfd_ = -1;
   int wakefd_ = -1;
   uint64_t now_;
   TimerWheel wheel_;
   std::atomic<bool> stop_{false};
+  uint64_t spin_ns_ = 0;
+  uint64_t spin_until_ = 0;
+  LoopStats stats_;
 };
 
 } // namespace xdpq::dataplane
