@@ -290,8 +290,10 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             # 1 MiB with m=32 would put 3200 responses in flight at once: none
             # could finish within a run. Large bodies get one stream each.
             loads = lambda b: ((10, 1), (100, 1)) if b == "1m" else ((10, 1), (100, 32))  # noqa
-            h3_cells = [dict(body=b, c=c, m=m, handshake=False, gen=True) for b in BODIES
-                        for c, m in loads(b)]
+            # c=1: unloaded latency (p50) of the dataplane, one request at a time.
+            h3_cells = [dict(body="3", c=1, m=1, handshake=False, gen=True)]
+            h3_cells += [dict(body=b, c=c, m=m, handshake=False, gen=True) for b in BODIES
+                         for c, m in loads(b)]
             h3_cells += [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
                          for c, m in loads(b)]
             h3_cells += [dict(body="3", c=c, m=1, handshake=True) for c in (4, 16)]
