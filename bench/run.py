@@ -334,7 +334,10 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                                                ("h2", h2_cells, h2_variants),
                                                ("udp", echo_cells, echo_variants)):
                     for cell in cells:
-                        for v in variants:
+                        # The order rotates from round to round, so no variant
+                        # always runs first (after a cell change) or last.
+                        k = rnd % len(variants)
+                        for v in variants[k:] + variants[:k]:
                             if cell.get("gen") and not is_xdpq(v):
                                 continue  # /bytes/N is xdpq's own route
                             if self.wanted(v, cell):
