@@ -76,14 +76,21 @@ Address key_of(const Address &a) {
 }
 
 // Walks the attributes after a family message of fixed size; f(type, data,
-// len) for each well-formed one.
+// len) for each well-formed one. (Not RTA_OK/RTA_NEXT: bounds in size_t,
+// no casts that drop alignment.)
 template <typename F> void for_each_attr(const nlmsghdr *h, size_t fixed, F &&f) {
-  if (h->nlmsg_len < NLMSG_LENGTH(fixed)) return;
-  const auto *a = reinterpret_cast<const rtattr *>(
-      reinterpret_cast<const uint8_t *>(NLMSG_DATA(h)) + NLMSG_ALIGN(fixed));
-  int left = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(NLMSG_ALIGN(fixed)));
-  for (; RTA_OK(a, left); a = RTA_NEXT(a, left)) {
-    f(a->rta_type, RTA_DATA(a), static_cast<size_t>(RTA_PAYLOAD(a)));
+  const size_t start = NLMSG_LENGTH(NLMSG_ALIGN(fixed));
+  if (h->nlmsg_len < start) return;
+  const auto *p = reinterpret_cast<const uint8_t *>(h) + start;
+  size_t left = h->nlmsg_len - start;
+  while (left >= sizeof(rtattr)) {
+    const auto *a = reinterpret_cast<const rtattr *>(p);
+    if (a->rta_len < sizeof(rtattr) || a->rta_len > left) return;
+    f(a->rta_type, p + RTA_LENGTH(0), a->rta_len - RTA_LENGTH(0));
+    const size_t step = RTA_ALIGN(a->rta_len);
+    if (step >= left) return;
+    p += step;
+    left -= step;
   }
 }
 
@@ -243,10 +250,17 @@ void KernelNextHops::on_readable() {
         group_ = pi.group;
       }
     }
-    int left = static_cast<int>(n);
-    for (auto *h = reinterpret_cast<const nlmsghdr *>(buf_.data()); NLMSG_OK(h, left);
-         h = NLMSG_NEXT(h, left)) {
+    // Each message starts NLMSG_ALIGNTO-aligned in the (malloc-aligned) buffer.
+    const uint8_t *p = buf_.data();
+    size_t left = static_cast<size_t>(n);
+    while (left >= sizeof(nlmsghdr)) {
+      const auto *h = reinterpret_cast<const nlmsghdr *>(p);
+      if (h->nlmsg_len < sizeof(nlmsghdr) || h->nlmsg_len > left) break;
       handle(h);
+      const size_t step = NLMSG_ALIGN(h->nlmsg_len);
+      if (step >= left) break;
+      p += step;
+      left -= step;
     }
   }
 }
