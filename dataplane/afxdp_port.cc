@@ -263,11 +263,34 @@ uint64_t AfXdpPort::link_for(const Address &dst) {
 void AfXdpPort::close_train() {
   Train &t = train_;
   if (t.count == 0) return;
-  if (t.count >= kernel_train_ && send_train_via_kernel()) {
+  bool via_kernel = false;
+  if (t.count >= kernel_train_) {
+    // Packets of this path still waiting for the ring must leave first: a
+    // train overtaking them would look like loss to the peer's ACKs.
+    bool waiting = ring_peer_count_ > RING_PEERS;
+    for (size_t i = 0; i < ring_peer_count_ && i < RING_PEERS && !waiting; ++i) {
+      waiting = ring_peers_[i] == t.path.remote;
+    }
+    if (waiting) {
+      xdp_stats_.tx_order_flushes += 1;
+      submit_ring();
+    }
+    via_kernel = send_train_via_kernel();
+  }
+  if (via_kernel) {
     for (uint32_t i = 0; i < t.count; ++i) free_.push_back(t.frames[i]); // the kernel copied them
   } else {
     uint64_t link = link_for(t.path.remote);
     for (uint32_t i = 0; i < t.count; ++i) commit_frame(t.frames[i], t.path, t.ecn, t.lens[i], link);
+    // Remember who has frames waiting (past RING_PEERS: assume everyone).
+    bool known = false;
+    for (size_t i = 0; i < ring_peer_count_ && i < RING_PEERS && !known; ++i) {
+      known = ring_peers_[i] == t.path.remote;
+    }
+    if (!known && ring_peer_count_ <= RING_PEERS) {
+      if (ring_peer_count_ < RING_PEERS) ring_peers_[ring_peer_count_] = t.path.remote;
+      ring_peer_count_ += 1;
+    }
   }
   t.count = 0;
   t.bytes = 0;
@@ -364,6 +387,18 @@ void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t l
 
 bool AfXdpPort::flush() {
   close_train();
+  submit_ring();
+  reclaim_completions();
+  refill();
+  if (!pending_.empty()) {
+    xdp_stats_.tx_ring_full += 1;
+    return false;
+  }
+  return true;
+}
+
+void AfXdpPort::submit_ring() {
+  ring_peer_count_ = 0;
   reclaim_completions();
   if (!pending_.empty()) {
     uint32_t idx = 0;
@@ -394,13 +429,6 @@ bool AfXdpPort::flush() {
       if (errno != EAGAIN) break; // EBUSY/ENOBUFS: retry on the next flush
     }
   }
-  reclaim_completions();
-  refill();
-  if (!pending_.empty()) {
-    xdp_stats_.tx_ring_full += 1;
-    return false;
-  }
-  return true;
 }
 
 void AfXdpStats::count_invalid(ParseStatus st) {

@@ -66,6 +66,7 @@ struct AfXdpOptions {
   X(tx_kernel_trains, "trains sent through the kernel's UDP socket with GSO (hybrid TX)") \
   X(tx_kernel_datagrams, "datagrams in those trains")                                  \
   X(tx_kernel_refused, "trains the kernel refused, sent on the TX ring instead")        \
+  X(tx_order_flushes, "ring submits so a kernel train would not overtake its path's packets") \
   X(fill_starved, "receives that found no free frame to refill")                       \
   X(xdp_rx_dropped, "kernel XDP_STATISTICS rx_dropped")                                \
   X(xdp_rx_invalid_descs, "kernel XDP_STATISTICS rx_invalid_descs")                    \
@@ -137,6 +138,8 @@ private:
   void commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t len, uint64_t link);
   // Hybrid TX: the open train goes out, through the kernel or the ring.
   void close_train();
+  // Moves pending frames to the TX ring and kicks it.
+  void submit_ring();
   bool send_train_via_kernel();
 
   AfXdpOptions opts_;
@@ -182,6 +185,11 @@ private:
   };
   Train train_;
   uint32_t kernel_train_ = 0; // the policy in force (0: off)
+  // Peers with trains committed to the ring since the last submit_ring()
+  // (a count past RING_PEERS means "too many to track": assume any).
+  static constexpr size_t RING_PEERS = 8;
+  Address ring_peers_[RING_PEERS];
+  size_t ring_peer_count_ = 0;
   bool kernel_gso_ = true;    // off after the kernel said the route cannot GSO
   PortStats stats_;
   AfXdpStats xdp_stats_;
