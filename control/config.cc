@@ -65,6 +65,12 @@ constexpr Key KEYS[] = {
     {"quic", "max_streams", Kind::integer, "--max-streams", "an integer"},
     {"quic", "max_connections", Kind::integer, "--max-connections", "an integer"},
     {"quic", "early_data", Kind::flag_if_false, "--no-early-data", "true or false"},
+    {"quic_lb", "server_id", Kind::string, "--quic-lb-server-id",
+     "a hex string of 1 to 15 bytes like \"0a01\""},
+    {"quic_lb", "config_id", Kind::integer, "--quic-lb-config-id", "an integer (0 to 6)"},
+    {"quic_lb", "nonce_length", Kind::integer, "--quic-lb-nonce-length",
+     "an integer (4 to 18)"},
+    {"quic_lb", "mode", Kind::string, "--quic-lb-mode", "\"encrypted\" or \"plaintext\""},
     {"tcp", "enabled", Kind::flag_if_false, "--no-tcp", "true or false"},
     {"tcp", "h2c_listen", Kind::strings, "--h2c-listen", "a list of \"ADDR:PORT\" strings"},
     {"tcp", "max_connections", Kind::integer, "--tcp-max-connections", "an integer"},
@@ -119,7 +125,7 @@ std::vector<std::string> config_file_flags(const std::string &path) {
       known |= sec.name == k.section;
     if (!known) {
       fail(path, sec.line, "[" + sec.name + "]",
-           "unknown section; expected server, dataplane, tls, http, quic or tcp");
+           "unknown section; expected server, dataplane, tls, http, quic, quic_lb or tcp");
     }
   }
   std::vector<std::string> flags;
@@ -127,7 +133,7 @@ std::vector<std::string> config_file_flags(const std::string &path) {
     const TomlValue &v = e.value;
     if (e.section.empty()) {
       fail(path, e.line, e.key,
-           "keys belong in a [section] (server, dataplane, tls, http, quic, tcp)");
+           "keys belong in a [section] (server, dataplane, tls, http, quic, quic_lb, tcp)");
     }
     const Key *key = nullptr;
     for (const auto &k : KEYS) {
@@ -246,6 +252,12 @@ handshake_timeout_ms = 10000             # a handshake not done by then is dropp
 max_streams = 100
 max_connections = 65536
 early_data = true
+
+[quic_lb]                                # scale-out behind a QUIC-LB balancer (docs/scale-out.md)
+# server_id = "01"                       # this node's ID (hex, 1-15 bytes); unset: QUIC-LB off
+# config_id = 0                          # config rotation codepoint, 0-6
+# nonce_length = 15                      # 4-18; default 16 minus the server ID's length
+# mode = "encrypted"                     # or "plaintext"; the key: quic_lb_key in tls.secrets
 
 [tcp]
 enabled = true                           # HTTP/2 + HTTP/1.1 over TLS on the listen addresses

@@ -1,6 +1,7 @@
 #include "control/options.h"
 
 #include "control/config.h"
+#include "base/hex.h"
 #include "base/log.h"
 #include "dataplane/cpu.h"
 
@@ -71,6 +72,24 @@ TLS and content:
                           tokens and session tickets; created (mode 0600)
                           if missing and reused across restarts. Default:
                           generated in memory for this run only.
+
+Scale-out behind a load balancer (QUIC-LB, see docs/scale-out.md):
+  --quic-lb-server-id HEX This node's server ID (1 to 15 bytes in hex) in
+                          every connection ID it issues, in the format of
+                          draft-ietf-quic-load-balancers, so a balancer with
+                          the same configuration routes a connection to
+                          this node whatever the client's address. Needs
+                          --secrets: every node shares its keys.
+  --quic-lb-config-id N   The configuration's rotation codepoint, 0 to 6
+                          (default 0).
+  --quic-lb-nonce-length N
+                          Nonce bytes after the server ID, 4 to 18; server
+                          ID and nonce together at most 19 (default: 16
+                          minus the server ID's length, so that encrypted
+                          IDs take one AES block).
+  --quic-lb-mode MODE     encrypted (default: AES-128 with quic_lb_key from
+                          the secrets file) or plaintext (the server ID
+                          readable by anyone on the path).
 
 QUIC behaviour and limits:
   --retry off|on|auto     Address validation with Retry: never, always, or
@@ -306,6 +325,25 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.file_cache_revalidate_ms = parse_number(arg, need(), 0, 3600'000);
     } else if (arg == "--secrets") {
       o.secrets_file = need();
+    } else if (arg == "--quic-lb-server-id") {
+      auto v = need();
+      auto id = parse_hex(v);
+      if (!id || id->empty() || id->size() > 15) {
+        throw UsageError("--quic-lb-server-id: expected 1 to 15 bytes in hex, got '" +
+                         std::string(v) + "'");
+      }
+      o.quic_lb_server_id = *id;
+    } else if (arg == "--quic-lb-config-id") {
+      o.quic_lb_config_id = static_cast<int>(parse_number(arg, need(), 0, 6));
+    } else if (arg == "--quic-lb-nonce-length") {
+      o.quic_lb_nonce_length = parse_number(arg, need(), 4, 18);
+    } else if (arg == "--quic-lb-mode") {
+      auto v = need();
+      if (v != "encrypted" && v != "plaintext") {
+        throw UsageError("--quic-lb-mode: expected encrypted or plaintext, got '" +
+                         std::string(v) + "'");
+      }
+      o.quic_lb_mode = v;
     } else if (arg == "--workers") {
       o.workers = static_cast<int>(parse_number(arg, need(), 1, 255));
     } else if (arg == "--cpus") {
@@ -407,6 +445,28 @@ Options parse_options(int argc, const char *const *argv) {
     throw UsageError("--max-body-per-worker (" + std::to_string(o.max_body_per_worker) +
                      ") must be at least --max-body-per-connection (" +
                      std::to_string(o.max_body_per_connection) + ")");
+  }
+  if (o.quic_lb_server_id.empty()) {
+    if (o.quic_lb_config_id >= 0 || o.quic_lb_nonce_length || !o.quic_lb_mode.empty()) {
+      throw UsageError("--quic-lb-config-id, --quic-lb-nonce-length and --quic-lb-mode go with "
+                       "--quic-lb-server-id");
+    }
+  } else {
+    const size_t sid = o.quic_lb_server_id.size();
+    if (o.quic_lb_config_id < 0) o.quic_lb_config_id = 0;
+    if (o.quic_lb_mode.empty()) o.quic_lb_mode = "encrypted";
+    if (o.quic_lb_nonce_length == 0) o.quic_lb_nonce_length = sid < 12 ? 16 - sid : 4;
+    if (sid + o.quic_lb_nonce_length > 19) {
+      throw UsageError("--quic-lb-server-id (" + std::to_string(sid) +
+                       " bytes) and --quic-lb-nonce-length (" +
+                       std::to_string(o.quic_lb_nonce_length) +
+                       ") exceed 19 bytes together (a connection ID holds 20)");
+    }
+    if (o.secrets_file.empty()) {
+      throw UsageError("--quic-lb-server-id needs --secrets FILE: the nodes behind a balancer "
+                       "must share their stateless reset, token and ticket keys (copy one "
+                       "secrets file to every node)");
+    }
   }
   if (o.cert_file.empty() != o.key_file.empty()) {
     throw UsageError("--cert and --key go together: give both, or neither for a "

@@ -1,5 +1,7 @@
 #include "control/server.h"
 
+#include "base/hex.h"
+
 #include "base/log.h"
 #include "control/self_signed.h"
 #include "control/worker.h"
@@ -131,6 +133,30 @@ Server::Server(const Options &opts) : opts_(opts) {
     throw UsageError(std::string("--cert/--key: ") + e.what());
   }
   secrets_ = secrets;
+
+  std::shared_ptr<const quic::QuicLbCodec> quic_lb;
+  if (!opts_.quic_lb_server_id.empty()) {
+    quic::QuicLbConfig lb;
+    lb.config_id = static_cast<uint8_t>(opts_.quic_lb_config_id);
+    lb.server_id = opts_.quic_lb_server_id;
+    lb.nonce_len = opts_.quic_lb_nonce_length;
+    if (opts_.quic_lb_mode == "encrypted") {
+      if (!secrets.quic_lb_key) {
+        throw UsageError("--quic-lb-mode encrypted: secrets file " + opts_.secrets_file +
+                         " has no quic_lb_key line; add quic_lb_key=<32 hex digits> (the key "
+                         "the balancer and every node share), or use --quic-lb-mode plaintext");
+      }
+      lb.key = secrets.quic_lb_key;
+    }
+    try {
+      quic_lb = std::make_shared<const quic::QuicLbCodec>(lb);
+    } catch (const std::invalid_argument &e) {
+      throw UsageError(std::string("--quic-lb-server-id: ") + e.what());
+    }
+    LOG_INFO("QUIC-LB: config %d, server ID %s, nonce %zu bytes, %s, connection IDs of %zu bytes",
+             opts_.quic_lb_config_id, to_hex(lb.server_id).c_str(), lb.nonce_len,
+             opts_.quic_lb_mode.c_str(), quic_lb->cid_len());
+  }
   if (opts_.check_config) return;
 
   int nworkers = opts_.workers;
@@ -152,6 +178,7 @@ Server::Server(const Options &opts) : opts_(opts) {
   ecfg.max_streams_bidi = opts_.max_streams;
   ecfg.max_connections = opts_.max_connections;
   ecfg.early_data = opts_.early_data;
+  ecfg.quic_lb = quic_lb;
   h3_limits_.max_field_section_size = opts_.max_header_size;
   h3_limits_.max_header_fields = opts_.max_header_fields;
   h3_limits_.max_request_body = opts_.max_request_body;
@@ -185,9 +212,13 @@ Server::Server(const Options &opts) : opts_(opts) {
                                                   opts_.max_body_per_worker));
       if (i == 0) steering_port_ = raw;
     }
-    if (nworkers > 1 && !steering_port_->steer_by_connection_id()) {
-      LOG_WARN("cannot attach the connection-ID steering filter (%s): migrating clients may "
-               "reach the wrong worker and be reset", strerror(errno));
+    const auto worker_at = quic::Endpoint::visible_worker_offset(quic_lb.get());
+    if (nworkers > 1 && !worker_at) {
+      LOG_INFO("encrypted QUIC-LB connection IDs: the kernel spreads packets by address; a "
+               "migrated client's packets reach their worker by hand-off");
+    } else if (nworkers > 1 && !steering_port_->steer_by_connection_id(*worker_at)) {
+      LOG_WARN("cannot attach the connection-ID steering filter (%s): a migrated client's "
+               "packets reach their worker by hand-off", strerror(errno));
     }
   }
   // Cross-queue routing: a datagram for another worker's connection ID

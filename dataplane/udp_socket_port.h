@@ -51,13 +51,15 @@ public:
   const PortStats &stats() const override { return stats_; }
 
   // Makes the kernel deliver each short-header QUIC packet to the socket
-  // whose index in its SO_REUSEPORT group equals the packet's first DCID
-  // byte (the worker id our CIDs start with), so a client that migrates to
+  // whose index in its SO_REUSEPORT group equals the worker byte in the
+  // packet's DCID (quic::Endpoint::make_cid), so a client that migrates to
   // a new address still reaches the worker that owns its connection. Long
   // headers and out-of-range ids fall back to the kernel's 4-tuple hash.
   // Call on one port of the group after every worker has bound. Returns
   // false (with errno) if the kernel refuses the filter.
-  bool steer_by_connection_id();
+  // worker_offset: where in the CID the worker byte (the socket's index
+  // in the group) sits.
+  bool steer_by_connection_id(size_t worker_offset);
 
   // The address each socket is bound to (port 0 resolved).
   std::vector<Address> bound_addresses() const;

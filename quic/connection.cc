@@ -225,7 +225,7 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   params.original_dcid_present = 1;
 
   ngtcp2_cid scid;
-  ep_.make_cid(scid, Endpoint::SCID_LEN);
+  ep_.make_cid(scid);
   params.stateless_reset_token_present = 1;
   ngtcp2_crypto_generate_stateless_reset_token(params.stateless_reset_token,
                                                ep_.secrets().reset_key.data(),
@@ -615,8 +615,9 @@ int Connection::on_handshake_completed() {
   return 0;
 }
 
-int Connection::on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t cidlen) {
-  ep_.make_cid(*cid, cidlen);
+int Connection::on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t) {
+  // ngtcp2 asks for our SCID's length: every CID of ours has it.
+  ep_.make_cid(*cid);
   ngtcp2_crypto_generate_stateless_reset_token(token, ep_.secrets().reset_key.data(),
                                                ep_.secrets().reset_key.size(), cid);
   ep_.add_cid(*cid, this);

@@ -16,7 +16,12 @@ namespace {
 constexpr size_t MIN_INITIAL_DATAGRAM = 1200;
 // Shortest datagram a stateless reset may answer: it must look like a short
 // header packet with our CID length, and be longer than the reset we send.
-constexpr size_t MIN_RESET_TRIGGER = Endpoint::SCID_LEN + 22;
+constexpr size_t RESET_TRIGGER_OVERHEAD = 22;
+// First octet of our CIDs without a QUIC-LB configuration: codepoint 0b111
+// ("unroutable": a balancer routes them by address) and, as such CIDs
+// must, their length.
+constexpr uint8_t UNROUTABLE_FIRST_OCTET =
+    QuicLbConfig::UNROUTABLE << 5 | (Endpoint::UNROUTABLE_CID_LEN - 1);
 
 // A long header's packet type is Initial (RFC 9000 17.2; RFC 9369 3.2
 // renumbered the types for version 2).
@@ -50,7 +55,7 @@ size_t CidKeyHash::operator()(const CidKey &k) const {
 Endpoint::Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &secrets,
                    ApplicationFactory &app, dataplane::TimerWheel &timers, const Clock &clock,
                    dataplane::TxSink &tx)
-    : cfg_(cfg), tls_(&tls), secrets_(secrets), app_(app), timers_(timers), clock_(clock), tx_(tx),
+    : cfg_(cfg), cid_len_(cfg.quic_lb ? cfg.quic_lb->cid_len() : UNROUTABLE_CID_LEN), tls_(&tls), secrets_(secrets), app_(app), timers_(timers), clock_(clock), tx_(tx),
       sources_(cfg.per_source), reset_tokens_(cfg.stateless_resets_per_second),
       reset_refill_at_(clock.now()) {
   scratch_.resize(MIN_INITIAL_DATAGRAM);
@@ -61,11 +66,46 @@ Endpoint::~Endpoint() {
   conns_.clear();
 }
 
-void Endpoint::make_cid(ngtcp2_cid &cid, size_t len) {
-  if (len > NGTCP2_MAX_CIDLEN) len = NGTCP2_MAX_CIDLEN;
-  cid.datalen = len;
-  cid.data[0] = cfg_.worker_id;
-  gnutls_rnd(GNUTLS_RND_NONCE, cid.data + 1, len - 1);
+std::optional<size_t> Endpoint::visible_worker_offset(const QuicLbCodec *lb) {
+  if (lb == nullptr) return 1;
+  if (lb->config().key) return std::nullopt;
+  return 1 + lb->config().server_id.size();
+}
+
+void Endpoint::make_cid(ngtcp2_cid &cid) {
+  cid.datalen = cid_len_;
+  // A short QUIC-LB nonce (the draft allows 4 bytes: 3 random after our
+  // worker byte) can repeat while the first CID is alive; a few draws make
+  // a live duplicate practically impossible.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (!cfg_.quic_lb) {
+      cid.data[0] = UNROUTABLE_FIRST_OCTET;
+      cid.data[1] = cfg_.worker_id;
+      gnutls_rnd(GNUTLS_RND_NONCE, cid.data + 2, cid_len_ - 2);
+    } else {
+      // The nonce: our worker byte, then random bytes; one more random
+      // byte for the first octet's low bits.
+      uint8_t nonce[QuicLbCodec::MAX_PLAINTEXT + 1];
+      const size_t n = cfg_.quic_lb->config().nonce_len;
+      nonce[0] = cfg_.worker_id;
+      gnutls_rnd(GNUTLS_RND_NONCE, nonce + 1, n);
+      cfg_.quic_lb->encode(nonce, nonce[n], cid.data);
+    }
+    if (!cids_.contains(CidKey::from(cid))) return;
+  }
+}
+
+int Endpoint::owner_of(const uint8_t *dcid, size_t len) const {
+  uint8_t worker;
+  if (!cfg_.quic_lb) {
+    if (len != UNROUTABLE_CID_LEN || dcid[0] != UNROUTABLE_FIRST_OCTET) return -1;
+    worker = dcid[1];
+  } else {
+    uint8_t plain[QuicLbCodec::MAX_PLAINTEXT];
+    if (!cfg_.quic_lb->is_ours(dcid, len, plain)) return -1;
+    worker = plain[cfg_.quic_lb->config().server_id.size()];
+  }
+  return worker < cfg_.worker_count ? worker : -1;
 }
 
 void Endpoint::add_cid(const ngtcp2_cid &cid, Connection *c) {
@@ -121,7 +161,7 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
     return;
   }
   ngtcp2_version_cid vc;
-  int rv = ngtcp2_pkt_decode_version_cid(&vc, dg.data, dg.len, SCID_LEN);
+  int rv = ngtcp2_pkt_decode_version_cid(&vc, dg.data, dg.len, cid_len_);
   if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
     send_version_negotiation(dg, vc);
     return;
@@ -142,9 +182,11 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   // kill a healthy connection. A new connection's Initial stays here: its
   // DCID is the client's choice and any worker may accept it.
   const bool long_header = dg.data[0] & 0x80;
-  if (vc.dcidlen == SCID_LEN && vc.dcid[0] != cfg_.worker_id &&
-      vc.dcid[0] < cfg_.worker_count && !(long_header && is_initial(dg.data[0], vc.version))) {
-    if (handoff_ != nullptr && handoff_->hand_off(vc.dcid[0], dg)) {
+  const int owner = long_header && is_initial(dg.data[0], vc.version)
+                        ? -1
+                        : owner_of(vc.dcid, vc.dcidlen);
+  if (owner >= 0 && owner != cfg_.worker_id) {
+    if (handoff_ != nullptr && handoff_->hand_off(static_cast<uint8_t>(owner), dg)) {
       stats_.datagrams_handed_off += 1;
     } else {
       stats_.drop_other_worker += 1;
@@ -283,7 +325,7 @@ void Endpoint::send_version_negotiation(const dataplane::RxDatagram &dg,
 
 void Endpoint::send_retry(const dataplane::RxDatagram &dg, const ngtcp2_pkt_hd &hd) {
   ngtcp2_cid scid;
-  make_cid(scid, SCID_LEN);
+  make_cid(scid);
   uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
   auto tokenlen = ngtcp2_crypto_generate_retry_token(
       token, secrets_.token_key.data(), secrets_.token_key.size(), hd.version,
@@ -309,7 +351,7 @@ void Endpoint::send_close_without_state(const dataplane::RxDatagram &dg, const n
 
 void Endpoint::send_stateless_reset(const dataplane::RxDatagram &dg,
                                     const ngtcp2_version_cid &vc) {
-  if (dg.len < MIN_RESET_TRIGGER) {
+  if (dg.len < cid_len_ + RESET_TRIGGER_OVERHEAD) {
     stats_.drop_unparsable += 1;
     return;
   }

@@ -13,6 +13,7 @@
 #include "quic/application.h"
 #include "quic/clock.h"
 #include "quic/endpoint_types.h"
+#include "quic/quic_lb.h"
 #include "quic/secrets.h"
 #include "quic/tls_context.h"
 
@@ -45,11 +46,16 @@ protected:
 };
 
 struct EndpointConfig {
-  uint8_t worker_id = 0; // first byte of every CID we issue (steering)
+  // Every CID we issue names its worker in the first byte of its nonce
+  // (see Endpoint::make_cid).
+  uint8_t worker_id = 0;
   // Workers sharing the CID space (ids 0..worker_count-1): a packet for
   // another worker's CID is that worker's: handed off to it (set_handoff),
   // never ours to reset.
   uint8_t worker_count = 1;
+  // QUIC-LB: CIDs a balancer routes to this node. None: "unroutable" CIDs
+  // (codepoint 0b111) of UNROUTABLE_CID_LEN bytes.
+  std::shared_ptr<const QuicLbCodec> quic_lb;
   RetryMode retry = RetryMode::automatic;
   // automatic: require Retry while this many handshakes are in progress...
   size_t retry_threshold = 128;
@@ -119,7 +125,10 @@ struct EndpointStats {
 
 class Endpoint {
 public:
-  static constexpr size_t SCID_LEN = 18;
+  static constexpr size_t UNROUTABLE_CID_LEN = 18;
+  // Where the worker byte sits in our CIDs when a balancer can read it
+  // (plaintext); nullopt when it is encrypted.
+  static std::optional<size_t> visible_worker_offset(const QuicLbCodec *lb);
 
   Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &secrets,
            ApplicationFactory &app, dataplane::TimerWheel &timers, const Clock &clock,
@@ -172,7 +181,13 @@ public:
   dataplane::TxSink &tx() { return tx_; }
   EndpointStats &mutable_stats() { return stats_; }
   ApplicationFactory &app_factory() { return app_; }
-  void make_cid(ngtcp2_cid &cid, size_t len);
+  // A new CID of ours: the worker byte, then random bytes, in this node's
+  // CID format.
+  void make_cid(ngtcp2_cid &cid);
+  size_t cid_len() const { return cid_len_; }
+  // The worker that issued dcid if it is one of this node's CIDs (it may
+  // be ours), otherwise -1.
+  int owner_of(const uint8_t *dcid, size_t len) const;
   // Routes cid to c. The route is c's: it is removed by remove_cid or,
   // whatever ngtcp2 recorded, when c is freed, so no entry ever outlives
   // its connection.
@@ -194,6 +209,7 @@ private:
   bool send_stateless(const dataplane::RxDatagram &dg, const uint8_t *data, size_t len);
 
   EndpointConfig cfg_;
+  size_t cid_len_;
   TlsContext *tls_;
   Secrets secrets_;
   ApplicationFactory &app_;

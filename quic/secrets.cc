@@ -1,5 +1,6 @@
 #include "quic/secrets.h"
 
+#include "base/hex.h"
 #include "base/private_file.h"
 
 #include <fcntl.h>
@@ -24,29 +25,10 @@ template <size_t N> void random_fill(std::array<uint8_t, N> &a) {
   }
 }
 
-template <size_t N> std::string to_hex(const std::array<uint8_t, N> &a) {
-  static constexpr char HEX[] = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : a) {
-    s.push_back(HEX[b >> 4]);
-    s.push_back(HEX[b & 15]);
-  }
-  return s;
-}
-
 template <size_t N> bool from_hex(std::string_view s, std::array<uint8_t, N> &a) {
-  if (s.size() != 2 * N) return false;
-  auto nib = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < N; ++i) {
-    int hi = nib(s[2 * i]), lo = nib(s[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    a[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
+  auto v = parse_hex(s);
+  if (!v || v->size() != N) return false;
+  std::copy(v->begin(), v->end(), a.begin());
   return true;
 }
 
@@ -57,6 +39,9 @@ Secrets Secrets::generate() {
   random_fill(s.reset_key);
   random_fill(s.token_key);
   random_fill(s.ticket_key);
+  std::array<uint8_t, 16> lb{};
+  random_fill(lb);
+  s.quic_lb_key = lb;
   return s;
 }
 
@@ -81,6 +66,8 @@ Secrets Secrets::load_or_create(const std::string &path, bool create) {
     text += "reset_key=" + to_hex(s.reset_key) + "\n";
     text += "token_key=" + to_hex(s.token_key) + "\n";
     text += "ticket_key=" + to_hex(s.ticket_key) + "\n";
+    text += "# QUIC-LB (quic_lb.mode = \"encrypted\"): the same on every node and the balancer\n";
+    text += "quic_lb_key=" + to_hex(*s.quic_lb_key) + "\n";
     bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
     ok = fsync(fd) == 0 && ok;
     close(fd);
@@ -125,10 +112,15 @@ Secrets Secrets::load_or_create(const std::string &path, bool create) {
     if (key == "reset_key") ok = have_reset = from_hex(val, s.reset_key);
     else if (key == "token_key") ok = have_token = from_hex(val, s.token_key);
     else if (key == "ticket_key") ok = have_ticket = from_hex(val, s.ticket_key);
+    else if (key == "quic_lb_key") {
+      std::array<uint8_t, 16> lb{};
+      ok = from_hex(val, lb);
+      if (ok) s.quic_lb_key = lb;
+    }
     if (!ok) {
       throw std::runtime_error("secrets file " + path + ":" + std::to_string(lineno) +
-                               ": expected reset_key=<64 hex>, token_key=<64 hex> or "
-                               "ticket_key=<128 hex>");
+                               ": expected reset_key=<64 hex>, token_key=<64 hex>, "
+                               "ticket_key=<128 hex> or quic_lb_key=<32 hex>");
     }
   }
   if (!have_reset || !have_token || !have_ticket) {

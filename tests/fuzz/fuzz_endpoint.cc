@@ -1,8 +1,9 @@
 // The QUIC endpoint's datagram input (before any authentication): header
 // parsing, CID routing, the accept path, Retry tokens, stateless replies,
 // and whatever connections the input manages to create, with time moving.
-// Datagrams: selector byte (low 3 bits: source port; 0x80: advance the
-// clock 50 ms), two-byte length, bytes.
+// Datagrams: selector byte (low 3 bits: source port; 0x40: to the endpoint
+// with encrypted QUIC-LB CIDs; 0x80: advance the clock 50 ms), two-byte
+// length, bytes.
 
 #include "fuzz_input.h"
 
@@ -16,6 +17,7 @@ struct World {
   quic::ManualClock clock;
   quic::Secrets secrets = quic::Secrets::generate();
   std::unique_ptr<testing::TestServer> server;
+  std::unique_ptr<testing::TestServer> lb_server;
   World() {
     quic::EndpointConfig cfg;
     cfg.retry = quic::RetryMode::automatic;
@@ -24,6 +26,14 @@ struct World {
     cfg.worker_count = 2;
     cfg.per_source = {64, 0, 0};
     server = std::make_unique<testing::TestServer>(clock, cfg, secrets);
+    quic::QuicLbConfig lb;
+    lb.config_id = 1;
+    lb.server_id = {0x01, 0x02, 0x03};
+    lb.nonce_len = 6; // L = 9: four passes with a split byte
+    lb.key.emplace();
+    lb.key->fill(0x5a);
+    cfg.quic_lb = std::make_shared<const quic::QuicLbCodec>(lb);
+    lb_server = std::make_unique<testing::TestServer>(clock, cfg, secrets);
   }
 };
 
@@ -38,16 +48,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     testing::Datagram dg;
     dg.path = testing::make_test_path(static_cast<uint16_t>(40000 + (sel & 7)));
     dg.data.assign(bytes.begin(), bytes.end());
-    w->server->deliver(dg);
+    auto &server = sel & 0x40 ? *w->lb_server : *w->server;
+    server.deliver(dg);
     if (sel & 0x80) {
       w->clock.advance(50'000'000);
       w->server->tick();
+      w->lb_server->tick();
     }
   }
   // Do not let state pile up across inputs: let everything time out.
   w->clock.advance(60'000'000'000ull);
-  w->server->tick();
-  w->server->sink.out.clear();
-  w->server->sink.verified.clear();
+  for (auto *server : {w->server.get(), w->lb_server.get()}) {
+    server->tick();
+    server->sink.out.clear();
+    server->sink.verified.clear();
+  }
   return 0;
 }

@@ -310,7 +310,8 @@ class AfXdpLifecycle(TimedTestCase):
                         "s.bind(('0.0.0.0', 40404)); s.settimeout(0.5)\n"
                         f"a=('{topo.srv_ip}', 4433); n=0\n"
                         f"for k in range({queues}):\n"
-                        "    s.sendto(bytes([0x41, k]) + bytes(range(17)) + bytes(40), a)\n"
+                        # An 18-byte CID of ours: 0b111|17, worker k.
+                        "    s.sendto(bytes([0x41, 0xf1, k]) + bytes(range(16)) + bytes(40), a)\n"
                         "    try:\n"
                         "        s.recv(100); n+=1\n"
                         "    except socket.timeout: pass\n"

@@ -111,3 +111,27 @@ TEST(Config, DefaultConfigTextParsesToTheDefaults) {
   EXPECT_EQ(o.drain_timeout_ms, d.drain_timeout_ms);
   EXPECT_EQ(o.dataplane, d.dataplane);
 }
+
+TEST(Config, QuicLbSection) {
+  auto path = write_config(R"([tls]
+secrets = "/var/lib/xdpq/secrets"
+[quic_lb]
+server_id = "0a0b0c"
+config_id = 3
+nonce_length = 9
+mode = "plaintext"
+)");
+  auto o = parse({"--config", path});
+  EXPECT_EQ(o.quic_lb_server_id, (std::vector<uint8_t>{0x0a, 0x0b, 0x0c}));
+  EXPECT_EQ(o.quic_lb_config_id, 3);
+  EXPECT_EQ(o.quic_lb_nonce_length, 9u);
+  EXPECT_EQ(o.quic_lb_mode, "plaintext");
+  auto bad = write_config("[tls]\nsecrets = \"/s\"\n[quic_lb]\nserver_id = \"xyz\"\n");
+  auto e = error_of({"--config", bad});
+  EXPECT_NE(e.find(bad + ":4: quic_lb.server_id"), std::string::npos) << e;
+  EXPECT_NE(e.find("1 to 15 bytes"), std::string::npos) << e;
+  auto typo = write_config("[quic_lb]\nserver = \"01\"\n");
+  e = error_of({"--config", typo});
+  EXPECT_NE(e.find(typo + ":2: quic_lb.server"), std::string::npos) << e;
+  EXPECT_NE(e.find("server_id, config_id, nonce_length, mode"), std::string::npos) << e;
+}

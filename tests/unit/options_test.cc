@@ -75,3 +75,48 @@ TEST(Options, HelpDocumentsEveryFlag) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
 }
+
+TEST(Options, QuicLb) {
+  auto o = parse({"--quic-lb-server-id", "0A01", "--secrets", "/tmp/s"});
+  EXPECT_EQ(o.quic_lb_server_id, (std::vector<uint8_t>{0x0a, 0x01}));
+  EXPECT_EQ(o.quic_lb_config_id, 0);
+  EXPECT_EQ(o.quic_lb_nonce_length, 14u); // one AES block with the server ID
+  EXPECT_EQ(o.quic_lb_mode, "encrypted");
+  auto p = parse({"--quic-lb-server-id", "010203040506070809", "--quic-lb-config-id", "6",
+                  "--quic-lb-nonce-length", "10", "--quic-lb-mode", "plaintext", "--secrets",
+                  "/tmp/s"});
+  EXPECT_EQ(p.quic_lb_config_id, 6);
+  EXPECT_EQ(p.quic_lb_nonce_length, 10u);
+  EXPECT_EQ(p.quic_lb_mode, "plaintext");
+  EXPECT_EQ(parse({"--quic-lb-server-id", "0102030405060708090a0b0c0d0e0f", "--secrets", "/s"})
+                .quic_lb_nonce_length,
+            4u);
+  EXPECT_TRUE(parse({}).quic_lb_server_id.empty());
+
+  EXPECT_NE(error_of({"--quic-lb-server-id", "01"}).find("needs --secrets"), std::string::npos);
+  for (const char *bad : {"", "0", "zz", "0102030405060708090a0b0c0d0e0f10"}) {
+    EXPECT_NE(error_of({"--quic-lb-server-id", bad, "--secrets", "/s"}).find("1 to 15 bytes"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(error_of({"--quic-lb-server-id", "01", "--secrets", "/s", "--quic-lb-config-id", "7"})
+                .find("from 0 to 6"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--quic-lb-server-id", "01", "--secrets", "/s", "--quic-lb-nonce-length",
+                      "3"})
+                .find("from 4 to 18"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--quic-lb-server-id", "0102", "--secrets", "/s", "--quic-lb-nonce-length",
+                      "18"})
+                .find("exceed 19 bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--quic-lb-server-id", "01", "--secrets", "/s", "--quic-lb-mode", "rot13"})
+                .find("encrypted or plaintext"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--quic-lb-mode", "plaintext"}).find("go with --quic-lb-server-id"),
+            std::string::npos);
+  for (const char *flag : {"--quic-lb-server-id", "--quic-lb-config-id", "--quic-lb-nonce-length",
+                           "--quic-lb-mode"}) {
+    EXPECT_NE(std::string(usage_text()).find(flag), std::string::npos) << flag;
+  }
+}

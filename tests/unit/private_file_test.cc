@@ -113,3 +113,40 @@ TEST_F(PrivateFile, SecretsFileMustBeOursOrRoots) {
     EXPECT_NE(std::string(e.what()).find("owned by uid 65534"), std::string::npos) << e.what();
   }
 }
+
+// Issue 13 (QUIC-LB): the secrets file carries the balancer's AES key; new
+// files get one, files of older versions load without it, and a malformed
+// one names its line.
+TEST_F(PrivateFile, SecretsFileCarriesTheQuicLbKey) {
+  auto p = (dir_ / "secrets").string();
+  auto made = xdpq::quic::Secrets::load_or_create(p);
+  ASSERT_TRUE(made.quic_lb_key.has_value());
+  auto again = xdpq::quic::Secrets::load_or_create(p);
+  EXPECT_EQ(again.quic_lb_key, made.quic_lb_key);
+  EXPECT_EQ(again.reset_key, made.reset_key);
+
+  auto write = [&](const std::string &text) {
+    fs::remove(p);
+    int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    close(fd);
+  };
+  const std::string keys = "reset_key=" + std::string(64, '1') + "\ntoken_key=" +
+                           std::string(64, '2') + "\nticket_key=" + std::string(128, '3') + "\n";
+  write(keys);
+  EXPECT_FALSE(xdpq::quic::Secrets::load_or_create(p).quic_lb_key.has_value());
+  write(keys + "quic_lb_key=8f95f09245765f80256934e50c66207f\n");
+  auto lb = xdpq::quic::Secrets::load_or_create(p).quic_lb_key;
+  ASSERT_TRUE(lb.has_value());
+  EXPECT_EQ((*lb)[0], 0x8f);
+  EXPECT_EQ((*lb)[15], 0x7f);
+  write(keys + "quic_lb_key=8f95f0\n");
+  try {
+    xdpq::quic::Secrets::load_or_create(p);
+    FAIL() << "accepted a short quic_lb_key";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find(":4: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("quic_lb_key=<32 hex>"), std::string::npos) << e.what();
+  }
+}

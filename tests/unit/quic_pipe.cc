@@ -311,6 +311,15 @@ std::vector<Datagram> TestClient::write() {
   return out;
 }
 
+int TestClient::migrate(uint16_t new_port) {
+  dataplane::Path next = make_test_path(new_port);
+  next.local = path_.local;
+  ngtcp2_path np = to_np(next);
+  int rv = ngtcp2_conn_initiate_immediate_migration(conn_, &np, clock_.now());
+  if (rv == 0) path_ = next;
+  return rv;
+}
+
 void TestClient::read(const Datagram &dg) {
   if (closed_) return;
   ngtcp2_path np = to_np(path_);

@@ -81,6 +81,10 @@ public:
                   const std::vector<std::pair<std::string, std::string>> &headers = {},
                   const std::string &body = {}, bool end_stream = true);
 
+  // Active migration to a new local port: the client moves to an unused
+  // CID of the server's. Returns ngtcp2's result.
+  int migrate(uint16_t new_port);
+
   bool handshake_completed() const { return handshake_completed_; }
   bool closed() const { return closed_; }
   ngtcp2_conn *conn() const { return conn_; }

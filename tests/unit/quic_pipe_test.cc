@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 using namespace xdpq;
 using namespace xdpq::testing;
 
@@ -37,6 +39,7 @@ protected:
     return client_->responses[sid];
   }
   const quic::EndpointStats &stats() { return server_->endpoint->stats(); }
+  void migrate_to_another_workers_queue(quic::EndpointConfig cfg);
 
   quic::ManualClock clock_;
   quic::Secrets secrets_ = quic::Secrets::generate();
@@ -347,10 +350,12 @@ TEST_F(QuicPipe, OtherWorkersConnectionIdsAreNotReset) {
   cfg.worker_id = 1;
   cfg.worker_count = 4;
   TestServer srv(clock_, cfg, secrets_);
-  auto short_packet = [](uint8_t first_cid_byte) {
+  auto short_packet = [](uint8_t worker, uint8_t first_octet = 0xf1) {
+    // Our CIDs without QUIC-LB: 0b111 | length 17, then the worker byte.
     std::vector<uint8_t> pkt(60, 0x55);
     pkt[0] = 0x41;
-    pkt[1] = first_cid_byte;
+    pkt[1] = first_octet;
+    pkt[2] = worker;
     return pkt;
   };
   // Without a hand-off (one worker's endpoint alone): dropped, not reset.
@@ -358,10 +363,12 @@ TEST_F(QuicPipe, OtherWorkersConnectionIdsAreNotReset) {
   EXPECT_TRUE(srv.deliver(raw(short_packet(2))).empty());
   EXPECT_TRUE(srv.deliver(raw(short_packet(3))).empty());
   EXPECT_EQ(srv.endpoint->stats().drop_other_worker, 3u);
-  // Our own id, or one no worker has: an unknown connection, reset.
+  // Our own id, or one no worker has, or not our CID format: an unknown
+  // connection, reset.
   EXPECT_EQ(srv.deliver(raw(short_packet(1))).size(), 1u);
   EXPECT_EQ(srv.deliver(raw(short_packet(9))).size(), 1u);
-  EXPECT_EQ(srv.endpoint->stats().stateless_resets_sent, 2u);
+  EXPECT_EQ(srv.deliver(raw(short_packet(0, 0x11))).size(), 1u);
+  EXPECT_EQ(srv.endpoint->stats().stateless_resets_sent, 3u);
 }
 
 namespace {
@@ -387,8 +394,9 @@ TEST_F(QuicPipe, OtherWorkersDatagramsAreHandedToTheirOwner) {
   srv.endpoint->set_handoff(&h);
   std::vector<uint8_t> pkt(60, 0x55);
   pkt[0] = 0x41;
+  pkt[1] = 0xf1; // unroutable, 18 bytes
   for (uint8_t owner : {0, 2, 3, 3}) {
-    pkt[1] = owner;
+    pkt[2] = owner;
     EXPECT_TRUE(srv.deliver(raw(pkt)).empty());
   }
   EXPECT_EQ(h.owners, (std::vector<uint8_t>{0, 2, 3, 3}));
@@ -411,8 +419,7 @@ TEST_F(QuicPipe, OtherWorkersDatagramsAreHandedToTheirOwner) {
 // Issue 12 (cross-queue routing): a client whose new path lands on another
 // worker's queue keeps its connection: that worker hands its datagrams to
 // the owner, which answers on the new path.
-TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
-  quic::EndpointConfig cfg;
+void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg) {
   cfg.worker_id = 1;
   cfg.worker_count = 2;
   start(cfg); // the client's connection belongs to worker 1
@@ -460,6 +467,10 @@ TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
   EXPECT_GE(stats().path_validations_ok, 1u);
 }
 
+TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
+  migrate_to_another_workers_queue({});
+}
+
 // Regression (issue 10): one source may not hold every connection slot.
 TEST_F(QuicPipe, PerSourceConnectionCap) {
   quic::EndpointConfig cfg;
@@ -503,4 +514,101 @@ TEST_F(QuicPipe, LinkAddressIsLearnedOnlyFromAuthenticatedPackets) {
   EXPECT_EQ(v.size(), reports);                      // ...and taught nothing
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
   for (const auto &r : v) EXPECT_EQ(r.link, CLIENT_LINK);
+}
+
+namespace {
+constexpr uint8_t LB_KEY[16] = {0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80,
+                                0x25, 0x69, 0x34, 0xe5, 0x0c, 0x66, 0x20, 0x7f};
+
+std::shared_ptr<const quic::QuicLbCodec> quic_lb(std::vector<uint8_t> server_id, bool encrypted,
+                                                 size_t nonce_len = 8) {
+  quic::QuicLbConfig c;
+  c.config_id = 2;
+  c.server_id = std::move(server_id);
+  c.nonce_len = nonce_len;
+  if (encrypted) {
+    c.key.emplace();
+    std::copy(std::begin(LB_KEY), std::end(LB_KEY), c.key->begin());
+  }
+  return std::make_shared<const quic::QuicLbCodec>(c);
+}
+} // namespace
+
+// Issue 13 (QUIC-LB): every CID the server hands out is a QUIC-LB CID of
+// its configuration that a balancer decodes to this node's server ID, and
+// whose nonce names the worker.
+TEST_F(QuicPipe, QuicLbConnectionIdsNameTheNodeAndTheWorker) {
+  for (bool encrypted : {false, true}) {
+    for (size_t nonce : {8u, 14u}) { // four-pass and single-pass AES
+      quic::EndpointConfig cfg;
+      cfg.worker_id = 1;
+      cfg.worker_count = 2;
+      cfg.quic_lb = quic_lb({0x0a, 0x0b}, encrypted, nonce);
+      start(cfg);
+      EXPECT_EQ(server_->endpoint->cid_len(), 3 + nonce);
+      // The client moves through several of the server's CIDs.
+      std::set<std::vector<uint8_t>> seen;
+      for (int round = 0; round < 3; ++round) {
+        EXPECT_EQ(fetch("GET", "/bytes/100").status, 200);
+        const ngtcp2_cid *dcid = ngtcp2_conn_get_dcid(client_->conn());
+        seen.emplace(dcid->data, dcid->data + dcid->datalen);
+        ASSERT_EQ(dcid->datalen, 3 + nonce);
+        EXPECT_EQ(dcid->data[0], 2 << 5 | (2 + nonce)); // config 2, length encoded
+        uint8_t plain[19];
+        ASSERT_TRUE(cfg.quic_lb->is_ours(dcid->data, dcid->datalen, plain));
+        EXPECT_EQ(plain[2], 1) << "worker byte";
+        EXPECT_EQ(server_->endpoint->owner_of(dcid->data, dcid->datalen), 1);
+        // A node with another server ID does not claim it.
+        auto other = quic_lb({0x0a, 0x0c}, encrypted, nonce);
+        EXPECT_FALSE(other->is_ours(dcid->data, dcid->datalen, plain));
+        EXPECT_EQ(std::memcmp(dcid->data + 1, "\x0a\x0b", 2) == 0, !encrypted);
+        ngtcp2_cid next;
+        server_->endpoint->make_cid(next); // a fresh one differs
+        EXPECT_FALSE(ngtcp2_cid_eq(&next, dcid));
+        // Migration makes the client switch to an unused server CID.
+        ASSERT_EQ(client_->migrate(static_cast<uint16_t>(51000 + round)), 0);
+      }
+      EXPECT_EQ(fetch("GET", "/bytes/100").status, 200);
+      EXPECT_FALSE(client_->closed());
+      EXPECT_EQ(seen.size(), 3u) << "each migration moved to another of the server's CIDs";
+    }
+  }
+}
+
+// Issue 13 (QUIC-LB): a connection whose packets a balancer sends to the
+// wrong node (a node failed, the balancer's configuration changed) is
+// reset by that node, and the client accepts the reset because the nodes
+// share their secrets; a node with other secrets cannot end it.
+TEST_F(QuicPipe, QuicLbWrongNodeResetsTheConnection) {
+  quic::EndpointConfig cfg;
+  cfg.quic_lb = quic_lb({0x01}, true);
+  start(cfg);
+  ASSERT_EQ(fetch("GET", "/bytes/100").status, 200);
+  cfg.quic_lb = quic_lb({0x02}, true);
+  auto exchange = [&](TestServer &node) {
+    ASSERT_GE(client_->request("GET", "/bytes/100"), 0);
+    for (int step = 0; step < 50 && !client_->closed(); ++step) {
+      for (auto &dg : client_->write()) {
+        for (auto &back : node.deliver(dg)) client_->read(back);
+      }
+      clock_.set(clock_.now() + 50'000'000);
+      client_->handle_expiry();
+    }
+  };
+  TestServer stranger(clock_, cfg, quic::Secrets::generate());
+  exchange(stranger);
+  EXPECT_GE(stranger.endpoint->stats().stateless_resets_sent, 1u);
+  EXPECT_FALSE(client_->closed()) << "a reset under another key must not end the connection";
+  TestServer sibling(clock_, cfg, secrets_);
+  exchange(sibling);
+  EXPECT_GE(sibling.endpoint->stats().stateless_resets_sent, 1u);
+  EXPECT_TRUE(client_->closed());
+  EXPECT_EQ(sibling.endpoint->connection_count(), 0u);
+}
+
+// The hand-off between workers finds the owner inside encrypted CIDs.
+TEST_F(QuicPipe, QuicLbConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
+  quic::EndpointConfig cfg;
+  cfg.quic_lb = quic_lb({0x01, 0x02, 0x03}, true, 9);
+  migrate_to_another_workers_queue(cfg);
 }
