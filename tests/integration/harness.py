@@ -169,6 +169,18 @@ def xdpqctl(server_or_path, *args, json_out=False, user=None, timeout=15):
     return r.returncode, r.stdout, r.stderr
 
 
+def make_cert(d, cn):
+    """A self-signed P-256 certificate for cn in directory d: (key, cert,
+    SHA-256 fingerprint)."""
+    key, cert = os.path.join(d, f"{cn}.key"), os.path.join(d, f"{cn}.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days",
+                    "2", "-subj", f"/CN={cn}"], check=True, capture_output=True)
+    fp = subprocess.run(["openssl", "x509", "-in", cert, "-noout", "-fingerprint", "-sha256"],
+                        check=True, capture_output=True, text=True).stdout.strip().split("=")[1]
+    return key, cert, fp
+
+
 def statuses(output):
     """Maps request index (stream id / 4) to the :status gtlsclient saw."""
     found = {}

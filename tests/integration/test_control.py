@@ -22,20 +22,10 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (GTLSCLIENT, XDPQD, Server, TimedTestCase, free_udp_port,  # noqa: E402
-                     gtlsclient, pattern, require_tools, sha256, xdpqctl)
+                     gtlsclient, make_cert, pattern, require_tools, sha256, xdpqctl)
 from netns import Topology  # noqa: E402
 
 H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
-
-
-def make_cert(d, cn):
-    key, cert = os.path.join(d, f"{cn}.key"), os.path.join(d, f"{cn}.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days",
-                    "2", "-subj", f"/CN={cn}"], check=True, capture_output=True)
-    fp = subprocess.run(["openssl", "x509", "-in", cert, "-noout", "-fingerprint", "-sha256"],
-                        check=True, capture_output=True, text=True).stdout.strip().split("=")[1]
-    return key, cert, fp
 
 
 def read_pcap(path):
