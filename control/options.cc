@@ -345,7 +345,7 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       }
       o.quic_lb_mode = v;
     } else if (arg == "--workers") {
-      o.workers = static_cast<int>(parse_number(arg, need(), 1, 255));
+      o.workers = static_cast<int>(parse_number(arg, need(), 1, 127));
     } else if (arg == "--cpus") {
       auto v = need();
       std::string why;
@@ -428,7 +428,7 @@ Options parse_options(int argc, const char *const *argv) {
   if (o.dataplane == "afxdp") {
     if (o.interface.empty()) throw UsageError("--dataplane afxdp needs --interface IF");
     if (o.queues.empty()) o.queues.push_back(0);
-    if (o.queues.size() > 255) throw UsageError("--queues: at most 255 queues (one worker each)");
+    if (o.queues.size() > 127) throw UsageError("--queues: at most 127 queues (one worker each)");
     if (o.workers != 0 && o.workers != static_cast<int>(o.queues.size())) {
       throw UsageError("--workers: with --dataplane afxdp there is one worker per queue "
                        "(--queues); leave --workers out");

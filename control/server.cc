@@ -163,7 +163,7 @@ Server::Server(const Options &opts) : opts_(opts) {
   if (nworkers == 0) {
     nworkers = opts_.cpus.empty() ? dataplane::available_cpus() : static_cast<int>(opts_.cpus.size());
   }
-  if (nworkers > 255) nworkers = 255;
+  if (nworkers > quic::EndpointConfig::MAX_WORKERS) nworkers = quic::EndpointConfig::MAX_WORKERS;
 
   quic::EndpointConfig ecfg;
   ecfg.retry = opts_.retry;

@@ -122,8 +122,9 @@ bool UdpSocketPort::steer_by_connection_id(size_t worker_offset) {
   // ends the program with 0 (socket 0); no valid short header is that short.
   sock_filter code[] = {
       BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0),           // A = first byte
-      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x80, 2, 0), // long header?
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x80, 3, 0), // long header?
       BPF_STMT(BPF_LD | BPF_B | BPF_ABS, static_cast<uint32_t>(1 + worker_offset)), // worker
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x7f),       // without the generation bit
       BPF_STMT(BPF_RET | BPF_A, 0),                    // socket index
       BPF_STMT(BPF_RET | BPF_K, 0xffffffffu),          // out of range: hash
   };

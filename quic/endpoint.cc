@@ -80,14 +80,14 @@ void Endpoint::make_cid(ngtcp2_cid &cid) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     if (!cfg_.quic_lb) {
       cid.data[0] = UNROUTABLE_FIRST_OCTET;
-      cid.data[1] = cfg_.worker_id;
+      cid.data[1] = worker_byte();
       gnutls_rnd(GNUTLS_RND_NONCE, cid.data + 2, cid_len_ - 2);
     } else {
       // The nonce: our worker byte, then random bytes; one more random
       // byte for the first octet's low bits.
       uint8_t nonce[QuicLbCodec::MAX_PLAINTEXT + 1];
       const size_t n = cfg_.quic_lb->config().nonce_len;
-      nonce[0] = cfg_.worker_id;
+      nonce[0] = worker_byte();
       gnutls_rnd(GNUTLS_RND_NONCE, nonce + 1, n);
       cfg_.quic_lb->encode(nonce, nonce[n], cid.data);
     }
@@ -105,7 +105,8 @@ int Endpoint::owner_of(const uint8_t *dcid, size_t len) const {
     if (!cfg_.quic_lb->is_ours(dcid, len, plain)) return -1;
     worker = plain[cfg_.quic_lb->config().server_id.size()];
   }
-  return worker < cfg_.worker_count ? worker : -1;
+  const bool ours = worker >> 7 == cfg_.generation;
+  return (worker & 0x7f) < (ours ? cfg_.worker_count : other_generation_workers_) ? worker : -1;
 }
 
 void Endpoint::add_cid(const ngtcp2_cid &cid, Connection *c) {
@@ -185,7 +186,7 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   const int owner = long_header && is_initial(dg.data[0], vc.version)
                         ? -1
                         : owner_of(vc.dcid, vc.dcidlen);
-  if (owner >= 0 && owner != cfg_.worker_id) {
+  if (owner >= 0 && owner != worker_byte()) {
     if (handoff_ != nullptr && handoff_->hand_off(static_cast<uint8_t>(owner), dg)) {
       stats_.datagrams_handed_off += 1;
     } else {

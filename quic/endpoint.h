@@ -37,8 +37,11 @@ enum class RetryMode { off, on, automatic };
 // the owner; it never touches another worker.
 class Handoff {
 public:
-  // True when the owner took a copy of dg (valid only during the call);
-  // false when it could not, and the endpoint drops and counts it.
+  // owner: the worker byte of its CIDs (generation << 7 | worker id); the
+  // other generation's workers are those of the other process during a
+  // binary upgrade. True when the owner took a copy of dg (valid only
+  // during the call); false when it could not, and the endpoint drops and
+  // counts it.
   virtual bool hand_off(uint8_t owner, const dataplane::RxDatagram &dg) = 0;
 
 protected:
@@ -46,9 +49,13 @@ protected:
 };
 
 struct EndpointConfig {
-  // Every CID we issue names its worker in the first byte of its nonce
-  // (see Endpoint::make_cid).
+  static constexpr uint8_t MAX_WORKERS = 127;
+  // Every CID we issue carries a worker byte in the first byte of its
+  // nonce (see Endpoint::make_cid): the process generation in its top bit
+  // (a binary upgrade runs two, each routing the other's packets to it),
+  // the worker id (0..126) in the rest.
   uint8_t worker_id = 0;
+  uint8_t generation = 0; // 0 or 1
   // Workers sharing the CID space (ids 0..worker_count-1): a packet for
   // another worker's CID is that worker's: handed off to it (set_handoff),
   // never ours to reset.
@@ -161,6 +168,14 @@ public:
   void set_tls(TlsContext &tls) { tls_ = &tls; }
   // Where other workers' datagrams go; without one they are dropped.
   void set_handoff(Handoff *h) { handoff_ = h; }
+  // The other generation's worker count while another process of ours
+  // serves its connections (binary upgrade), 0 when there is none: its
+  // CIDs are then unknown ones (reset).
+  void set_other_generation(uint8_t workers) { other_generation_workers_ = workers; }
+  // This endpoint's worker byte.
+  uint8_t worker_byte() const {
+    return static_cast<uint8_t>(cfg_.generation << 7 | cfg_.worker_id);
+  }
 
   size_t connection_count() const { return conns_.size(); }
   // Entries in the CID routing table (every one names a live connection).
@@ -185,8 +200,8 @@ public:
   // CID format.
   void make_cid(ngtcp2_cid &cid);
   size_t cid_len() const { return cid_len_; }
-  // The worker that issued dcid if it is one of this node's CIDs (it may
-  // be ours), otherwise -1.
+  // The worker byte of the worker that issued dcid if it is one of this
+  // node's CIDs of a live generation (it may be ours), otherwise -1.
   int owner_of(const uint8_t *dcid, size_t len) const;
   // Routes cid to c. The route is c's: it is removed by remove_cid or,
   // whatever ngtcp2 recorded, when c is freed, so no entry ever outlives
@@ -217,6 +232,7 @@ private:
   const Clock &clock_;
   dataplane::TxSink &tx_;
   Handoff *handoff_ = nullptr;
+  uint8_t other_generation_workers_ = 0;
   EndpointStats stats_;
 
   std::unordered_map<CidKey, Connection *, CidKeyHash> cids_;

@@ -48,7 +48,7 @@ TEST(Options, ErrorsNameTheFlag) {
   EXPECT_NE(error_of({"--retry", "sometimes"}).find("off, on or auto"), std::string::npos);
   EXPECT_NE(error_of({"--bogus"}).find("unknown option"), std::string::npos);
   EXPECT_NE(error_of({"--workers"}).find("missing value"), std::string::npos);
-  EXPECT_NE(error_of({"--workers", "0"}).find("from 1 to 255"), std::string::npos);
+  EXPECT_NE(error_of({"--workers", "0"}).find("from 1 to 127"), std::string::npos);
   EXPECT_NE(error_of({"--cert", "x.pem"}).find("--cert and --key"), std::string::npos);
   EXPECT_NE(error_of({"--dataplane", "afxdp"}).find("needs --interface"), std::string::npos);
   EXPECT_NE(error_of({"--interface", "eth0"}).find("--dataplane afxdp"), std::string::npos);

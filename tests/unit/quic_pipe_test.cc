@@ -39,7 +39,11 @@ protected:
     return client_->responses[sid];
   }
   const quic::EndpointStats &stats() { return server_->endpoint->stats(); }
-  void migrate_to_another_workers_queue(quic::EndpointConfig cfg);
+  // The client's connection belongs to worker 1; its datagrams arrive at
+  // another worker (another queue's, or with other_generation the same
+  // worker id of the next process of a binary upgrade), which hands them
+  // to the owner.
+  void migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation = false);
 
   quic::ManualClock clock_;
   quic::Secrets secrets_ = quic::Secrets::generate();
@@ -419,13 +423,18 @@ TEST_F(QuicPipe, OtherWorkersDatagramsAreHandedToTheirOwner) {
 // Issue 12 (cross-queue routing): a client whose new path lands on another
 // worker's queue keeps its connection: that worker hands its datagrams to
 // the owner, which answers on the new path.
-void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg) {
+void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation) {
   cfg.worker_id = 1;
   cfg.worker_count = 2;
   start(cfg); // the client's connection belongs to worker 1
   EXPECT_EQ(fetch("GET", "/bytes/1000").status, 200);
-  cfg.worker_id = 0;
+  if (other_generation) {
+    cfg.generation = 1;
+  } else {
+    cfg.worker_id = 0;
+  }
   TestServer other(clock_, cfg, secrets_);
+  if (other_generation) other.endpoint->set_other_generation(2);
   other.nat_port = 61000; // the new path, which hashes to worker 0's queue
   RingHandoff h(1);
   other.endpoint->set_handoff(&h);
@@ -469,6 +478,45 @@ void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg) {
 
 TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
   migrate_to_another_workers_queue({});
+}
+
+// Issue 13 (binary upgrade): the next process's worker hands the previous
+// generation's packets to it; the same worker id of its own generation
+// would not take them.
+TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtTheNextGeneration) {
+  migrate_to_another_workers_queue({}, true);
+}
+
+TEST_F(QuicPipe, GenerationBitRoutesOrResets) {
+  quic::EndpointConfig cfg;
+  cfg.worker_id = 1;
+  cfg.worker_count = 2;
+  cfg.generation = 1;
+  TestServer srv(clock_, cfg, secrets_);
+  RingHandoff h(0x01); // worker 1 of generation 0
+  srv.endpoint->set_handoff(&h);
+  ngtcp2_cid mine;
+  srv.endpoint->make_cid(mine);
+  EXPECT_EQ(mine.data[1], 0x81);
+  auto short_packet = [](uint8_t worker_byte) {
+    std::vector<uint8_t> pkt(60, 0x55);
+    pkt[0] = 0x41;
+    pkt[1] = 0xf1;
+    pkt[2] = worker_byte;
+    return pkt;
+  };
+  // No other generation: its CIDs are unknown connections.
+  EXPECT_EQ(srv.deliver(raw(short_packet(0x01))).size(), 1u);
+  srv.endpoint->set_other_generation(2);
+  EXPECT_TRUE(srv.deliver(raw(short_packet(0x01))).empty()); // to the previous process
+  EXPECT_TRUE(srv.deliver(raw(short_packet(0x80))).empty()); // to our worker 0
+  EXPECT_EQ(srv.deliver(raw(short_packet(0x02))).size(), 1u); // no such worker there
+  EXPECT_EQ(h.owners, (std::vector<uint8_t>{0x01, 0x80}));
+  EXPECT_EQ(srv.endpoint->stats().datagrams_handed_off, 1u);
+  EXPECT_EQ(srv.endpoint->stats().drop_other_worker, 1u); // the ring took only 0x01
+  EXPECT_EQ(srv.endpoint->stats().stateless_resets_sent, 2u);
+  // Our own worker byte: ours (unknown here: reset).
+  EXPECT_EQ(srv.deliver(raw(short_packet(0x81))).size(), 1u);
 }
 
 // Regression (issue 10): one source may not hold every connection slot.
