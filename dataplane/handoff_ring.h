@@ -10,6 +10,11 @@
 // not fit, because the ring is full or the datagram is too large, is
 // refused, and the caller drops and counts it: a peer can make a worker
 // copy at most capacity() datagrams ahead of their owner, never more.
+//
+// A ring may also live in memory shared between two processes (a binary
+// upgrade: the next process hands the previous one its connections'
+// datagrams): HandoffRegion maps such rings from a memfd, and each process
+// builds its own HandoffRing view on the same bytes.
 
 #include "dataplane/datagram_port.h"
 
@@ -19,6 +24,9 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <string>
+#include <vector>
 
 namespace xdpq::dataplane {
 
@@ -32,11 +40,26 @@ public:
 
   // capacity is rounded up to a power of two (at least 2).
   explicit HandoffRing(size_t capacity)
-      : mask_(std::bit_ceil(capacity < 2 ? size_t{2} : capacity) - 1),
+      : mask_(round(capacity) - 1),
         // Not value-initialised: pages are touched only as slots are used.
-        slots_(std::make_unique_for_overwrite<Slot[]>(mask_ + 1)) {}
+        own_(std::make_unique_for_overwrite<std::byte[]>(region_bytes(capacity) + 63)) {
+    void *p = own_.get();
+    size_t space = region_bytes(capacity) + 63;
+    place(std::align(64, region_bytes(capacity), p, space), true);
+  }
+  // A view of a ring at region (64-byte aligned, region_bytes(capacity)
+  // long, shared with another process); init sets it up empty (the
+  // creator does, once, before anyone pushes).
+  HandoffRing(void *region, size_t capacity, bool init) : mask_(round(capacity) - 1) {
+    place(region, init);
+  }
   HandoffRing(const HandoffRing &) = delete;
   HandoffRing &operator=(const HandoffRing &) = delete;
+
+  // Bytes a ring of capacity slots occupies in a region.
+  static size_t region_bytes(size_t capacity) {
+    return sizeof(Indices) + round(capacity) * sizeof(Slot);
+  }
 
   size_t capacity() const { return mask_ + 1; }
 
@@ -45,9 +68,9 @@ public:
   // Producer: copies dg into the ring.
   Push push(const RxDatagram &dg) {
     if (dg.len > MAX_PAYLOAD) return Push::too_big;
-    const uint64_t tail = tail_.load(std::memory_order_relaxed);
+    const uint64_t tail = ix_->tail.load(std::memory_order_relaxed);
     if (tail - head_cache_ > mask_) {
-      head_cache_ = head_.load(std::memory_order_acquire);
+      head_cache_ = ix_->head.load(std::memory_order_acquire);
       if (tail - head_cache_ > mask_) return Push::full;
     }
     Slot &s = slots_[tail & mask_];
@@ -56,7 +79,7 @@ public:
     s.len = static_cast<uint16_t>(dg.len);
     s.ecn = dg.ecn;
     std::memcpy(s.data, dg.data, dg.len);
-    tail_.store(tail + 1, std::memory_order_release);
+    ix_->tail.store(tail + 1, std::memory_order_release);
     return Push::ok;
   }
 
@@ -64,15 +87,15 @@ public:
   // order they were pushed; each datagram's data is valid only during its
   // call. Returns how many it handed to f.
   template <typename F> size_t drain(F &&f, size_t max = SIZE_MAX) {
-    const uint64_t head = head_.load(std::memory_order_relaxed);
-    const uint64_t tail = tail_.load(std::memory_order_acquire);
+    const uint64_t head = ix_->head.load(std::memory_order_relaxed);
+    const uint64_t tail = ix_->tail.load(std::memory_order_acquire);
     size_t n = 0;
     for (uint64_t i = head; i != tail && n < max; ++i, ++n) {
       Slot &s = slots_[i & mask_];
       RxDatagram dg{s.data, s.len, s.path, s.ecn, s.link};
       f(static_cast<const RxDatagram &>(dg));
       // The slot goes back to the producer only once f is done with it.
-      head_.store(i + 1, std::memory_order_release);
+      ix_->head.store(i + 1, std::memory_order_release);
     }
     return n;
   }
@@ -80,7 +103,8 @@ public:
   // Consumer: whether anything is waiting (a hint from the consumer's
   // side; the producer may be adding more).
   bool empty() const {
-    return head_.load(std::memory_order_relaxed) == tail_.load(std::memory_order_acquire);
+    return ix_->head.load(std::memory_order_relaxed) ==
+           ix_->tail.load(std::memory_order_acquire);
   }
 
 private:
@@ -91,14 +115,58 @@ private:
     uint8_t ecn;
     uint8_t data[MAX_PAYLOAD];
   };
+  // The producer's and the consumer's indices on their own cache lines
+  // (lock-free atomics: the same in two processes mapping the region).
+  struct Indices {
+    alignas(64) std::atomic<uint64_t> tail;
+    alignas(64) std::atomic<uint64_t> head;
+  };
+  static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+  static size_t round(size_t capacity) { return std::bit_ceil(capacity < 2 ? size_t{2} : capacity); }
+
+  void place(void *region, bool init) {
+    ix_ = init ? new (region) Indices{} : std::launder(static_cast<Indices *>(region));
+    slots_ = reinterpret_cast<Slot *>(static_cast<std::byte *>(region) + sizeof(Indices));
+  }
 
   const size_t mask_;
-  std::unique_ptr<Slot[]> slots_;
-  // The producer's and the consumer's indices on their own cache lines,
-  // with the producer's cached copy of head beside its own index.
-  alignas(64) std::atomic<uint64_t> tail_{0};
-  uint64_t head_cache_ = 0;
-  alignas(64) std::atomic<uint64_t> head_{0};
+  std::unique_ptr<std::byte[]> own_; // the ring's memory, unless it lives in a region
+  Indices *ix_ = nullptr;
+  Slot *slots_ = nullptr;
+  uint64_t head_cache_ = 0; // the producer's copy of head
+};
+
+// Rings in one shared memory object (a memfd), for hand-offs between two
+// processes: count rings of capacity slots each. The creator makes the
+// memfd; the other process maps the same fd.
+class HandoffRegion {
+public:
+  // Creates a region of count empty rings (throws std::runtime_error).
+  HandoffRegion(size_t count, size_t capacity);
+  // Maps the region another process created and takes fd over (throws
+  // std::runtime_error, leaving fd open, if it is not count rings of
+  // capacity slots).
+  HandoffRegion(int fd, size_t count, size_t capacity);
+  ~HandoffRegion();
+  HandoffRegion(const HandoffRegion &) = delete;
+  HandoffRegion &operator=(const HandoffRegion &) = delete;
+
+  int fd() const { return fd_; }
+  size_t count() const { return count_; }
+  size_t capacity() const { return capacity_; }
+  // This process's view of ring i.
+  HandoffRing &ring(size_t i) { return *rings_[i]; }
+
+private:
+  void map(bool init);
+  size_t count_;
+  size_t capacity_;
+  size_t stride_;
+  int fd_ = -1;
+  void *base_ = nullptr;
+  size_t bytes_ = 0;
+  std::vector<std::unique_ptr<HandoffRing>> rings_;
 };
 
 } // namespace xdpq::dataplane

@@ -4,6 +4,9 @@
 
 #include <cstring>
 #include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 using namespace xdpq::dataplane;
@@ -114,4 +117,45 @@ TEST(HandoffRing, TwoThreadsLoseNothingAndKeepOrder) {
   EXPECT_TRUE(intact);
   EXPECT_EQ(expect, N);
   EXPECT_TRUE(r.empty());
+}
+
+// Issue 13 (binary upgrade): rings in a memfd carry datagrams from one
+// process to another (here a forked child), in order, with the ring's
+// flow control working across the two.
+TEST(HandoffRegion, CarriesDatagramsBetweenProcesses) {
+  HandoffRegion region(3, 64);
+  ASSERT_EQ(region.count(), 3u);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The producer: its own view of the same memory, through the fd.
+    HandoffRegion view(region.fd(), 3, 64);
+    for (uint32_t i = 0; i < 10000; ++i) {
+      std::vector<uint8_t> bytes(100 + i % 900, static_cast<uint8_t>(i));
+      std::memcpy(bytes.data(), &i, sizeof(i));
+      auto dg = datagram(bytes, static_cast<uint16_t>(1000 + i % 50000));
+      while (view.ring(2).push(dg) == HandoffRing::Push::full) {
+      }
+    }
+    _exit(0);
+  }
+  uint32_t next = 0;
+  bool ok = true;
+  while (next < 10000 && ok) {
+    region.ring(2).drain([&](const RxDatagram &dg) {
+      uint32_t i;
+      std::memcpy(&i, dg.data, sizeof(i));
+      ok = ok && i == next && dg.len == 100 + i % 900 && dg.data[dg.len - 1] == (i & 0xff) &&
+           dg.path.remote.port() == 1000 + i % 50000 && dg.link == 7;
+      ++next;
+    });
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(ok) << "at datagram " << next;
+  EXPECT_EQ(next, 10000u);
+  EXPECT_TRUE(region.ring(0).empty());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // A memfd of another shape is refused.
+  EXPECT_THROW(HandoffRegion(region.fd(), 4, 64), std::runtime_error);
 }
