@@ -69,6 +69,7 @@ struct Stats {
   uint64_t bytes_total = 0; // UDP payload received
   uint64_t bytes_body = 0;
   uint64_t connections = 0, connect_failures = 0;
+  uint64_t retried = 0; // refused unprocessed (H3_REQUEST_REJECTED) and sent again
   std::vector<uint32_t> request_us, ttfb_us, connect_us;
   std::string server_cert_sha256; // of the first handshake
 
@@ -79,6 +80,7 @@ struct Stats {
     for (int i = 0; i < 6; ++i) status[i] += o.status[i];
     bytes_total += o.bytes_total; bytes_body += o.bytes_body;
     connections += o.connections; connect_failures += o.connect_failures;
+    retried += o.retried;
     request_us.insert(request_us.end(), o.request_us.begin(), o.request_us.end());
     ttfb_us.insert(ttfb_us.end(), o.ttfb_us.begin(), o.ttfb_us.end());
     connect_us.insert(connect_us.end(), o.connect_us.begin(), o.connect_us.end());
@@ -95,7 +97,13 @@ struct Run {
   bool take() {
     if (stop.load(std::memory_order_relaxed)) return false;
     if (end_ns) return monotonic_ns() < end_ns;
-    return remaining.fetch_sub(1, std::memory_order_relaxed) > 0;
+    if (remaining.fetch_sub(1, std::memory_order_relaxed) > 0) return true;
+    remaining.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // A request the server did not process goes back to the budget.
+  void give_back() {
+    if (!end_ns) remaining.fetch_add(1, std::memory_order_relaxed);
   }
   bool measuring(uint64_t now) const { return now >= measure_from_ns; }
 };
@@ -113,6 +121,7 @@ public:
 
   // callbacks
   int on_handshake_done();
+  void on_goaway();
   int on_stream_data(int64_t sid, const uint8_t *d, size_t n, bool fin);
   int on_header(int64_t sid, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
   int on_body(int64_t sid, size_t n);
@@ -152,6 +161,7 @@ private:
   uint64_t started_at_ = 0, last_progress_ = 0;
   int done_here_ = 0;
   bool handshake_ = false, closed_ = false, draining_ = false;
+  bool goaway_ = false; // the server sent GOAWAY
   bool finish_wanted_ = false; // close politely at the next write()
   uint64_t last_ts_ = 0;
   // ngtcp2 requires timestamps that never go back.
@@ -317,6 +327,13 @@ int Conn::on_handshake_done() {
   cb.end_stream = [](nghttp3_conn *, int64_t sid, void *ud, void *) {
     return C(ud).on_end_stream(sid);
   };
+  // GOAWAY (a server draining, or handing over to its next process): no
+  // new requests on this connection; it closes when its last ends and a
+  // new connection takes over the rest.
+  cb.shutdown = [](nghttp3_conn *, int64_t, void *ud) {
+    C(ud).on_goaway();
+    return 0;
+  };
   cb.deferred_consume = [](nghttp3_conn *, int64_t sid, size_t n, void *ud, void *) {
     ngtcp2_conn_extend_max_stream_offset(C(ud).conn(), sid, n);
     ngtcp2_conn_extend_max_offset(C(ud).conn(), n);
@@ -342,7 +359,7 @@ int Conn::on_extend_max_streams() {
 
 void Conn::submit_more() {
   const auto &cfg = w_.run().cfg;
-  while (!draining_ && static_cast<int>(reqs_.size()) < cfg.streams &&
+  while (!draining_ && !goaway_ && static_cast<int>(reqs_.size()) < cfg.streams &&
          ngtcp2_conn_get_streams_bidi_left(conn_) > 0) {
     if (cfg.conn_per_request && done_here_ + static_cast<int>(reqs_.size()) >= 1) break;
     if (!w_.run().take()) {
@@ -366,7 +383,7 @@ void Conn::submit_more() {
     r.measured = w_.run().measuring(r.start);
     if (r.measured) w_.stats().started += 1;
   }
-  if (draining_ && reqs_.empty()) finish_wanted_ = true;
+  if ((draining_ || goaway_) && reqs_.empty()) finish_wanted_ = true;
 }
 
 int Conn::on_stream_data(int64_t sid, const uint8_t *d, size_t n, bool fin) {
@@ -407,8 +424,26 @@ int Conn::on_end_stream(int64_t sid) {
 }
 
 int Conn::on_stream_close(int64_t sid, uint64_t code) {
+  if (code == NGHTTP3_H3_REQUEST_REJECTED) {
+    // Not processed (RFC 9114 4.1.1): it is retried on another connection.
+    auto it = reqs_.find(sid);
+    if (it != reqs_.end()) {
+      if (it->second.measured) w_.stats().started -= 1;
+      reqs_.erase(it);
+      w_.run().give_back();
+      w_.stats().retried += 1;
+      goaway_ = true;
+      if (reqs_.empty()) finish_wanted_ = true;
+      return 0;
+    }
+  }
   complete(sid, code == NGHTTP3_H3_NO_ERROR);
   return 0;
+}
+
+void Conn::on_goaway() {
+  goaway_ = true;
+  if (reqs_.empty()) finish_wanted_ = true;
 }
 
 void Conn::complete(int64_t sid, bool ok) {
@@ -823,9 +858,9 @@ int main(int argc, char **argv) {
                 st.status[2], st.status[3], st.status[4], st.status[5]);
     std::printf("\"req_per_s\":%.2f,\"bytes_per_s\":%.2f,\"bytes_total\":%" PRIu64
                 ",\"bytes_body\":%" PRIu64 ",\"connections\":%" PRIu64
-                ",\"connect_failures\":%" PRIu64 ",",
+                ",\"connect_failures\":%" PRIu64 ",\"retried\":%" PRIu64 ",",
                 rps, secs > 0 ? st.bytes_total / secs : 0, st.bytes_total, st.bytes_body,
-                st.connections, st.connect_failures);
+                st.connections, st.connect_failures, st.retried);
     auto js = [](const char *name, const Summary &s, bool last) {
       std::printf("\"%s\":{\"min\":%.0f,\"max\":%.0f,\"mean\":%.1f,\"sd\":%.1f,\"p50\":%.0f,"
                   "\"p90\":%.0f,\"p99\":%.0f,\"p999\":%.0f}%s",

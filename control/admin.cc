@@ -167,10 +167,15 @@ AdminServer::AdminServer(dataplane::EventLoop &loop, AdminHandler &handler, int 
 AdminServer::~AdminServer() {
   clients_.clear();
   dead_.clear();
+  stop_listening();
+}
+
+void AdminServer::stop_listening() {
   for (auto &l : listeners_) {
     l->backoff->stop();
     loop_.unwatch(l->fd);
   }
+  listeners_.clear();
 }
 
 void AdminServer::accept_all(Listener &l) {

@@ -52,6 +52,9 @@ public:
 
   // Frees clients finished during this iteration (call at its end).
   void end_of_pass();
+  // Stops accepting (binary upgrade: the new process owns the listening
+  // sockets now); clients being served finish.
+  void stop_listening();
   size_t client_count() const { return clients_.size(); }
   const AdminStats &stats() const { return stats_; }
 

@@ -73,39 +73,62 @@ std::string control_socket_path(const Options &o) {
   return o.control_socket.empty() ? default_control_path() : o.control_socket;
 }
 
-void Server::open_control() {
-  started_at_ = dataplane::monotonic_ns();
-  control_path_ = control_socket_path(opts_);
-  auto slash = control_path_.rfind('/');
+namespace {
+
+// The control socket at path, created 0600; a stale one from a crashed run
+// is replaced, a live one refused.
+int bind_control_socket(const std::string &path) {
+  auto slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) {
-    mkdir(control_path_.substr(0, slash).c_str(), 0700); // may exist
+    mkdir(path.substr(0, slash).c_str(), 0700); // may exist
   }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (control_path_.size() >= sizeof(addr.sun_path)) {
-    throw UsageError("--control-socket " + control_path_ + ": path too long");
+  if (path.size() >= sizeof(addr.sun_path)) {
+    throw UsageError("--control-socket " + path + ": path too long");
   }
-  std::memcpy(addr.sun_path, control_path_.c_str(), control_path_.size());
-  // A stale socket from a crashed run is replaced; a live one is refused.
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
   int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (connect(probe, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0) {
     close(probe);
-    throw UsageError("--control-socket " + control_path_ +
+    throw UsageError("--control-socket " + path +
                      ": another xdpqd is listening there (use another path)");
   }
   close(probe);
-  unlink(control_path_.c_str());
-  control_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  unlink(path.c_str());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   mode_t old = umask(0177); // the socket file is created 0600: owner only
-  int rv = bind(control_fd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
+  int rv = bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
   umask(old);
-  if (rv != 0 || listen(control_fd_, 16) != 0) {
+  if (rv != 0 || listen(fd, 16) != 0) {
     std::string why = strerror(errno);
-    close(control_fd_);
-    control_fd_ = -1;
-    throw UsageError("--control-socket " + control_path_ + ": " + why);
+    close(fd);
+    throw UsageError("--control-socket " + path + ": " + why);
   }
-  if (opts_.metrics) {
+  return fd;
+}
+
+} // namespace
+
+void Server::open_control() {
+  started_at_ = dataplane::monotonic_ns();
+  control_path_ = control_socket_path(opts_);
+  if (inherited_) {
+    // The previous process's listening sockets: xdpqctl and scrapers see
+    // no gap. (A changed path or metrics address takes a restart.)
+    for (size_t k = 0; k < inherited_->sockets.size(); ++k) {
+      const auto &s = inherited_->sockets[k];
+      if (s.kind == Inheritance::Kind::control && control_fd_ < 0) {
+        control_fd_ = s.fd;
+        adopted_.push_back(k);
+      } else if (s.kind == Inheritance::Kind::metrics && opts_.metrics && metrics_fd_ < 0) {
+        metrics_fd_ = s.fd;
+        adopted_.push_back(k);
+      }
+    }
+  }
+  if (control_fd_ < 0) control_fd_ = bind_control_socket(control_path_);
+  if (opts_.metrics && metrics_fd_ < 0) {
     const auto &a = *opts_.metrics;
     metrics_fd_ = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
@@ -122,7 +145,8 @@ void Server::open_control() {
 void Server::close_control() {
   if (control_fd_ >= 0) {
     close(control_fd_);
-    unlink(control_path_.c_str());
+    // After a binary upgrade the path is the new process's socket.
+    if (!handed_over_) unlink(control_path_.c_str());
     control_fd_ = -1;
   }
   if (metrics_fd_ >= 0) {
@@ -326,12 +350,13 @@ std::string Server::reload() {
   return result;
 }
 
-void Server::begin_drain(const char *why) {
+void Server::begin_drain(const char *why, bool notify_systemd) {
   if (draining_) return;
   draining_ = true;
   LOG_INFO("%s: draining (GOAWAY, up to %llu ms for requests in flight)", why,
            static_cast<unsigned long long>(opts_.drain_timeout_ms));
-  sd_notify_state("STOPPING=1");
+  // After a binary upgrade the service goes on in the new process.
+  if (notify_systemd) sd_notify_state("STOPPING=1");
   uint64_t deadline = dataplane::monotonic_ns() + opts_.drain_timeout_ms * 1'000'000ull;
   for (auto &w : workers_) w->request_drain(deadline);
 }
@@ -356,6 +381,10 @@ std::string Server::command(const std::vector<std::string> &args, bool json) {
     begin_drain("xdpqctl drain");
     return ok("draining");
   }
+  if (cmd == "upgrade") {
+    std::string r = upgrade();
+    return r.starts_with("error: ") ? err(r.substr(7)) : ok(r);
+  }
   if (cmd == "capture" && args.size() >= 2 && args[1] == "start" && args.size() >= 3) {
     std::string filter = args.size() >= 4 ? args[3] : "";
     uint64_t count = args.size() >= 5 ? std::strtoull(args[4].c_str(), nullptr, 10) : 0;
@@ -375,7 +404,8 @@ std::string Server::command(const std::vector<std::string> &args, bool json) {
     return ok("key logging stopped");
   }
   return err("unknown command '" + cmd +
-             "' (status, stats, conns, reload, drain, capture start|stop, keylog start|stop)");
+             "' (status, stats, conns, reload, drain, upgrade, capture start|stop, keylog "
+             "start|stop)");
 }
 
 std::string Server::control_request(const std::string &line) {
@@ -408,6 +438,7 @@ public:
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR2);
     fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + strerror(errno));
   }
@@ -428,6 +459,8 @@ private:
 void Server::on_signal(int signo) {
   if (signo == SIGHUP) {
     reload();
+  } else if (signo == SIGUSR2) {
+    upgrade(); // logs its result
   } else if (signo == SIGTERM) {
     begin_drain("SIGTERM");
   } else if (!hard_stop_) { // SIGINT: stop now
@@ -437,6 +470,16 @@ void Server::on_signal(int signo) {
   }
 }
 
+// The end of the binary-upgrade channel: the other process exited.
+class ChannelWatch final : public dataplane::FdHandler {
+public:
+  explicit ChannelWatch(Server &srv) : srv_(srv) {}
+  void on_io(uint32_t) override { srv_.upgrade_channel_closed(); }
+
+private:
+  Server &srv_;
+};
+
 // The control thread's loop: signals, admin clients and the watchdog, all
 // non-blocking; a tick checks the workers.
 struct Server::ControlLoop final : public dataplane::LoopHandler {
@@ -445,6 +488,7 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
   dataplane::EventLoop loop;
   SignalReader signals;
   AdminServer admin;
+  ChannelWatch channel{srv};
   dataplane::Timer tick;
   uint64_t wd_usec;
   uint64_t wd_next;
@@ -498,11 +542,39 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
   void on_wake() override {}
 };
 
+void Server::stop_admin_listening() {
+  if (control_) control_->admin.stop_listening();
+}
+
+void Server::watch_upgrade_channel() {
+  if (control_ && upgrade_channel_ >= 0) control_->loop.watch(upgrade_channel_, &control_->channel);
+}
+
+void Server::upgrade_channel_closed() {
+  // Nothing more is ever sent on it: readable means the other side ended.
+  char b[64];
+  if (recv(upgrade_channel_, b, sizeof(b), MSG_DONTWAIT) < 0 && errno == EAGAIN) return;
+  control_->loop.unwatch(upgrade_channel_);
+  close(upgrade_channel_);
+  upgrade_channel_ = -1;
+  if (inherited_) {
+    LOG_INFO("upgrade: the previous process exited; its connection IDs are unknown from now on");
+    for (auto &w : workers_) w->request_previous_gone();
+  } else {
+    LOG_WARN("upgrade: the new process exited while this one drains");
+  }
+}
+
 int Server::run() {
   ControlLoop control(*this);
+  control_ = &control;
   for (auto &w : workers_) w->start();
   sd_notify_state("READY=1");
+  report_ready_to_previous();
+  watch_upgrade_channel();
   control.loop.run(control);
+  if (upgrade_channel_ >= 0) control.loop.unwatch(upgrade_channel_);
+  control_ = nullptr;
   for (auto &w : workers_) w->join();
   std::vector<WorkerSnapshot> snaps;
   for (auto &w : workers_) {

@@ -16,11 +16,15 @@ int main(int argc, char **argv) {
   if (!xdpq::http::use_block_cache_for_openssl())
     std::fprintf(stderr, "xdpqd: OpenSSL allocated before start; its buffers use malloc\n");
   block_server_signals();
+  // Started by a running xdpqd (binary upgrade): a failure from here on is
+  // reported to it too, so `xdpqctl upgrade` can say why.
+  const int upgrade_fd = take_upgrade_fd();
   Options opts;
   try {
     opts = parse_options(argc, argv);
   } catch (const UsageError &e) {
     std::fprintf(stderr, "xdpqd: %s\n", e.what());
+    report_upgrade_failure(upgrade_fd, e.what());
     return 2;
   }
   if (opts.help) {
@@ -37,7 +41,7 @@ int main(int argc, char **argv) {
   }
   try {
     if (!opts.check_config) raise_descriptor_limit();
-    Server server(opts);
+    Server server(opts, std::vector<std::string>(argv, argv + argc), upgrade_fd);
     if (opts.check_config) {
       std::printf("xdpqd: configuration OK\n");
       return 0;
@@ -45,9 +49,11 @@ int main(int argc, char **argv) {
     return server.run();
   } catch (const UsageError &e) {
     std::fprintf(stderr, "xdpqd: %s\n", e.what());
+    report_upgrade_failure(upgrade_fd, e.what());
     return 2;
   } catch (const std::exception &e) {
     std::fprintf(stderr, "xdpqd: %s\n", e.what());
+    report_upgrade_failure(upgrade_fd, e.what());
     return 1;
   }
 }

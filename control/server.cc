@@ -7,6 +7,7 @@
 #include "control/worker.h"
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
+#include "dataplane/handoff_ring.h"
 #include "dataplane/udp_socket_port.h"
 #include "dataplane/xdp_program.h"
 #ifdef XDPQ_HAVE_AFXDP
@@ -19,12 +20,14 @@
 #include "quic/secrets.h"
 #include "quic/tls_context.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -54,6 +57,7 @@ void block_server_signals() {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }
@@ -76,8 +80,60 @@ void raise_descriptor_limit() {
   }
 }
 
-Server::Server(const Options &opts) : opts_(opts) {
+namespace {
+
+// Whether an inherited socket of the previous process's worker goes to our
+// worker i of n: its own id, or (it had more workers) spread over ours.
+bool inherited_by(int old_worker, int i, int n) {
+  return old_worker == i || (old_worker >= n && old_worker % n == i);
+}
+
+bool listed(const std::vector<dataplane::Address> &v, const dataplane::Address &a) {
+  return std::find(v.begin(), v.end(), a) != v.end();
+}
+
+} // namespace
+
+int take_upgrade_fd() {
+  const char *e = getenv(UPGRADE_FD_ENV);
+  if (e == nullptr) return -1;
+  int fd = static_cast<int>(std::strtol(e, nullptr, 10));
+  unsetenv(UPGRADE_FD_ENV);
+  if (fd < 3 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return -1;
+  return fd;
+}
+
+void report_upgrade_failure(int upgrade_fd, const std::string &why) {
+  if (upgrade_fd < 0) return;
+  // Read what the running xdpqd sent first: closing a socket with unread
+  // messages would reset the connection before our answer is read.
+  for (;;) {
+    std::string text;
+    std::vector<int> fds;
+    bool got = recv_message(upgrade_fd, text, fds, 0);
+    for (int fd : fds) close(fd);
+    if (!got) break;
+  }
+  send_message(upgrade_fd, "error " + why + "\n", {});
+}
+
+Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_fd)
+    : opts_(opts), argv_(std::move(argv)), upgrade_channel_(upgrade_fd) {
   log::set_level(*log::parse_level(opts_.log_level));
+  if (upgrade_channel_ >= 0) {
+    // Started by a running xdpqd (binary upgrade): take what it hands over.
+    inherited_ = receive_inheritance(upgrade_channel_, 10000);
+    generation_ = static_cast<uint8_t>(inherited_->generation ^ 1);
+    if (opts_.dataplane != "socket") {
+      throw UsageError("binary upgrade: --dataplane " + opts_.dataplane +
+                       " cannot take over a running server yet (socket dataplane only)");
+    }
+    // Once systemd makes us its main process, the watchdog is ours.
+    if (getenv("WATCHDOG_USEC")) setenv("WATCHDOG_PID", std::to_string(getpid()).c_str(), 1);
+    LOG_INFO("binary upgrade: took over %zu sockets of the running xdpqd (generation %d, %d "
+             "workers); this process is generation %d",
+             inherited_->sockets.size(), inherited_->generation, inherited_->workers, generation_);
+  }
   // TLS secrets reach the key log only while `xdpqctl keylog start` runs.
   auto sink = [](const std::string &line) {
     if (KeyLog::instance().active()) KeyLog::instance().write_line(line);
@@ -179,6 +235,7 @@ Server::Server(const Options &opts) : opts_(opts) {
   ecfg.max_connections = opts_.max_connections;
   ecfg.early_data = opts_.early_data;
   ecfg.quic_lb = quic_lb;
+  ecfg.generation = generation_;
   h3_limits_.max_field_section_size = opts_.max_header_size;
   h3_limits_.max_header_fields = opts_.max_header_fields;
   h3_limits_.max_request_body = opts_.max_request_body;
@@ -191,7 +248,17 @@ Server::Server(const Options &opts) : opts_(opts) {
   } else {
     for (int i = 0; i < nworkers; ++i) {
       dataplane::UdpSocketOptions popts;
-      popts.check_in_use = i == 0;
+      popts.check_in_use = i == 0 && !inherited_;
+      if (inherited_) {
+        for (size_t k = 0; k < inherited_->sockets.size(); ++k) {
+          const auto &s = inherited_->sockets[k];
+          if (s.kind == Inheritance::Kind::udp && inherited_by(s.worker, i, nworkers) &&
+              listed(listen, s.addr)) {
+            popts.inherited.emplace_back(s.addr, s.fd);
+            adopted_.push_back(k);
+          }
+        }
+      }
       std::unique_ptr<dataplane::UdpSocketPort> port;
       try {
         port = std::make_unique<dataplane::UdpSocketPort>(listen, popts);
@@ -228,6 +295,30 @@ Server::Server(const Options &opts) : opts_(opts) {
   for (auto &w : workers_) {
     w->connect_peers(all);
     w->set_spin(opts_.spin_us * 1000);
+  }
+  if (inherited_) {
+    // The previous process's connections: one ring from each of our
+    // workers to each of its workers, in shared memory, and its workers'
+    // wake eventfds.
+    const size_t prev = static_cast<size_t>(inherited_->workers);
+    std::vector<int> wake(prev, -1);
+    for (const auto *s : inherited_->of(Inheritance::Kind::wake)) {
+      wake[static_cast<size_t>(s->worker)] = s->fd;
+    }
+    if (std::find(wake.begin(), wake.end(), -1) != wake.end()) {
+      throw std::runtime_error("binary upgrade: the running xdpqd sent no wake descriptor for "
+                               "some of its workers");
+    }
+    upgrade_region_ =
+        std::make_unique<dataplane::HandoffRegion>(workers_.size() * prev, upgrade_capacity_);
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      std::vector<dataplane::HandoffRing *> rings;
+      for (size_t j = 0; j < prev; ++j) rings.push_back(&upgrade_region_->ring(i * prev + j));
+      workers_[i]->set_previous_generation(rings, wake);
+    }
+    for (size_t k = 0; k < inherited_->sockets.size(); ++k) {
+      if (inherited_->sockets[k].kind == Inheritance::Kind::wake) adopted_.push_back(k);
+    }
   }
   if (opts_.echo) {
     for (auto &w : workers_) w->set_echo(true);
@@ -285,7 +376,25 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
   cfg.per_source = dataplane::SourceLimits{static_cast<uint32_t>(opts_.per_source_connections),
                                            static_cast<double>(opts_.per_source_rate), 0};
   for (size_t i = 0; i < workers_.size(); ++i) {
-    cfg.check_in_use = i == 0;
+    cfg.check_in_use = i == 0 && !inherited_;
+    cfg.inherited_tls.clear();
+    cfg.inherited_clear.clear();
+    if (inherited_) {
+      for (size_t k = 0; k < inherited_->sockets.size(); ++k) {
+        const auto &s = inherited_->sockets[k];
+        if (!inherited_by(s.worker, static_cast<int>(i), static_cast<int>(workers_.size()))) {
+          continue;
+        }
+        if (s.kind == Inheritance::Kind::tcp_tls && listed(cfg.tls_listen, s.addr)) {
+          cfg.inherited_tls.emplace_back(s.addr, s.fd);
+        } else if (s.kind == Inheritance::Kind::tcp_clear && listed(cfg.cleartext_listen, s.addr)) {
+          cfg.inherited_clear.emplace_back(s.addr, s.fd);
+        } else {
+          continue;
+        }
+        adopted_.push_back(k);
+      }
+    }
     try {
       workers_[i]->add_tcp(cfg, env, tls);
     } catch (const http::TcpError &e) {

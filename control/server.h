@@ -6,6 +6,7 @@
 #include "control/admin.h"
 #include "control/capture.h"
 #include "control/options.h"
+#include "control/upgrade.h"
 #include "http/h3_session.h"
 #include "http/router.h"
 #include "quic/endpoint.h"
@@ -13,12 +14,14 @@
 #include "quic/tls_context.h"
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace xdpq::http {
 class TcpTlsContext;
 }
 namespace xdpq::dataplane {
+class HandoffRegion;
 class UdpSocketPort;
 class XdpProgram;
 } // namespace xdpq::dataplane
@@ -32,8 +35,10 @@ class Server final : public AdminHandler {
 public:
   // Prepares everything that can fail on bad input: files, addresses,
   // sockets. Throws UsageError for configuration problems (exit 2) and
-  // std::runtime_error for others.
-  explicit Server(const Options &opts);
+  // std::runtime_error for others. argv: how this process was started (a
+  // binary upgrade starts the new one alike); upgrade_fd: this process's
+  // end of the channel to the running xdpqd that started it (-1: none).
+  Server(const Options &opts, std::vector<std::string> argv = {}, int upgrade_fd = -1);
   ~Server();
   Server(const Server &) = delete;
   Server &operator=(const Server &) = delete;
@@ -43,8 +48,11 @@ public:
   int run();
 
   // The control thread's signal handler (SIGHUP reload, SIGTERM drain,
-  // SIGINT stop now).
+  // SIGINT stop now, SIGUSR2 binary upgrade).
   void on_signal(int signo);
+  // The control thread: the binary-upgrade channel became readable (the
+  // other process exited).
+  void upgrade_channel_closed();
 
   // AdminHandler: requests from the control socket and the metrics port.
   std::string control_request(const std::string &line) override;
@@ -61,7 +69,19 @@ private:
   std::string stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
   std::string conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
   std::string reload();
-  void begin_drain(const char *why);
+  void begin_drain(const char *why, bool notify_systemd = true);
+  // Binary upgrade (control thread): starts the new process, hands it the
+  // sockets, and drains once it is ready; "error: ..." if it failed (this
+  // process keeps serving).
+  std::string upgrade();
+  // The new process: tells the previous one it is ready.
+  void report_ready_to_previous();
+  // Closes inherited descriptors this process did not take.
+  void close_unadopted();
+  // control_plane.cc: the admin listeners went to the new process; the
+  // channel to the other process is watched for its end.
+  void stop_admin_listening();
+  void watch_upgrade_channel();
   // Reserves the ports, attaches the XDP program and creates one AF_XDP
   // worker per queue; returns a description for the ready line.
   std::string start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
@@ -92,7 +112,24 @@ private:
   std::unique_ptr<dataplane::XdpProgram> program_; // outlives the workers
   std::vector<std::unique_ptr<Worker>> workers_;
   dataplane::UdpSocketPort *steering_port_ = nullptr;
+
+  // Binary upgrade.
+  std::vector<std::string> argv_;
+  uint8_t generation_ = 0;
+  std::optional<Inheritance> inherited_; // the new process: what it was handed
+  std::vector<size_t> adopted_;          // ... and which of those it serves
+  size_t upgrade_capacity_ = 256;        // slots per hand-off ring between the two
+  int upgrade_channel_ = -1;             // to the other process: its end means it exited
+  bool handed_over_ = false;             // the old process: the new one owns our sockets
+  std::unique_ptr<dataplane::HandoffRegion> upgrade_region_;
+  ControlLoop *control_ = nullptr; // while run() runs
 };
+
+// A new process of a binary upgrade: its end of the channel from the
+// environment (removed from it), or -1.
+int take_upgrade_fd();
+// Tells the running xdpqd that started this process why it cannot start.
+void report_upgrade_failure(int upgrade_fd, const std::string &why);
 
 // The control socket path for these options (the default when unset).
 std::string control_socket_path(const Options &o);

@@ -28,7 +28,10 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <vector>
+
+#include <unistd.h>
 
 namespace xdpq::control {
 
@@ -111,6 +114,7 @@ public:
         tls_(std::make_unique<quic::TlsContext>(tls_cfg, secrets)), budget_(body_budget),
         h3_(router, with_budget(h3, budget_)),
         endpoint_(ecfg, *tls_, secrets, h3_, loop_.timers(), clock_, *this),
+        generation_(ecfg.generation),
         heartbeat_(heartbeat_fired, this) {
     for (int fd : port_->fds()) loop_.watch(fd, this);
     loop_.timers().schedule(heartbeat_, dataplane::monotonic_ns() + HEARTBEAT_NS);
@@ -134,6 +138,38 @@ public:
     }
     endpoint_.set_handoff(this);
   }
+
+  // Binary upgrade, the new process: the previous process's workers
+  // (their rings from this worker, indexed by their id, and the eventfds
+  // that wake them) take the datagrams of their connections. Before start().
+  void set_previous_generation(std::vector<dataplane::HandoffRing *> rings,
+                               std::vector<int> wake_fds) {
+    to_previous_ = std::move(rings);
+    previous_wake_fds_ = std::move(wake_fds);
+    previous_wake_pending_.assign(to_previous_.size(), false);
+    endpoint_.set_other_generation(static_cast<uint8_t>(to_previous_.size()));
+    endpoint_.set_handoff(this);
+  }
+  // The previous process exited: its CIDs are unknown ones from now on.
+  void request_previous_gone() {
+    previous_gone_.store(true, std::memory_order_release);
+    loop_.wake();
+  }
+  // Binary upgrade, the old process: the new process reads these sockets
+  // now (this worker only sends through them) and hands this worker its
+  // connections' datagrams through rings (one per new worker). Then drain.
+  void request_handover(std::vector<dataplane::HandoffRing *> rings, std::vector<int> fds) {
+    {
+      std::lock_guard lock(mu_);
+      handover_rings_ = std::move(rings);
+      handover_fds_ = std::move(fds);
+    }
+    handover_requested_.store(true, std::memory_order_release);
+    loop_.wake();
+  }
+  int wake_fd() const { return loop_.wake_fd(); }
+  // The port's sockets (immutable once built; any thread).
+  const dataplane::DatagramPort &datagram_port() const { return *port_; }
 
   // Adds the TCP side to this worker's loop (throws http::TcpError).
   void add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
@@ -275,10 +311,19 @@ public:
 
   // --- quic::Handoff: another worker's datagrams -----------------------------
   bool hand_off(uint8_t owner, const dataplane::RxDatagram &dg) override {
-    if (owner >= peers_.size() || peers_[owner] == this) return false;
-    switch (peers_[owner]->inbox_[static_cast<size_t>(id_)]->push(dg)) {
+    const size_t worker = owner & 0x7f;
+    if (owner >> 7 != generation_) { // the previous process's connection
+      if (worker >= to_previous_.size()) return false;
+      return count_push(to_previous_[worker]->push(dg), previous_wake_pending_[worker]);
+    }
+    if (worker >= peers_.size() || peers_[worker] == this) return false;
+    return count_push(peers_[worker]->inbox_[static_cast<size_t>(id_)]->push(dg),
+                      wake_pending_[worker]);
+  }
+  bool count_push(dataplane::HandoffRing::Push r, std::vector<bool>::reference pending) {
+    switch (r) {
     case dataplane::HandoffRing::Push::ok:
-      wake_pending_[owner] = true;
+      pending = true;
       any_wake_pending_ = true;
       return true;
     case dataplane::HandoffRing::Push::full:
@@ -305,7 +350,13 @@ public:
     }
     if (drained == want_write_) {
       want_write_ = !drained;
-      for (int fd : port_->fds()) loop_.set_want_write(fd, this, want_write_);
+      for (int fd : port_->fds()) {
+        if (send_only_.contains(fd)) {
+          loop_.set_interest(fd, this, false, want_write_);
+        } else {
+          loop_.set_want_write(fd, this, want_write_);
+        }
+      }
     }
     if (finishing_) {
       stopped_.store(true, std::memory_order_release);
@@ -314,6 +365,13 @@ public:
   }
 
   void on_wake() override {
+    if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();
+    if (previous_gone_.exchange(false, std::memory_order_acquire)) {
+      endpoint_.set_other_generation(0);
+      to_previous_.clear();
+      previous_wake_fds_.clear();
+      previous_wake_pending_.clear();
+    }
     take_handoffs();
     if (snap_requested_.exchange(false, std::memory_order_acquire)) fill_snapshot();
     std::shared_ptr<const quic::TlsConfig> reload;
@@ -325,7 +383,11 @@ public:
     if (drain_requested_.exchange(false, std::memory_order_acquire) && !draining_) {
       draining_ = true;
       endpoint_.start_drain();
-      if (tcp_) tcp_->shutdown(); // GOAWAY / close after the current response
+      // After a binary upgrade, TCP connections are served until their
+      // clients close them (or the deadline): no GOAWAY, which some
+      // clients answer by giving up on the requests they had not sent.
+      // HTTP/3 clients get GOAWAY and move to the new process.
+      if (tcp_ && !handed_over_) tcp_->shutdown(); // GOAWAY / close after the current response
     }
     if (stop_requested_.load(std::memory_order_acquire)) finish();
   }
@@ -369,18 +431,45 @@ private:
       handoff_.handoff_wakeups += 1;
       peers_[i]->loop_.wake();
     }
+    for (size_t i = 0; i < previous_wake_pending_.size(); ++i) {
+      if (!previous_wake_pending_[i]) continue;
+      previous_wake_pending_[i] = false;
+      handoff_.handoff_wakeups += 1;
+      const uint64_t one = 1;
+      [[maybe_unused]] auto r = write(previous_wake_fds_[i], &one, sizeof(one));
+    }
+  }
+
+  // The old process's side of the hand-over: stop reading the sockets the
+  // new process took, take its rings, and drain.
+  void take_handover() {
+    std::vector<dataplane::HandoffRing *> rings;
+    std::vector<int> fds;
+    {
+      std::lock_guard lock(mu_);
+      rings.swap(handover_rings_);
+      fds.swap(handover_fds_);
+    }
+    for (int fd : fds) {
+      if (port_->stop_receiving(fd)) {
+        send_only_.insert(fd);
+        loop_.set_interest(fd, this, false, want_write_);
+      }
+    }
+    from_next_ = std::move(rings);
+    handed_over_ = true;
+    if (tcp_) tcp_->stop_accepting(); // the new process accepts from our listeners now
   }
 
   // Datagrams other workers received for our connections: processed as if
   // they had arrived on our queue; the replies leave through our port.
   void take_handoffs() {
     if (echo_) return;
+    auto process = [this](const dataplane::RxDatagram &dg) { endpoint_.on_datagram(dg); };
     for (auto &ring : inbox_) {
-      if (!ring) continue;
-      handoff_.handoff_received += ring->drain([this](const dataplane::RxDatagram &dg) {
-        endpoint_.on_datagram(dg);
-      });
+      if (ring) handoff_.handoff_received += ring->drain(process);
     }
+    for (auto *ring : from_next_) handoff_.handoff_received += ring->drain(process);
   }
 
   static void heartbeat_fired(dataplane::Timer &t) {
@@ -389,7 +478,10 @@ private:
   }
 
   void check_drain() {
-    bool idle = endpoint_.active_requests() == 0 && (!tcp_ || tcp_->busy_connections() == 0);
+    bool idle = handed_over_ ? endpoint_.connection_count() == 0 &&
+                                   (!tcp_ || tcp_->connection_count() == 0)
+                             : endpoint_.active_requests() == 0 &&
+                                   (!tcp_ || tcp_->busy_connections() == 0);
     if (idle || loop_.now() >= drain_deadline_.load(std::memory_order_relaxed)) {
       if (!idle) LOG_WARN("worker %d: drain timeout, closing what is left", id_);
       finish();
@@ -490,6 +582,20 @@ private:
   std::vector<std::unique_ptr<dataplane::HandoffRing>> inbox_;
   std::vector<bool> wake_pending_;
   bool any_wake_pending_ = false;
+  // Binary upgrade. New process: rings to the previous process's workers
+  // and their wake eventfds. Old process: the rings the new process's
+  // workers fill for us, and the sockets we only send through now.
+  uint8_t generation_ = 0;
+  std::vector<dataplane::HandoffRing *> to_previous_;
+  std::vector<int> previous_wake_fds_;
+  std::vector<bool> previous_wake_pending_;
+  std::vector<dataplane::HandoffRing *> from_next_;
+  std::unordered_set<int> send_only_;
+  bool handed_over_ = false; // the old process of an upgrade: its connections finish here
+  std::atomic<bool> previous_gone_{false};
+  std::atomic<bool> handover_requested_{false};
+  std::vector<dataplane::HandoffRing *> handover_rings_; // under mu_
+  std::vector<int> handover_fds_;                        // under mu_
   WorkerHandoff handoff_;
   std::span<uint8_t> last_alloc_;
   dataplane::Timer heartbeat_;

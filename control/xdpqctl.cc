@@ -25,6 +25,9 @@ Commands:
   conns                       live connections (peer, age, RTT, bytes, streams)
   reload                      reload certificates (and the log level) now
   drain                       graceful shutdown: GOAWAY, finish, stop
+  upgrade                     start the binary at xdpqd's path with the current
+                              configuration, hand it the sockets; the old
+                              process finishes its connections (SIGUSR2 too)
   capture start FILE [--filter EXPR] [--count N]
                               pcap of what the user-space path receives/sends
   capture stop
@@ -107,10 +110,12 @@ int main(int argc, char **argv) {
   }
   std::string out;
   char buf[65536];
+  // An upgrade waits up to 30 s for the new process.
+  const int wait_ms = line.find("\tupgrade") != std::string::npos ? 40000 : 10000;
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 10000) <= 0) {
-      std::fprintf(stderr, "xdpqctl: no answer from xdpqd within 10 s\n");
+    if (poll(&p, 1, wait_ms) <= 0) {
+      std::fprintf(stderr, "xdpqctl: no answer from xdpqd within %d s\n", wait_ms / 1000);
       return 2;
     }
     ssize_t n = read(fd, buf, sizeof(buf));

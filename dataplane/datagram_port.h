@@ -89,6 +89,9 @@ public:
   virtual bool flush() = 0;
   // File descriptors to wait on for readability (and writability when
   // flush() returned false).
+  // Binary upgrade: stop reading fd (another process does), keep sending
+  // through it. False if the port cannot (or fd is not its own).
+  virtual bool stop_receiving(int /*fd*/) { return false; }
   virtual std::span<const int> fds() const = 0;
   virtual const PortStats &stats() const = 0;
 };

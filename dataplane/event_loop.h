@@ -68,6 +68,9 @@ public:
   void run(LoopHandler &handler);
   void stop();
   void wake();
+  // The eventfd behind wake(): writing 1 to it from anywhere (another
+  // process too) wakes the loop.
+  int wake_fd() const { return wakefd_; }
   bool stopping() const { return stop_.load(std::memory_order_acquire); }
 
   // Spin budget: after a pass that had work, keep polling without

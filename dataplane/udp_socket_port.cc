@@ -55,12 +55,31 @@ UdpSocketPort::UdpSocketPort(const std::vector<Address> &listen, const UdpSocket
   if (listen.empty()) throw PortError("no listen address");
   gso_ = opts_.gso;
   gro_ = opts_.gro;
+  auto inherited = opts_.inherited;
+  auto take_inherited = [&](const Address &addr) {
+    for (auto it = inherited.begin(); it != inherited.end(); ++it) {
+      if (it->first == addr) {
+        int fd = it->second;
+        inherited.erase(it);
+        return fd;
+      }
+    }
+    return -1;
+  };
+  std::vector<std::pair<Address, int>> extra;
   for (const auto &addr : listen) {
+    int fd = take_inherited(addr);
+    if (fd >= 0) {
+      sockets_.push_back(Socket{fd, addr, true});
+      fds_.push_back(fd);
+      sockets_.back().bound = addr;
+      continue; // bound and set up by the previous process
+    }
     if ((opts_.check_in_use || !opts_.reuseport) && address_taken(addr)) {
       errno = EADDRINUSE;
       throw PortError(why(addr, "bind"));
     }
-    int fd = socket(addr.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = socket(addr.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) throw PortError(why(addr, "socket"));
     sockets_.push_back(Socket{fd, addr});
     fds_.push_back(fd);
@@ -96,6 +115,13 @@ UdpSocketPort::UdpSocketPort(const std::vector<Address> &listen, const UdpSocket
     socklen_t sl = sizeof(ss);
     getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl);
     sockets_.back().bound = Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
+  }
+  primary_ = sockets_.size();
+  // Inherited sockets beyond one per address: read as well (their packets
+  // are ours to route); sends use the first socket of an address.
+  for (const auto &[addr, fd] : inherited) {
+    sockets_.push_back(Socket{fd, addr, true});
+    fds_.push_back(fd);
   }
 
   size_t n = opts_.rx_batch;
@@ -137,9 +163,25 @@ bool UdpSocketPort::steer_by_connection_id(size_t worker_offset) {
   return true;
 }
 
+std::vector<std::pair<int, Address>> UdpSocketPort::sockets() const {
+  std::vector<std::pair<int, Address>> v;
+  for (const auto &s : sockets_) v.emplace_back(s.fd, s.bound);
+  return v;
+}
+
+bool UdpSocketPort::stop_receiving(int fd) {
+  for (auto &s : sockets_) {
+    if (s.fd == fd) {
+      s.receiving = false;
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<Address> UdpSocketPort::bound_addresses() const {
   std::vector<Address> v;
-  for (const auto &s : sockets_) v.push_back(s.bound);
+  for (size_t i = 0; i < primary_ && i < sockets_.size(); ++i) v.push_back(sockets_[i].bound);
   return v;
 }
 
@@ -243,7 +285,7 @@ size_t UdpSocketPort::receive(std::span<RxDatagram> out) {
   for (size_t tries = 0; tries < sockets_.size() && k == 0; ++tries) {
     size_t sock = next_rx_socket_;
     next_rx_socket_ = (next_rx_socket_ + 1) % sockets_.size();
-    k = drain_socket(sock, out);
+    if (sockets_[sock].receiving) k = drain_socket(sock, out);
   }
   return k;
 }

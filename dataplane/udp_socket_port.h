@@ -29,6 +29,10 @@ struct UdpSocketOptions {
   bool check_in_use = true;
   bool gro = true;
   bool gso = true;
+  // Sockets a previous process of ours bound (binary upgrade), taken over
+  // instead of binding new ones: the first for an address serves it, the
+  // rest are read too (the previous process had more workers).
+  std::vector<std::pair<Address, int>> inherited;
   size_t rx_batch = 32;      // datagrams (or GRO trains) per recvmmsg
   size_t tx_capacity = 256;  // datagrams queued before a flush is forced
   int socket_buffer = 4 << 20;
@@ -61,8 +65,13 @@ public:
   // in the group) sits.
   bool steer_by_connection_id(size_t worker_offset);
 
-  // The address each socket is bound to (port 0 resolved).
+  // The address each listen address's socket is bound to (port 0 resolved).
   std::vector<Address> bound_addresses() const;
+  // Each socket's descriptor and bound address.
+  std::vector<std::pair<int, Address>> sockets() const;
+  // Binary upgrade: the next process reads fd from now on; this port only
+  // sends through it. False if fd is not one of ours.
+  bool stop_receiving(int fd) override;
   bool gso_enabled() const { return gso_; }
   bool gro_enabled() const { return gro_; }
 
@@ -70,6 +79,7 @@ private:
   struct Socket {
     int fd = -1;
     Address bound;
+    bool receiving = true;
   };
   struct TxEntry { // one sendmsg: a single datagram or a GSO train
     Path path;
@@ -84,7 +94,8 @@ private:
   size_t drain_socket(size_t sock, std::span<RxDatagram> out);
 
   UdpSocketOptions opts_;
-  std::vector<Socket> sockets_;
+  std::vector<Socket> sockets_; // one per listen address, then extra inherited ones
+  size_t primary_ = 0;
   std::vector<int> fds_;
   bool gso_ = false;
   bool gro_ = false;

@@ -122,11 +122,14 @@ public:
   }
   bool busy() const override { return active_ > 0; }
   void shutdown() override {
+    // RFC 9113 6.8: a GOAWAY naming no stream (2^31-1) and a PING first;
+    // the final GOAWAY with the last stream we processed only when the
+    // PING comes back, one round trip later, so requests the client sent
+    // before it saw the first are served, not refused.
     if (!shutdown_) {
       shutdown_ = true;
-      nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
-                            nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
-                            nullptr, 0);
+      nghttp2_submit_shutdown_notice(session_);
+      nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, SHUTDOWN_PING);
     }
   }
 
@@ -212,6 +215,13 @@ private:
     return guarded(
         [&]() -> int {
           auto &me = self(ud);
+          if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK) && me.shutdown_ &&
+              !me.final_goaway_ && std::memcmp(f->ping.opaque_data, SHUTDOWN_PING, 8) == 0) {
+            me.final_goaway_ = true;
+            nghttp2_submit_goaway(s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(s),
+                                  NGHTTP2_NO_ERROR, nullptr, 0);
+            return 0;
+          }
           if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
             return 0;
           auto *st =
@@ -408,7 +418,9 @@ private:
   size_t pending_headers_ = 0;
   uint32_t protocol_errors_ = 0;
   bool dead_ = false;
+  static constexpr uint8_t SHUTDOWN_PING[8] = {'x', 'd', 'p', 'q', 'b', 'y', 'e', 0};
   bool shutdown_ = false;
+  bool final_goaway_ = false; // the shutdown PING came back
 };
 
 } // namespace

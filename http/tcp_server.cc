@@ -35,13 +35,28 @@ TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
     : cfg_(cfg), env_(env), tls_(std::move(tls)), loop_(loop), sources_(cfg.per_source) {
   env_.stats = &stats_;
   scratch_.reserve(READ_CHUNK);
-  auto listen_on = [this](const dataplane::Address &a, bool tls_port) {
-    int fd = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw TcpError("tcp listen " + a.to_string() + ": " + strerror(errno));
+  auto inherited_tls = cfg_.inherited_tls, inherited_clear = cfg_.inherited_clear;
+  auto adopt = [this](const dataplane::Address &a, int fd, bool tls_port) {
     auto l = std::make_unique<Listener>();
     l->srv = this;
     l->fd = fd;
     l->tls = tls_port;
+    l->bound = a;
+    loop_.watch(fd, l.get());
+    l->backoff = std::make_unique<dataplane::AcceptBackoff>(loop_, fd, l.get());
+    listeners_.push_back(std::move(l));
+  };
+  auto listen_on = [&](const dataplane::Address &a, bool tls_port) {
+    auto &inherited = tls_port ? inherited_tls : inherited_clear;
+    for (auto it = inherited.begin(); it != inherited.end(); ++it) {
+      if (it->first == a) {
+        adopt(a, it->second, tls_port);
+        inherited.erase(it);
+        return;
+      }
+    }
+    int fd = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw TcpError("tcp listen " + a.to_string() + ": " + strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (a.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
@@ -66,14 +81,15 @@ TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
     sockaddr_storage ss{};
     socklen_t sl = sizeof(ss);
     getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl);
-    l->bound = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
-    loop_.watch(fd, l.get());
-    l->backoff = std::make_unique<dataplane::AcceptBackoff>(loop_, fd, l.get());
-    listeners_.push_back(std::move(l));
+    adopt(dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl), fd, tls_port);
   };
   try {
     for (const auto &a : cfg_.tls_listen) listen_on(a, true);
     for (const auto &a : cfg_.cleartext_listen) listen_on(a, false);
+    // The rest (the previous process had more workers than this one):
+    // their queued connections are served, not reset.
+    for (const auto &[a, fd] : inherited_tls) adopt(a, fd, true);
+    for (const auto &[a, fd] : inherited_clear) adopt(a, fd, false);
   } catch (...) {
     for (auto &l : listeners_) {
       loop_.unwatch(l->fd);
@@ -90,6 +106,12 @@ TcpServer::~TcpServer() {
     loop_.unwatch(l->fd);
     close(l->fd);
   }
+}
+
+std::vector<TcpServer::ListenerInfo> TcpServer::listeners() const {
+  std::vector<ListenerInfo> v;
+  for (const auto &l : listeners_) v.push_back(ListenerInfo{l->fd, l->bound, l->tls});
+  return v;
 }
 
 std::vector<dataplane::Address> TcpServer::bound_addresses() const {
@@ -165,12 +187,17 @@ void TcpServer::list_connections(std::vector<TcpConnInfo> &out) const {
     out.push_back(c->info());
 }
 
-void TcpServer::shutdown() {
+void TcpServer::stop_accepting() {
+  if (shutting_down_) return;
   shutting_down_ = true;
   for (auto &l : listeners_) {
     l->backoff->stop();
     loop_.unwatch(l->fd);
   }
+}
+
+void TcpServer::shutdown() {
+  stop_accepting();
   std::vector<TcpConnection *> all;
   for (const auto &[c, owner] : conns_)
     all.push_back(c);

@@ -28,6 +28,11 @@ struct TcpConfig {
   uint64_t idle_timeout = 60'000'000'000ull;
   uint64_t write_timeout = 30'000'000'000ull;  // output pending, no progress
   dataplane::SourceLimits per_source{256, 200, 400};
+  // Listening sockets a previous process of ours bound (binary upgrade),
+  // taken over instead of binding new ones (all for configured addresses;
+  // more than one per address are all accepted from).
+  std::vector<std::pair<dataplane::Address, int>> inherited_tls;
+  std::vector<std::pair<dataplane::Address, int>> inherited_clear;
 };
 
 class TcpError : public std::runtime_error {
@@ -60,12 +65,21 @@ public:
   void end_of_pass();
   // Stops accepting; asks every session to finish (GOAWAY / close).
   void shutdown();
+  // Stops accepting; the connections go on (a binary upgrade: the new
+  // process accepts from the same listeners).
+  void stop_accepting();
   size_t connection_count() const { return conns_.size(); }
   // Connections with requests in flight (drain waits for them).
   size_t busy_connections() const;
   void list_connections(std::vector<TcpConnInfo> &out) const;
   const TcpStats &stats() const { return stats_; }
   std::vector<dataplane::Address> bound_addresses() const;
+  struct ListenerInfo {
+    int fd;
+    dataplane::Address bound;
+    bool tls;
+  };
+  std::vector<ListenerInfo> listeners() const;
 
   // Used by connections.
   void closed(TcpConnection *c, uint32_t source_slot);

@@ -66,7 +66,8 @@ class Server:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.host = host
         self.port = port or (4433 if netns else free_udp_port(family))
-        listen = listen or [f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"]
+        if listen is None:  # [] : none on the command line (a config file's)
+            listen = [f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"]
         self.args = [XDPQD]
         for a in listen:
             self.args += ["--listen", a]

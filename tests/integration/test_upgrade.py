@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""Zero-downtime binary upgrade (issue 13): `xdpqctl upgrade` (or SIGUSR2)
+starts the binary at xdpqd's path with the configuration as it is now and
+hands it the sockets; h3load and h2load running through it finish with no
+failed request, the old process finishes its own connections (the new one
+hands it their QUIC packets) while the new one takes every new connection,
+a configuration change (a new listen address) takes effect, and a new
+process that cannot start leaves the old one serving and says why."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import (XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
+                     pattern, require_tools)
+
+H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
+XDPQCTL = os.path.join(os.path.dirname(XDPQD or "/"), "xdpqctl")
+
+
+def ctl(sock, *args, timeout=60):
+    return subprocess.run([XDPQCTL, "--socket", sock, *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def write_config(path, port, h2c_ports, sock, secrets, extra=""):
+    h2c = ", ".join(f'"127.0.0.1:{p}"' for p in h2c_ports)
+    with open(path, "w") as f:
+        f.write(f"""[server]
+listen = ["127.0.0.1:{port}"]
+workers = 2
+control_socket = "{sock}"
+drain_timeout_ms = 30000
+{extra}
+[tls]
+secrets = "{secrets}"
+[tcp]
+h2c_listen = [{h2c}]
+""")
+
+
+def all_stats(log):
+    return [json.loads(m) for m in re.findall(r"stats (\{.*\})", log)]
+
+
+class Upgrade(TimedTestCase):
+    def setUp(self):
+        require_tools()
+        for tool in (H3LOAD, XDPQCTL):
+            if not os.access(tool, os.X_OK):
+                raise AssertionError(f"{tool} is missing (build the tree)")
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="xdpq-upgrade-")
+        self.sock = os.path.join(self.tmp, "ctl.sock")
+        self.config = os.path.join(self.tmp, "xdpq.toml")
+        self.port = free_udp_port()
+        self.h2c = [free_udp_port(), free_udp_port()]
+        self.pids = []
+
+    def tearDown(self):
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        super().tearDown()
+
+    def start(self):
+        write_config(self.config, self.port, self.h2c[:1], self.sock,
+                     os.path.join(self.tmp, "secrets"))
+        # No --listen on the command line: the file's addresses rule, and
+        # the new process reads them afresh.
+        return Server("--config", self.config, host="127.0.0.1", port=self.port, workers=0,
+                      listen=[])
+
+    def new_pid(self, out):
+        m = re.search(r"upgraded: pid (\d+)", out)
+        self.assertIsNotNone(m, out)
+        pid = int(m.group(1))
+        self.pids.append(pid)
+        return pid
+
+    def test_upgrade_under_load_with_a_config_change(self):
+        with self.start() as srv:
+            h3 = subprocess.Popen([H3LOAD, "-n", "300000", "-c", "8", "-m", "4",
+                                   f"https://127.0.0.1:{self.port}/bytes/1000"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            h2 = subprocess.Popen(["h2load", "-n", "150000", "-c", "8", "-m", "4",
+                                   f"http://127.0.0.1:{self.h2c[0]}/bytes/1000"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            time.sleep(1.5)
+            self.assertIsNone(h3.poll(), "h3load finished before the upgrade: the test proves "
+                              "nothing")
+            self.assertIsNone(h2.poll(), "h2load finished before the upgrade")
+            # The change: a second cleartext listener (a new listen address
+            # took a restart before).
+            write_config(self.config, self.port, self.h2c, self.sock,
+                         os.path.join(self.tmp, "secrets"))
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
+            pid = self.new_pid(up.stdout)
+            h3_out = h3.communicate(timeout=120)[0]
+            h2_out = h2.communicate(timeout=120)[0]
+            # New connections after the upgrade: the new process, on the
+            # old and on the new address.
+            after = [subprocess.run(["h2load", "-n", "200", "-c", "2",
+                                     f"http://127.0.0.1:{p}/bytes/10"],
+                                    capture_output=True, text=True, timeout=60).stdout
+                     for p in self.h2c]
+            fetch = gtlsclient(srv, ["/bytes/1234"])
+            status = ctl(self.sock, "--json", "status")
+            stats_new = json.loads(ctl(self.sock, "--json", "stats").stdout)["total"]
+            # The old process exits by itself once its connections are done.
+            self.assertEqual(srv.proc.wait(timeout=60), 0, srv.output()[-3000:])
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(200):  # it writes its stats as it exits
+                if len(all_stats(srv.output())) == 2:
+                    break
+                time.sleep(0.05)
+            log = srv.output()
+        for name, out in (("h3load", h3_out), ("h2load", h2_out)):
+            m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                          r"(\d+) failed, (\d+) errored", out)
+            self.assertIsNotNone(m, out)
+            total, _, _, ok, failed, errored = map(int, m.groups())
+            self.assertEqual((failed, errored), (0, 0), f"{name}:\n{out}\n{log[-3000:]}")
+            self.assertEqual(ok, total, f"{name}:\n{out}")
+        for p, out in zip(self.h2c, after):
+            self.assertIn("200 succeeded, 0 failed", out, f"port {p}:\n{out}")
+        self.assertEqual(fetch.file("1234"), pattern(1234))
+        self.assertEqual(json.loads(status.stdout)["pid"], pid)
+        old = all_stats(log)[0]
+        # The old process served requests and, after the upgrade, its
+        # connections' QUIC packets reached it through the new one.
+        self.assertGreater(old["requests"], 0, old)
+        self.assertGreater(old["tcp_requests"], 0, old)
+        self.assertGreater(old["handoff_received"], 0, old)
+        self.assertEqual(old["stateless_resets_sent"], 0, old)
+        # The new process took every new connection.
+        self.assertGreater(stats_new["handshakes_completed"], 0, stats_new)
+        self.assertGreater(stats_new["requests"], 0, stats_new)
+        self.assertGreaterEqual(stats_new["tcp_accepted"], 4, stats_new)
+        self.assertGreater(stats_new["datagrams_handed_off"], 0, stats_new)
+        self.assertIn("took over", log)
+
+    def test_a_new_process_that_cannot_start_leaves_the_old_one_serving(self):
+        with self.start() as srv:
+            pid = srv.proc.pid
+            write_config(self.config, self.port, self.h2c[:1], self.sock,
+                         os.path.join(self.tmp, "secrets"), extra="wokers = 3")
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 1, up.stdout + up.stderr)
+            self.assertIn("upgrade failed, still serving", up.stdout)
+            self.assertIn(f"{self.config}:6: server.wokers: unknown key", up.stdout)
+            status = json.loads(ctl(self.sock, "--json", "status").stdout)
+            self.assertEqual(status["pid"], pid)
+            self.assertEqual(status["state"], "running")
+            r = gtlsclient(srv, ["/bytes/777"])
+            self.assertEqual(r.file("777"), pattern(777), srv.output()[-2000:])
+            # Fixed, SIGUSR2 does the same as xdpqctl upgrade.
+            write_config(self.config, self.port, self.h2c[:1], self.sock,
+                         os.path.join(self.tmp, "secrets"))
+            os.kill(pid, signal.SIGUSR2)
+            self.assertEqual(srv.proc.wait(timeout=60), 0, srv.output()[-3000:])
+            m = re.search(r"upgrade: pid (\d+) \(generation 1", srv.output())
+            self.assertIsNotNone(m, srv.output()[-3000:])
+            self.pids.append(int(m.group(1)))
+            status = json.loads(ctl(self.sock, "--json", "status").stdout)
+            self.assertEqual(status["pid"], int(m.group(1)))
+            r = gtlsclient(srv, ["/bytes/778"])
+            self.assertEqual(r.file("778"), pattern(778))
+
+
+if __name__ == "__main__":
+    unittest.main()
