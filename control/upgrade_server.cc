@@ -38,8 +38,16 @@ std::string Server::upgrade() {
     return "error: upgrade failed, still serving: " + why;
   };
   if (opts_.dataplane != "socket") {
-    return fail("--dataplane " + opts_.dataplane +
-                " cannot hand over to a new process yet (socket dataplane only); restart it");
+    // No hand-over of AF_XDP sockets yet: a reload (systemctl reload runs
+    // `xdpqctl upgrade`) still does what it did before.
+    LOG_WARN("upgrade: --dataplane %s cannot hand over to a new process yet; reloading the "
+             "certificate instead (restart for a new binary or configuration)",
+             opts_.dataplane.c_str());
+    std::string r = reload();
+    return r.starts_with("error: ") ? r
+                                    : "no binary upgrade on --dataplane " + opts_.dataplane +
+                                          " yet (restart for a new binary or configuration); " +
+                                          r;
   }
   if (draining_) return fail("this process is draining");
   if (handed_over_) return fail("an upgrade already happened; this process drains");

@@ -20,6 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
                      pattern, require_tools)
+from netns import Topology  # noqa: E402
 
 H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
 XDPQCTL = os.path.join(os.path.dirname(XDPQD or "/"), "xdpqctl")
@@ -30,7 +31,7 @@ def ctl(sock, *args, timeout=60):
                           timeout=timeout)
 
 
-def write_config(path, port, h2c_ports, sock, secrets, extra=""):
+def write_config(path, port, h2c_ports, sock, secrets, extra="", sections=""):
     h2c = ", ".join(f'"127.0.0.1:{p}"' for p in h2c_ports)
     with open(path, "w") as f:
         f.write(f"""[server]
@@ -43,6 +44,7 @@ drain_timeout_ms = 30000
 secrets = "{secrets}"
 [tcp]
 h2c_listen = [{h2c}]
+{sections}
 """)
 
 
@@ -72,9 +74,9 @@ class Upgrade(TimedTestCase):
                 pass
         super().tearDown()
 
-    def start(self):
+    def start(self, sections=""):
         write_config(self.config, self.port, self.h2c[:1], self.sock,
-                     os.path.join(self.tmp, "secrets"))
+                     os.path.join(self.tmp, "secrets"), sections=sections)
         # No --listen on the command line: the file's addresses rule, and
         # the new process reads them afresh.
         return Server("--config", self.config, host="127.0.0.1", port=self.port, workers=0,
@@ -88,7 +90,15 @@ class Upgrade(TimedTestCase):
         return pid
 
     def test_upgrade_under_load_with_a_config_change(self):
-        with self.start() as srv:
+        self.upgrade_under_load()
+
+    def test_upgrade_under_load_with_encrypted_quic_lb_ids(self):
+        # The generation bit is inside the encrypted CID: the new process
+        # finds the old process's connections by decrypting.
+        self.upgrade_under_load('[quic_lb]\nserver_id = "0a0b"\nmode = "encrypted"\n')
+
+    def upgrade_under_load(self, sections=""):
+        with self.start(sections) as srv:
             h3 = subprocess.Popen([H3LOAD, "-n", "300000", "-c", "8", "-m", "4",
                                    f"https://127.0.0.1:{self.port}/bytes/1000"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -102,7 +112,7 @@ class Upgrade(TimedTestCase):
             # The change: a second cleartext listener (a new listen address
             # took a restart before).
             write_config(self.config, self.port, self.h2c, self.sock,
-                         os.path.join(self.tmp, "secrets"))
+                         os.path.join(self.tmp, "secrets"), sections=sections)
             up = ctl(self.sock, "upgrade")
             self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
             pid = self.new_pid(up.stdout)
@@ -149,6 +159,20 @@ class Upgrade(TimedTestCase):
         self.assertGreaterEqual(stats_new["tcp_accepted"], 4, stats_new)
         self.assertGreater(stats_new["datagrams_handed_off"], 0, stats_new)
         self.assertIn("took over", log)
+        if sections:
+            self.assertIn("QUIC-LB: config 0, server ID 0a0b", log)
+
+    def test_afxdp_reload_without_hand_over(self):
+        with Topology() as topo:
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode", "native",
+                        host=topo.srv_ip, netns=topo.srv_ns, workers=0) as srv:
+                up = ctl(srv.control_socket, "upgrade")
+                status = json.loads(ctl(srv.control_socket, "--json", "status").stdout)
+                r = gtlsclient(srv, ["/bytes/99"], netns=topo.cli_ns)
+        self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+        self.assertIn("no binary upgrade on --dataplane afxdp yet", up.stdout)
+        self.assertEqual(status["pid"], srv.proc.pid)
+        self.assertEqual(r.file("99"), pattern(99))
 
     def test_a_new_process_that_cannot_start_leaves_the_old_one_serving(self):
         with self.start() as srv:
