@@ -75,25 +75,27 @@ void join(const uint8_t *left, const uint8_t *right, size_t half, bool odd, uint
 } // namespace
 
 void QuicLbCodec::four_pass(const uint8_t *in, const uint8_t (&passes)[4], uint8_t *out) const {
-  uint8_t left[10], right[10];
-  std::memcpy(left, in, half_len_);
-  std::memcpy(right, in + plain_len_ - half_len_, half_len_);
-  mask_left(left);
-  mask_right(right);
+  // Halves are at most 10 bytes; a whole block each keeps every index of
+  // round()'s loop visibly in bounds.
+  Block left{}, right{};
+  std::memcpy(left.data(), in, half_len_);
+  std::memcpy(right.data(), in + plain_len_ - half_len_, half_len_);
+  mask_left(left.data());
+  mask_right(right.data());
   // Odd passes change the right half from the left, even passes the left
   // from the right: 1, 2, 3, 4 encrypt and 4, 3, 2, 1 decrypt. (A
   // balancer may stop decrypting after three passes when the server ID
   // fits in the left half; we also want the nonce.)
   for (uint8_t pass : passes) {
     if (pass % 2 != 0) {
-      round(pass, left, right);
-      mask_right(right);
+      round(pass, left.data(), right.data());
+      mask_right(right.data());
     } else {
-      round(pass, right, left);
-      mask_left(left);
+      round(pass, right.data(), left.data());
+      mask_left(left.data());
     }
   }
-  join(left, right, half_len_, odd_, out);
+  join(left.data(), right.data(), half_len_, odd_, out);
 }
 
 void QuicLbCodec::encode(const uint8_t *nonce, uint8_t random_bits, uint8_t *cid) const {
