@@ -138,7 +138,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   auto sink = [](const std::string &line) {
     if (KeyLog::instance().active()) KeyLog::instance().write_line(line);
   };
-  quic::set_keylog_sink(sink);
+  quic::set_keylog_sink(sink, [] { return KeyLog::instance().active(); });
   http::set_tcp_keylog_sink(sink);
 
   quic::TlsConfig &tls_cfg = tls_cfg_;

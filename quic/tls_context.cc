@@ -13,6 +13,7 @@ namespace {
 
 constexpr size_t MAX_REPLAY_ENTRIES = 65536;
 std::atomic<KeylogSink> g_keylog{nullptr};
+std::atomic<KeylogActive> g_keylog_active{nullptr};
 
 std::string hex(const unsigned char *p, size_t n) {
   static constexpr char H[] = "0123456789abcdef";
@@ -111,7 +112,10 @@ int TlsContext::remember_client_hello(time_t expires, const gnutls_datum_t *key)
   return 0;
 }
 
-void set_keylog_sink(KeylogSink sink) { g_keylog.store(sink); }
+void set_keylog_sink(KeylogSink sink, KeylogActive active) {
+  g_keylog_active.store(active);
+  g_keylog.store(sink);
+}
 
 gnutls_session_t TlsContext::new_session(void *conn_ref) const {
   gnutls_session_t s = nullptr;
@@ -133,7 +137,9 @@ gnutls_session_t TlsContext::new_session(void *conn_ref) const {
     gnutls_record_set_max_early_data_size(s, 0xffffffffu);
   }
   gnutls_session_set_ptr(s, conn_ref);
-  gnutls_session_set_keylog_function(s, keylog_cb);
+  if (auto active = g_keylog_active.load(std::memory_order_relaxed); active && active()) {
+    gnutls_session_set_keylog_function(s, keylog_cb);
+  }
   return s;
 }
 

@@ -18,18 +18,24 @@ namespace xdpq::quic {
 struct TlsConfig {
   std::string cert_pem; // certificate chain, PEM
   std::string key_pem;  // private key, PEM
-  // GnuTLS priority string for QUIC's TLS 1.3 handshake.
+  // GnuTLS priority string for QUIC's TLS 1.3 handshake. Our order wins
+  // (%SERVER_PRECEDENCE): AES-128-GCM, whose SHA-256 key schedule has
+  // hardware support (SHA-NI) where SHA-384's has none, and X25519. With
+  // the client's order (GnuTLS's NORMAL: AES-256-GCM first) a handshake
+  // cost ~22 % more server CPU (h3load, new connection per request).
   std::string priority =
-      "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:"
+      "%DISABLE_TLS13_COMPAT_MODE:%SERVER_PRECEDENCE:NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:"
       "+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CCM:-GROUP-ALL:+GROUP-X25519:"
       "+GROUP-SECP256R1:+GROUP-SECP384R1:+GROUP-SECP521R1";
   bool early_data = true;
 };
 
 // Where TLS secrets go when key logging is on (NSS key log lines); set once
-// by the control plane. The hook decides whether logging is active.
+// by the control plane. active() says whether logging is on: sessions begun
+// while it is off format no secrets at all.
 using KeylogSink = void (*)(const std::string &line);
-void set_keylog_sink(KeylogSink sink);
+using KeylogActive = bool (*)();
+void set_keylog_sink(KeylogSink sink, KeylogActive active);
 
 class TlsContext {
 public:
