@@ -121,7 +121,7 @@ public:
 
   // callbacks
   int on_handshake_done();
-  void on_goaway();
+  void on_goaway(int64_t id);
   int on_stream_data(int64_t sid, const uint8_t *d, size_t n, bool fin);
   int on_header(int64_t sid, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
   int on_body(int64_t sid, size_t n);
@@ -330,8 +330,8 @@ int Conn::on_handshake_done() {
   // GOAWAY (a server draining, or handing over to its next process): no
   // new requests on this connection; it closes when its last ends and a
   // new connection takes over the rest.
-  cb.shutdown = [](nghttp3_conn *, int64_t, void *ud) {
-    C(ud).on_goaway();
+  cb.shutdown = [](nghttp3_conn *, int64_t id, void *ud) {
+    C(ud).on_goaway(id);
     return 0;
   };
   cb.deferred_consume = [](nghttp3_conn *, int64_t sid, size_t n, void *ud, void *) {
@@ -367,7 +367,10 @@ void Conn::submit_more() {
       break;
     }
     int64_t sid;
-    if (ngtcp2_conn_open_bidi_stream(conn_, &sid, nullptr) != 0) break;
+    if (ngtcp2_conn_open_bidi_stream(conn_, &sid, nullptr) != 0) {
+      w_.run().give_back(); // taken, not sent
+      break;
+    }
     const Uri &u = cfg.uris[w_.next_uri_++ % cfg.uris.size()];
     auto nv = [](const char *n, const std::string &v) {
       return nghttp3_nv{reinterpret_cast<uint8_t *>(const_cast<char *>(n)),
@@ -377,7 +380,10 @@ void Conn::submit_more() {
     static const std::string GET = "GET", HTTPS = "https", UA = "h3load";
     nghttp3_nv nva[] = {nv(":method", GET), nv(":scheme", HTTPS), nv(":authority", u.authority),
                         nv(":path", u.path), nv("user-agent", UA)};
-    nghttp3_conn_submit_request(h3_, sid, nva, 5, nullptr, nullptr);
+    if (nghttp3_conn_submit_request(h3_, sid, nva, 5, nullptr, nullptr) != 0) {
+      w_.run().give_back();
+      break;
+    }
     Req &r = reqs_[sid];
     r.start = monotonic_ns();
     r.measured = w_.run().measuring(r.start);
@@ -441,8 +447,20 @@ int Conn::on_stream_close(int64_t sid, uint64_t code) {
   return 0;
 }
 
-void Conn::on_goaway() {
+void Conn::on_goaway(int64_t id) {
   goaway_ = true;
+  // Requests at or above the GOAWAY's id will not be processed (RFC 9114
+  // 5.2): they go back to the budget for another connection.
+  for (auto it = reqs_.begin(); it != reqs_.end();) {
+    if (it->first >= id) {
+      if (it->second.measured) w_.stats().started -= 1;
+      w_.run().give_back();
+      w_.stats().retried += 1;
+      it = reqs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   if (reqs_.empty()) finish_wanted_ = true;
 }
 

@@ -171,14 +171,18 @@ AdminServer::~AdminServer() {
 }
 
 void AdminServer::stop_listening() {
+  // The listeners stay allocated until we are destroyed: this may run from
+  // a callback of the same event batch in which a listener is still due.
+  if (!listening_) return;
+  listening_ = false;
   for (auto &l : listeners_) {
     l->backoff->stop();
     loop_.unwatch(l->fd);
   }
-  listeners_.clear();
 }
 
 void AdminServer::accept_all(Listener &l) {
+  if (!listening_) return; // an event of the batch that handed them over
   for (int i = 0; i < 64; ++i) {
     int fd = accept4(l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {

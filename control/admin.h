@@ -72,6 +72,7 @@ private:
   dataplane::EventLoop &loop_;
   AdminHandler &handler_;
   std::vector<std::unique_ptr<Listener>> listeners_;
+  bool listening_ = true;
   std::unordered_map<Client *, std::unique_ptr<Client>> clients_;
   std::vector<std::unique_ptr<Client>> dead_;
   AdminStats stats_;

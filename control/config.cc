@@ -69,7 +69,7 @@ constexpr Key KEYS[] = {
      "a hex string of 1 to 15 bytes like \"0a01\""},
     {"quic_lb", "config_id", Kind::integer, "--quic-lb-config-id", "an integer (0 to 6)"},
     {"quic_lb", "nonce_length", Kind::integer, "--quic-lb-nonce-length",
-     "an integer (4 to 18)"},
+     "an integer (8 to 18)"},
     {"quic_lb", "mode", Kind::string, "--quic-lb-mode", "\"encrypted\" or \"plaintext\""},
     {"tcp", "enabled", Kind::flag_if_false, "--no-tcp", "true or false"},
     {"tcp", "h2c_listen", Kind::strings, "--h2c-listen", "a list of \"ADDR:PORT\" strings"},
@@ -256,7 +256,7 @@ early_data = true
 [quic_lb]                                # scale-out behind a QUIC-LB balancer (docs/scale-out.md)
 # server_id = "01"                       # this node's ID (hex, 1-15 bytes); unset: QUIC-LB off
 # config_id = 0                          # config rotation codepoint, 0-6
-# nonce_length = 15                      # 4-18; default 16 minus the server ID's length
+# nonce_length = 15                      # 8-18; default 16 minus the server ID's length
 # mode = "encrypted"                     # or "plaintext"; the key: quic_lb_key in tls.secrets
 
 [tcp]

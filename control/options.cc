@@ -83,10 +83,12 @@ Scale-out behind a load balancer (QUIC-LB, see docs/scale-out.md):
   --quic-lb-config-id N   The configuration's rotation codepoint, 0 to 6
                           (default 0).
   --quic-lb-nonce-length N
-                          Nonce bytes after the server ID, 4 to 18; server
-                          ID and nonce together at most 19 (default: 16
-                          minus the server ID's length, so that encrypted
-                          IDs take one AES block).
+                          Nonce bytes after the server ID, 8 to 18 (its
+                          first byte names the worker; the rest must not
+                          repeat); server ID and nonce together at most 19
+                          (default: 16 minus the server ID's length, so
+                          that encrypted IDs take one AES block, and at
+                          least 8).
   --quic-lb-mode MODE     encrypted (default: AES-128 with quic_lb_key from
                           the secrets file) or plaintext (the server ID
                           readable by anyone on the path).
@@ -336,7 +338,7 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     } else if (arg == "--quic-lb-config-id") {
       o.quic_lb_config_id = static_cast<int>(parse_number(arg, need(), 0, 6));
     } else if (arg == "--quic-lb-nonce-length") {
-      o.quic_lb_nonce_length = parse_number(arg, need(), 4, 18);
+      o.quic_lb_nonce_length = parse_number(arg, need(), 8, 18);
     } else if (arg == "--quic-lb-mode") {
       auto v = need();
       if (v != "encrypted" && v != "plaintext") {
@@ -455,7 +457,7 @@ Options parse_options(int argc, const char *const *argv) {
     const size_t sid = o.quic_lb_server_id.size();
     if (o.quic_lb_config_id < 0) o.quic_lb_config_id = 0;
     if (o.quic_lb_mode.empty()) o.quic_lb_mode = "encrypted";
-    if (o.quic_lb_nonce_length == 0) o.quic_lb_nonce_length = sid < 12 ? 16 - sid : 4;
+    if (o.quic_lb_nonce_length == 0) o.quic_lb_nonce_length = sid <= 8 ? 16 - sid : 8;
     if (sid + o.quic_lb_nonce_length > 19) {
       throw UsageError("--quic-lb-server-id (" + std::to_string(sid) +
                        " bytes) and --quic-lb-nonce-length (" +

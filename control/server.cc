@@ -163,6 +163,8 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     } catch (const std::exception &e) {
       throw UsageError(std::string("--secrets: ") + e.what());
     }
+  } else if (inherited_) {
+    secrets = inherited_->secrets; // the running server's keys live on in us
   } else {
     secrets = quic::Secrets::generate();
     LOG_INFO("no --secrets file: stateless reset, token and ticket keys last for this run only");
@@ -212,6 +214,20 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     LOG_INFO("QUIC-LB: config %d, server ID %s, nonce %zu bytes, %s, connection IDs of %zu bytes",
              opts_.quic_lb_config_id, to_hex(lb.server_id).c_str(), lb.nonce_len,
              opts_.quic_lb_mode.c_str(), quic_lb->cid_len());
+    // A fingerprint of the key, not the key: the format, for the upgrade check.
+    uint64_t fp = 1469598103934665603ull;
+    for (uint8_t b : lb.key.value_or(std::array<uint8_t, 16>{})) fp = (fp ^ b) * 1099511628211ull;
+    cid_format_ = "quic-lb:cr=" + std::to_string(opts_.quic_lb_config_id) +
+                  ":sid=" + to_hex(lb.server_id) + ":nonce=" + std::to_string(lb.nonce_len) +
+                  ":" + opts_.quic_lb_mode + ":" + std::to_string(fp & 0xffff);
+  }
+  if (inherited_ && inherited_->cid_format != cid_format_) {
+    // Our workers could not tell the running connections' CIDs apart from
+    // unknown ones: they would reset them.
+    throw UsageError("binary upgrade: the connection-ID format would change (" +
+                     inherited_->cid_format + " -> " + cid_format_ +
+                     "): the running connections could not be routed; change [quic_lb] with a "
+                     "restart (drain, then start), not an upgrade");
   }
   if (opts_.check_config) return;
 

@@ -116,6 +116,7 @@ private:
   // Binary upgrade.
   std::vector<std::string> argv_;
   uint8_t generation_ = 0;
+  std::string cid_format_ = "unroutable"; // what our CIDs look like (upgrade check)
   std::optional<Inheritance> inherited_; // the new process: what it was handed
   std::vector<size_t> adopted_;          // ... and which of those it serves
   size_t upgrade_capacity_ = 256;        // slots per hand-off ring between the two

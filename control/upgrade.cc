@@ -1,5 +1,7 @@
 #include "control/upgrade.h"
 
+#include "base/hex.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -7,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
+#include <array>
 #include <sstream>
 #include <stdexcept>
 
@@ -123,8 +127,12 @@ bool recv_message(int sock, std::string &text, std::vector<int> &fds, int timeou
 }
 
 void send_inheritance(int sock, const Inheritance &inh) {
+  const auto &keys = inh.secrets;
   std::string head = "inherit " + std::to_string(inh.generation) + " " +
-                     std::to_string(inh.workers) + "\n";
+                     std::to_string(inh.workers) + "\ncid " + inh.cid_format + "\nsecrets " +
+                     to_hex(keys.reset_key) + " " + to_hex(keys.token_key) + " " +
+                     to_hex(keys.ticket_key) + " " +
+                     (keys.quic_lb_key ? to_hex(*keys.quic_lb_key) : std::string("-")) + "\n";
   if (!send_message(sock, head, {})) {
     throw std::runtime_error(std::string("upgrade: send: ") + std::strerror(errno));
   }
@@ -162,13 +170,25 @@ Inheritance receive_inheritance(int sock, int timeout_ms) {
   int gen = -1, workers = -1;
   {
     std::istringstream in(text);
-    std::string word;
-    in >> word >> gen >> workers;
-    if (word != "inherit" || (gen != 0 && gen != 1) || workers < 1 || workers > 127 ||
-        !fds.empty()) {
+    std::string word, cid, secrets, reset, token, ticket, lb;
+    in >> word >> gen >> workers >> cid >> inh.cid_format >> secrets >> reset >> token >> ticket >>
+        lb;
+    auto key = [](const std::string &hex, auto &out) {
+      auto v = parse_hex(hex);
+      if (!v || v->size() != out.size()) return false;
+      std::copy(v->begin(), v->end(), out.begin());
+      return true;
+    };
+    std::array<uint8_t, 16> lb_key{};
+    bool ok = word == "inherit" && (gen == 0 || gen == 1) && workers >= 1 && workers <= 127 &&
+              cid == "cid" && secrets == "secrets" && key(reset, inh.secrets.reset_key) &&
+              key(token, inh.secrets.token_key) && key(ticket, inh.secrets.ticket_key) &&
+              (lb == "-" || key(lb, lb_key)) && fds.empty();
+    if (!ok) {
       for (int fd : fds) close(fd);
-      throw fail("expected 'inherit GENERATION WORKERS', got '" + text.substr(0, 60) + "'");
+      throw fail("expected 'inherit GENERATION WORKERS', the CID format and the secrets");
     }
+    if (lb != "-") inh.secrets.quic_lb_key = lb_key;
   }
   inh.generation = static_cast<uint8_t>(gen);
   inh.workers = workers;
@@ -192,6 +212,10 @@ Inheritance receive_inheritance(int sock, int timeout_ms) {
       l >> kind >> worker >> addr;
       bad = bad || used >= fds.size() || !kind_of(kind, s.kind) || worker < -1 ||
             worker >= workers;
+      // Worker sockets name their worker; the control and metrics ones none.
+      const bool per_worker = s.kind != Inheritance::Kind::control &&
+                              s.kind != Inheritance::Kind::metrics;
+      bad = bad || (per_worker && worker < 0);
       if (!bad && addr != "-") {
         auto a = dataplane::parse_address(addr);
         bad = !a;

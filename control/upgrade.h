@@ -14,6 +14,7 @@
 //               end tells either side that the other exited.
 
 #include "dataplane/address.h"
+#include "quic/secrets.h"
 
 #include <cstdint>
 #include <span>
@@ -37,6 +38,12 @@ struct Inheritance {
   };
   uint8_t generation = 0; // the old process's
   int workers = 0;        // its worker count
+  // Its connection IDs' format (Server::cid_format_): the new process must
+  // read them to route the old connections' packets, so it must match.
+  std::string cid_format;
+  // Its secrets: a server without a secrets file keeps its keys across an
+  // upgrade too (tokens, tickets and resets stay valid).
+  quic::Secrets secrets;
   std::vector<Socket> sockets;
 
   // The descriptors of one kind (and worker, unless -1).

@@ -51,6 +51,11 @@ std::string Server::upgrade() {
   }
   if (draining_) return fail("this process is draining");
   if (handed_over_) return fail("an upgrade already happened; this process drains");
+  if (inherited_ && upgrade_channel_ >= 0) {
+    // Two generations at a time: a third would take the first's bit.
+    return fail("the previous process is still finishing its connections; upgrade again once "
+                "it has exited");
+  }
   if (argv_.empty()) return fail("the command line of this process is unknown");
   const std::string exe = running_binary_path();
   if (exe.empty() || access(exe.c_str(), X_OK) != 0) {
@@ -62,6 +67,8 @@ std::string Server::upgrade() {
   Inheritance inh;
   inh.generation = generation_;
   inh.workers = static_cast<int>(workers_.size());
+  inh.cid_format = cid_format_;
+  inh.secrets = secrets_;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const int w = static_cast<int>(i);
     const auto *port = dynamic_cast<const dataplane::UdpSocketPort *>(&workers_[i]->datagram_port());
@@ -103,14 +110,23 @@ std::string Server::upgrade() {
   sigset_t none;
   sigemptyset(&none);
 
+  // From the moment the new process reads our sockets until we stop: its
+  // CIDs are dropped here, never answered with a stateless reset.
+  for (auto &w : workers_) w->expect_next_generation(true, std::chrono::milliseconds(500));
+  auto restore = [this] {
+    for (auto &w : workers_) w->expect_next_generation(false, std::chrono::milliseconds(500));
+  };
+
   pid_t child = fork();
   if (child < 0) {
     close(sv[0]);
     close(sv[1]);
+    restore();
     return fail(std::string("fork: ") + strerror(errno));
   }
   if (child == 0) {
     fcntl(sv[1], F_SETFD, 0); // this end crosses exec
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     execve(exe.c_str(), args.data(), envp.data());
     _exit(127);
   }
@@ -118,11 +134,14 @@ std::string Server::upgrade() {
   LOG_INFO("upgrade: started %s (pid %d); handing over %zu sockets", exe.c_str(), child,
            inh.sockets.size());
 
+  // Every failure: the new process is stopped (if it still runs) and
+  // reaped, and our workers answer unknown CIDs again.
   auto abandon = [&](const std::string &why) {
     kill(child, SIGKILL);
     int status = 0;
     waitpid(child, &status, 0);
     close(sv[0]);
+    restore();
     return fail(why);
   };
   try {
@@ -139,9 +158,15 @@ std::string Server::upgrade() {
   for (int waited = 0; waited < READY_TIMEOUT_MS && !got; waited += 500) {
     got = recv_message(sv[0], text, fds, 500);
     if (!got && errno != ETIMEDOUT) {
+      for (int fd : fds) close(fd);
       int status = 0;
-      waitpid(child, &status, 0);
+      // Ended (the usual case), or a message we could not take: stop it.
+      if (waitpid(child, &status, WNOHANG) != child) {
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+      }
       close(sv[0]);
+      restore();
       return fail("the new process " + exit_text(status) + " before it was ready");
     }
     if (wd_usec) sd_notify_state("WATCHDOG=1");
@@ -152,10 +177,7 @@ std::string Server::upgrade() {
     for (int fd : fds) close(fd);
     std::string why = text.substr(6);
     while (!why.empty() && why.back() == '\n') why.pop_back();
-    int status = 0;
-    waitpid(child, &status, 0);
-    close(sv[0]);
-    return fail("the new process refused to start: " + why);
+    return abandon("the new process refused to start: " + why);
   }
   if (!parse_ready(text, ready) || fds.size() != 1 || ready.pid != child) {
     for (int fd : fds) close(fd);
@@ -191,7 +213,8 @@ std::string Server::upgrade() {
   if (control_taken) stop_admin_listening();
   upgrade_channel_ = sv[0];
   watch_upgrade_channel();
-  // systemd follows the service to its new main process (NotifyAccess=all).
+  // systemd follows the service to its new main process (sent by us, the
+  // main process, as NotifyAccess=main wants).
   sd_notify_state(("MAINPID=" + std::to_string(child)).c_str());
   LOG_INFO("upgrade: pid %d (generation %d, %d workers) serves new connections; this process "
            "(pid %d) finishes its own",

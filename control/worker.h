@@ -150,6 +150,20 @@ public:
     endpoint_.set_other_generation(static_cast<uint8_t>(to_previous_.size()));
     endpoint_.set_handoff(this);
   }
+  // Binary upgrade, the old process, before the new one starts: its CIDs
+  // (the other generation) are dropped here, never reset, while both
+  // processes read the same sockets. expect false: the upgrade failed.
+  // Returns once the worker applied it (or after timeout).
+  bool expect_next_generation(bool expect, std::chrono::milliseconds timeout) {
+    next_generation_.store(expect ? 2 : 1, std::memory_order_release);
+    loop_.wake();
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (next_generation_.load(std::memory_order_acquire) != 0) {
+      if (stopped() || std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
   // The previous process exited: its CIDs are unknown ones from now on.
   void request_previous_gone() {
     previous_gone_.store(true, std::memory_order_release);
@@ -365,6 +379,11 @@ public:
   }
 
   void on_wake() override {
+    if (int n = next_generation_.load(std::memory_order_acquire); n != 0) {
+      // Any of its workers (it may have more than we do).
+      endpoint_.set_other_generation(n == 2 ? quic::EndpointConfig::MAX_WORKERS : 0);
+      next_generation_.store(0, std::memory_order_release);
+    }
     if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();
     if (previous_gone_.exchange(false, std::memory_order_acquire)) {
       endpoint_.set_other_generation(0);
@@ -381,7 +400,10 @@ public:
     }
     if (reload) apply_reload(*reload);
     if (drain_requested_.exchange(false, std::memory_order_acquire) && !draining_) {
+      // A hand-over always precedes its drain: take it first if it raced.
+      if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();
       draining_ = true;
+      drain_started_ = loop_.now();
       endpoint_.start_drain();
       // After a binary upgrade, TCP connections are served until their
       // clients close them (or the deadline): no GOAWAY, which some
@@ -478,11 +500,19 @@ private:
   }
 
   void check_drain() {
+    const uint64_t deadline = drain_deadline_.load(std::memory_order_relaxed);
+    if (handed_over_ && tcp_ && !tcp_goaway_ && deadline > drain_started_ &&
+        loop_.now() >= drain_started_ + (deadline - drain_started_) / 2) {
+      // Half the drain time served the old TCP connections as they were;
+      // now the graceful GOAWAY moves what is left to the new process.
+      tcp_goaway_ = true;
+      tcp_->shutdown();
+    }
     bool idle = handed_over_ ? endpoint_.connection_count() == 0 &&
                                    (!tcp_ || tcp_->connection_count() == 0)
                              : endpoint_.active_requests() == 0 &&
                                    (!tcp_ || tcp_->busy_connections() == 0);
-    if (idle || loop_.now() >= drain_deadline_.load(std::memory_order_relaxed)) {
+    if (idle || loop_.now() >= deadline) {
       if (!idle) LOG_WARN("worker %d: drain timeout, closing what is left", id_);
       finish();
     }
@@ -592,6 +622,9 @@ private:
   std::vector<dataplane::HandoffRing *> from_next_;
   std::unordered_set<int> send_only_;
   bool handed_over_ = false; // the old process of an upgrade: its connections finish here
+  bool tcp_goaway_ = false;  // ... and its TCP connections got their GOAWAY
+  uint64_t drain_started_ = 0;
+  std::atomic<int> next_generation_{0}; // 2: expect it, 1: not any more, 0: applied
   std::atomic<bool> previous_gone_{false};
   std::atomic<bool> handover_requested_{false};
   std::vector<dataplane::HandoffRing *> handover_rings_; // under mu_

@@ -92,8 +92,10 @@ public:
     size_t n = 0;
     for (uint64_t i = head; i != tail && n < max; ++i, ++n) {
       Slot &s = slots_[i & mask_];
-      RxDatagram dg{s.data, s.len, s.path, s.ecn, s.link};
-      f(static_cast<const RxDatagram &>(dg));
+      // The producer may be another process: never trust its length.
+      const size_t len = s.len <= MAX_PAYLOAD ? s.len : 0;
+      RxDatagram dg{s.data, len, s.path, s.ecn, s.link};
+      if (len > 0) f(static_cast<const RxDatagram &>(dg));
       // The slot goes back to the producer only once f is done with it.
       ix_->head.store(i + 1, std::memory_order_release);
     }

@@ -120,7 +120,9 @@ public:
     // a CONTINUATION sequence may stay open by count, we bound it by time.
     return pending_headers_ ? headers_since_ : 0;
   }
-  bool busy() const override { return active_ > 0; }
+  // Busy too while the graceful shutdown waits for its PING (one round
+  // trip): the final GOAWAY must go out before the connection closes.
+  bool busy() const override { return active_ > 0 || (shutdown_ && !final_goaway_); }
   void shutdown() override {
     // RFC 9113 6.8: a GOAWAY naming no stream (2^31-1) and a PING first;
     // the final GOAWAY with the last stream we processed only when the

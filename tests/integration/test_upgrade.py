@@ -116,6 +116,8 @@ class Upgrade(TimedTestCase):
             up = ctl(self.sock, "upgrade")
             self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
             pid = self.new_pid(up.stdout)
+            # Two generations at a time: a third waits for the first to go.
+            again = ctl(self.sock, "upgrade")
             h3_out = h3.communicate(timeout=120)[0]
             h2_out = h2.communicate(timeout=120)[0]
             # New connections after the upgrade: the new process, on the
@@ -144,6 +146,8 @@ class Upgrade(TimedTestCase):
             self.assertEqual(ok, total, f"{name}:\n{out}")
         for p, out in zip(self.h2c, after):
             self.assertIn("200 succeeded, 0 failed", out, f"port {p}:\n{out}")
+        self.assertEqual(again.returncode, 1, again.stdout)
+        self.assertIn("previous process is still finishing", again.stdout)
         self.assertEqual(fetch.file("1234"), pattern(1234))
         self.assertEqual(json.loads(status.stdout)["pid"], pid)
         old = all_stats(log)[0]
@@ -188,6 +192,15 @@ class Upgrade(TimedTestCase):
             self.assertEqual(status["state"], "running")
             r = gtlsclient(srv, ["/bytes/777"])
             self.assertEqual(r.file("777"), pattern(777), srv.output()[-2000:])
+            # A change of the connection-ID format (QUIC-LB on) is refused:
+            # the new process could not route the running connections.
+            write_config(self.config, self.port, self.h2c[:1], self.sock,
+                         os.path.join(self.tmp, "secrets"),
+                         sections='[quic_lb]\nserver_id = "01"\n')
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 1, up.stdout + up.stderr)
+            self.assertIn("connection-ID format would change", up.stdout)
+            self.assertEqual(json.loads(ctl(self.sock, "--json", "status").stdout)["pid"], pid)
             # Fixed, SIGUSR2 does the same as xdpqctl upgrade.
             write_config(self.config, self.port, self.h2c[:1], self.sock,
                          os.path.join(self.tmp, "secrets"))
