@@ -43,13 +43,15 @@ bool CidKey::operator==(const CidKey &o) const {
 }
 
 size_t CidKeyHash::operator()(const CidKey &k) const {
-  // CIDs are random after the worker byte: FNV-1a over them is plenty.
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < k.len; ++i) {
-    h ^= k.data[i];
-    h *= 1099511628211ull;
-  }
-  return static_cast<size_t>(h);
+  // Up to 20 bytes and the length, chained through two blocks: an
+  // injective input, so only a collision of the keyed hash collides.
+  uint8_t a[16] = {}, b[16] = {};
+  std::memcpy(a, k.data, k.len < 16 ? k.len : 16);
+  if (k.len > 16) std::memcpy(b, k.data + 16, k.len - 16u);
+  b[15] = k.len;
+  uint64_t h = keyed(a);
+  for (int i = 0; i < 8; ++i) b[4 + i] ^= static_cast<uint8_t>(h >> (8 * i));
+  return static_cast<size_t>(keyed(b));
 }
 
 Endpoint::Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &secrets,

@@ -1,6 +1,8 @@
 #pragma once
 // Plain types shared by the endpoint and its connections.
 
+#include "dataplane/keyed_hash.h"
+
 #include <ngtcp2/ngtcp2.h>
 
 #include <cstddef>
@@ -28,7 +30,11 @@ struct CidKey {
   static CidKey from(const ngtcp2_cid &c) { return from(c.data, c.datalen); }
   bool operator==(const CidKey &o) const;
 };
+// Keyed (SipHash, a random key per table): the table also holds the DCIDs
+// clients chose for their first Initials, so nobody may aim many keys at
+// one bucket.
 struct CidKeyHash {
+  dataplane::KeyedHash keyed;
   size_t operator()(const CidKey &k) const;
 };
 

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 
 using namespace xdpq;
@@ -659,4 +660,25 @@ TEST_F(QuicPipe, QuicLbConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
   quic::EndpointConfig cfg;
   cfg.quic_lb = quic_lb({0x01, 0x02, 0x03}, true, 9);
   migrate_to_another_workers_queue(cfg);
+}
+
+// The CID table also holds DCIDs that clients chose (their first
+// Initial's): its hash is keyed per table, so a client cannot precompute
+// keys that share a bucket (FNV, before, was the same everywhere).
+TEST(CidKeyHash, IsKeyedPerTableAndCoversEveryByte) {
+  quic::CidKeyHash h1, h2;
+  uint8_t d[20];
+  for (int i = 0; i < 20; ++i) d[i] = static_cast<uint8_t>(i * 7);
+  auto k = quic::CidKey::from(d, 20);
+  EXPECT_NE(h1(k), h2(k));
+  EXPECT_EQ(h1(k), h1(quic::CidKey::from(d, 20)));
+  std::set<size_t> seen{h1(k)};
+  for (int i = 0; i < 20; ++i) {
+    uint8_t e[20];
+    std::memcpy(e, d, sizeof(e));
+    e[i] ^= 1;
+    seen.insert(h1(quic::CidKey::from(e, 20)));
+  }
+  for (size_t len = 1; len < 20; ++len) seen.insert(h1(quic::CidKey::from(d, len)));
+  EXPECT_EQ(seen.size(), 1u + 20 + 19);
 }
