@@ -181,6 +181,12 @@ void AdminServer::stop_listening() {
   }
 }
 
+void AdminServer::resume_listening() {
+  if (listening_) return;
+  listening_ = true;
+  for (auto &l : listeners_) loop_.watch(l->fd, l.get());
+}
+
 void AdminServer::accept_all(Listener &l) {
   if (!listening_) return; // an event of the batch that handed them over
   for (int i = 0; i < 64; ++i) {

@@ -55,6 +55,7 @@ public:
   // Stops accepting (binary upgrade: the new process owns the listening
   // sockets now); clients being served finish.
   void stop_listening();
+  void resume_listening();
   size_t client_count() const { return clients_.size(); }
   const AdminStats &stats() const { return stats_; }
 

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -523,6 +524,16 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
       loop.stop();
       return;
     }
+    // After a hand-over the workers wait for each other: once every one of
+    // them is idle, the old process is done.
+    if (srv.upgrade_child_ > 0 && !srv.hard_stop_) {
+      bool all_idle = true;
+      for (auto &w : srv.workers_) all_idle &= w->stopped() || w->idle_after_handover();
+      if (all_idle) {
+        srv.hard_stop_ = true;
+        for (auto &w : srv.workers_) w->request_stop();
+      }
+    }
     // Watchdog: ping only while every worker's loop keeps turning.
     uint64_t now = loop.now();
     if (wd_usec && now >= wd_next) {
@@ -560,8 +571,20 @@ void Server::upgrade_channel_closed() {
   if (inherited_) {
     LOG_INFO("upgrade: the previous process exited; its connection IDs are unknown from now on");
     for (auto &w : workers_) w->request_previous_gone();
-  } else {
-    LOG_WARN("upgrade: the new process exited while this one drains");
+  } else if (upgrade_child_ > 0) {
+    // The new process died after it took over: without us nobody would
+    // read the sockets (outside systemd, nobody would restart it either).
+    int status = 0;
+    waitpid(upgrade_child_, &status, WNOHANG);
+    LOG_ERROR("upgrade: the new process (pid %d) exited after taking over; taking the sockets "
+              "back and serving on",
+              upgrade_child_);
+    upgrade_child_ = -1;
+    for (auto &w : workers_) w->request_take_back();
+    draining_ = false;
+    handed_over_ = false;
+    control_->admin.resume_listening();
+    sd_notify_state(("MAINPID=" + std::to_string(getpid()) + "\nREADY=1").c_str());
   }
 }
 

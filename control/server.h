@@ -122,6 +122,7 @@ private:
   size_t upgrade_capacity_ = 256;        // slots per hand-off ring between the two
   int upgrade_channel_ = -1;             // to the other process: its end means it exited
   bool handed_over_ = false;             // the old process: the new one owns our sockets
+  pid_t upgrade_child_ = -1;             // the old process: the new one, once it took over
   std::unique_ptr<dataplane::HandoffRegion> upgrade_region_;
   ControlLoop *control_ = nullptr; // while run() runs
 };

@@ -210,6 +210,7 @@ std::string Server::upgrade() {
     workers_[j]->request_handover(std::move(rings), std::move(stop[j]));
   }
   handed_over_ = control_taken;
+  upgrade_child_ = child;
   if (control_taken) stop_admin_listening();
   upgrade_channel_ = sv[0];
   watch_upgrade_channel();

@@ -181,6 +181,12 @@ public:
     handover_requested_.store(true, std::memory_order_release);
     loop_.wake();
   }
+  // Binary upgrade, the old process, after the hand-over: the new process
+  // died. Read the sockets again, accept again, stop draining.
+  void request_take_back() {
+    take_back_requested_.store(true, std::memory_order_release);
+    loop_.wake();
+  }
   int wake_fd() const { return loop_.wake_fd(); }
   // The port's sockets (immutable once built; any thread).
   const dataplane::DatagramPort &datagram_port() const { return *port_; }
@@ -268,6 +274,10 @@ public:
     return std::move(snap_);
   }
   bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+  // After a hand-over: no connection left here (see check_drain).
+  bool idle_after_handover() const {
+    return idle_after_handover_.load(std::memory_order_acquire);
+  }
   // The worker's loop ended with an exception (it stopped; the daemon must).
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
@@ -385,6 +395,7 @@ public:
       next_generation_.store(0, std::memory_order_release);
     }
     if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();
+    if (take_back_requested_.exchange(false, std::memory_order_acquire)) take_back();
     if (previous_gone_.exchange(false, std::memory_order_acquire)) {
       endpoint_.set_other_generation(0);
       to_previous_.clear();
@@ -462,6 +473,26 @@ private:
     }
   }
 
+  void take_back() {
+    if (finishing_) return; // too late: this worker already closed its connections
+    drain_requested_.store(false, std::memory_order_relaxed);
+    for (int fd : send_only_) {
+      port_->resume_receiving(fd);
+      loop_.set_interest(fd, this, true, want_write_);
+    }
+    send_only_.clear();
+    from_next_.clear();
+    handed_over_ = false;
+    idle_after_handover_.store(false, std::memory_order_release);
+    tcp_goaway_ = false;
+    endpoint_.set_other_generation(0);
+    if (draining_) {
+      draining_ = false;
+      endpoint_.stop_drain();
+    }
+    if (tcp_) tcp_->resume_accepting();
+  }
+
   // The old process's side of the hand-over: stop reading the sockets the
   // new process took, take its rings, and drain.
   void take_handover() {
@@ -512,6 +543,12 @@ private:
                                    (!tcp_ || tcp_->connection_count() == 0)
                              : endpoint_.active_requests() == 0 &&
                                    (!tcp_ || tcp_->busy_connections() == 0);
+    if (handed_over_ && idle && loop_.now() < deadline) {
+      // Not stopping alone: if the new process died, every worker of ours
+      // is needed again. The control thread stops us all once all are idle.
+      idle_after_handover_.store(true, std::memory_order_release);
+      return;
+    }
     if (idle || loop_.now() >= deadline) {
       if (!idle) LOG_WARN("worker %d: drain timeout, closing what is left", id_);
       finish();
@@ -627,6 +664,8 @@ private:
   std::atomic<int> next_generation_{0}; // 2: expect it, 1: not any more, 0: applied
   std::atomic<bool> previous_gone_{false};
   std::atomic<bool> handover_requested_{false};
+  std::atomic<bool> take_back_requested_{false};
+  std::atomic<bool> idle_after_handover_{false};
   std::vector<dataplane::HandoffRing *> handover_rings_; // under mu_
   std::vector<int> handover_fds_;                        // under mu_
   WorkerHandoff handoff_;

@@ -92,6 +92,8 @@ public:
   // Binary upgrade: stop reading fd (another process does), keep sending
   // through it. False if the port cannot (or fd is not its own).
   virtual bool stop_receiving(int /*fd*/) { return false; }
+  // Undoes stop_receiving (the other process died).
+  virtual bool resume_receiving(int /*fd*/) { return false; }
   virtual std::span<const int> fds() const = 0;
   virtual const PortStats &stats() const = 0;
 };

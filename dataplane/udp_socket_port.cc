@@ -169,10 +169,10 @@ std::vector<std::pair<int, Address>> UdpSocketPort::sockets() const {
   return v;
 }
 
-bool UdpSocketPort::stop_receiving(int fd) {
+bool UdpSocketPort::set_receiving(int fd, bool on) {
   for (auto &s : sockets_) {
     if (s.fd == fd) {
-      s.receiving = false;
+      s.receiving = on;
       return true;
     }
   }

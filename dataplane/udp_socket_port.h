@@ -71,7 +71,8 @@ public:
   std::vector<std::pair<int, Address>> sockets() const;
   // Binary upgrade: the next process reads fd from now on; this port only
   // sends through it. False if fd is not one of ours.
-  bool stop_receiving(int fd) override;
+  bool stop_receiving(int fd) override { return set_receiving(fd, false); }
+  bool resume_receiving(int fd) override { return set_receiving(fd, true); }
   bool gso_enabled() const { return gso_; }
   bool gro_enabled() const { return gro_; }
 
@@ -91,6 +92,7 @@ private:
   };
 
   int socket_for(const Address &local) const;
+  bool set_receiving(int fd, bool on);
   size_t drain_socket(size_t sock, std::span<RxDatagram> out);
 
   UdpSocketOptions opts_;

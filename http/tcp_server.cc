@@ -196,6 +196,12 @@ void TcpServer::stop_accepting() {
   }
 }
 
+void TcpServer::resume_accepting() {
+  if (!shutting_down_) return;
+  shutting_down_ = false;
+  for (auto &l : listeners_) loop_.watch(l->fd, l.get());
+}
+
 void TcpServer::shutdown() {
   stop_accepting();
   std::vector<TcpConnection *> all;

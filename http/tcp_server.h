@@ -68,6 +68,8 @@ public:
   // Stops accepting; the connections go on (a binary upgrade: the new
   // process accepts from the same listeners).
   void stop_accepting();
+  // Accepts again after stop_accepting() (the new process died).
+  void resume_accepting();
   size_t connection_count() const { return conns_.size(); }
   // Connections with requests in flight (drain waits for them).
   size_t busy_connections() const;

@@ -159,6 +159,9 @@ public:
   // Graceful drain: the application's GOAWAY on every connection, new connections are
   // refused. close_all() ends it.
   void start_drain();
+  // New connections are welcome again (a binary upgrade whose new process
+  // died); connections already told GOAWAY finish as they were.
+  void stop_drain() { draining_ = false; }
   bool draining() const { return draining_; }
   // Request streams still open across all connections.
   size_t active_requests() const;

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -165,6 +166,38 @@ class Upgrade(TimedTestCase):
         self.assertIn("took over", log)
         if sections:
             self.assertIn("QUIC-LB: config 0, server ID 0a0b", log)
+
+    def test_old_process_takes_the_sockets_back_when_the_new_one_dies(self):
+        with self.start() as srv:
+            old = srv.proc.pid
+            # An idle keep-alive connection keeps the old process draining.
+            keep = socket.create_connection(("127.0.0.1", self.h2c[0]))
+            keep.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertIn(b"200", keep.recv(4096))
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+            pid = self.new_pid(up.stdout)
+            os.kill(pid, signal.SIGKILL)  # a new binary that crashes under traffic
+            status = None
+            for _ in range(100):
+                time.sleep(0.1)
+                r = ctl(self.sock, "--json", "status", timeout=5)
+                if r.returncode == 0 and json.loads(r.stdout)["pid"] == old:
+                    status = json.loads(r.stdout)
+                    break
+            self.assertIsNotNone(status, srv.output()[-3000:])
+            self.assertEqual(status["state"], "running")
+            fetch = gtlsclient(srv, ["/bytes/4321"])
+            h1 = subprocess.run(["h2load", "-n", "100", "-c", "2",
+                                 f"http://127.0.0.1:{self.h2c[0]}/bytes/10"],
+                                capture_output=True, text=True, timeout=60).stdout
+            time.sleep(1)
+            self.assertIsNone(srv.proc.poll(), "the old process stopped:\n" + srv.output()[-2000:])
+            keep.close()
+        self.assertTrue(fetch.has_file("4321"), fetch.output[-2000:] + srv.output()[-3000:])
+        self.assertEqual(fetch.file("4321"), pattern(4321))
+        self.assertIn("100 succeeded, 0 failed", h1)
+        self.assertIn("taking the sockets back", srv.output())
 
     def test_afxdp_reload_without_hand_over(self):
         with Topology() as topo:
