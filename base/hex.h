@@ -1,6 +1,8 @@
 #pragma once
 // Hex text for keys and IDs in configuration and secrets files.
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -40,6 +42,14 @@ inline std::optional<std::vector<uint8_t>> parse_hex(std::string_view s) {
     out[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
   return out;
+}
+
+// Exactly N bytes of hex into out; false (out untouched) otherwise.
+template <size_t N> bool parse_hex_into(std::string_view s, std::array<uint8_t, N> &out) {
+  auto v = parse_hex(s);
+  if (!v || v->size() != N) return false;
+  std::copy(v->begin(), v->end(), out.begin());
+  return true;
 }
 
 } // namespace xdpq

@@ -173,17 +173,13 @@ Inheritance receive_inheritance(int sock, int timeout_ms) {
     std::string word, cid, secrets, reset, token, ticket, lb;
     in >> word >> gen >> workers >> cid >> inh.cid_format >> secrets >> reset >> token >> ticket >>
         lb;
-    auto key = [](const std::string &hex, auto &out) {
-      auto v = parse_hex(hex);
-      if (!v || v->size() != out.size()) return false;
-      std::copy(v->begin(), v->end(), out.begin());
-      return true;
-    };
     std::array<uint8_t, 16> lb_key{};
     bool ok = word == "inherit" && (gen == 0 || gen == 1) && workers >= 1 && workers <= 127 &&
-              cid == "cid" && secrets == "secrets" && key(reset, inh.secrets.reset_key) &&
-              key(token, inh.secrets.token_key) && key(ticket, inh.secrets.ticket_key) &&
-              (lb == "-" || key(lb, lb_key)) && fds.empty();
+              cid == "cid" && secrets == "secrets" &&
+              parse_hex_into(reset, inh.secrets.reset_key) &&
+              parse_hex_into(token, inh.secrets.token_key) &&
+              parse_hex_into(ticket, inh.secrets.ticket_key) &&
+              (lb == "-" || parse_hex_into(lb, lb_key)) && fds.empty();
     if (!ok) {
       for (int fd : fds) close(fd);
       throw fail("expected 'inherit GENERATION WORKERS', the CID format and the secrets");

@@ -25,13 +25,6 @@ template <size_t N> void random_fill(std::array<uint8_t, N> &a) {
   }
 }
 
-template <size_t N> bool from_hex(std::string_view s, std::array<uint8_t, N> &a) {
-  auto v = parse_hex(s);
-  if (!v || v->size() != N) return false;
-  std::copy(v->begin(), v->end(), a.begin());
-  return true;
-}
-
 } // namespace
 
 Secrets Secrets::generate() {
@@ -109,12 +102,12 @@ Secrets Secrets::load_or_create(const std::string &path, bool create) {
     std::string_view val = eq == std::string::npos ? std::string_view{}
                                                    : std::string_view(line).substr(eq + 1);
     bool ok = false;
-    if (key == "reset_key") ok = have_reset = from_hex(val, s.reset_key);
-    else if (key == "token_key") ok = have_token = from_hex(val, s.token_key);
-    else if (key == "ticket_key") ok = have_ticket = from_hex(val, s.ticket_key);
+    if (key == "reset_key") ok = have_reset = parse_hex_into(val, s.reset_key);
+    else if (key == "token_key") ok = have_token = parse_hex_into(val, s.token_key);
+    else if (key == "ticket_key") ok = have_ticket = parse_hex_into(val, s.ticket_key);
     else if (key == "quic_lb_key") {
       std::array<uint8_t, 16> lb{};
-      ok = from_hex(val, lb);
+      ok = parse_hex_into(val, lb);
       if (ok) s.quic_lb_key = lb;
     }
     if (!ok) {

@@ -77,6 +77,24 @@ if os.path.exists(pcap):
     put("endpoint", "client_exchange", b"".join(chunk(d, 0x80 if i % 3 == 2 else 1)
                                                 for i, d in enumerate(sent)))
     put("endpoint", "first_initial", chunk(sent[0], 0))
+# The captured exchange again, to the harness's QUIC-LB endpoint (selector
+# bit 0x40), from the committed seed when the capture is not at hand.
+exchange = os.path.join(OUT, "endpoint", "client_exchange")
+if os.path.exists(exchange):
+    with open(exchange, "rb") as f:
+        data, pos, out = f.read(), 0, b""
+    while pos + 3 <= len(data):
+        sel, n = data[pos], struct.unpack("!H", data[pos + 1:pos + 3])[0]
+        out += chunk(data[pos + 3:pos + 3 + n], sel | 0x40)
+        pos += 3 + n
+    put("endpoint", "quic_lb_exchange", out)
+
+# Short headers with CIDs of the QUIC-LB endpoint's shape (config 1, 10
+# bytes: first octet 0x29), and of the unroutable one (0xf1, worker bytes of
+# both generations): decrypt, owner and generation paths.
+put("endpoint", "cid_shapes", chunk(b"\x41\x29" + bytes(range(9)) + bytes(40), 0x42) +
+    chunk(b"\x41\xf1\x01" + bytes(16) + bytes(40), 2) +
+    chunk(b"\x41\xf1\x81" + bytes(16) + bytes(40), 3))
 put("endpoint", "junk_mix", chunk(short, 2) + chunk(initial, 3) + chunk(b"\xc0\x1a\x2a\x3a\x4a" +
                                                                           b"\x08" * 30 + bytes(1200), 4))
 
@@ -163,6 +181,14 @@ retry_threshold = 10
 [tcp]
 enabled = true
 h2c_listen = ["127.0.0.1:8080"]
+""")
+put("config", "quic_lb", b"""[tls]
+secrets = "/var/lib/xdpq/secrets"
+[quic_lb]
+server_id = "0a0b"
+config_id = 3
+nonce_length = 12
+mode = "plaintext"
 """)
 put("config", "bad_type", b"[server]\nworkers = \"two\"\n")
 put("config", "unknown", b"[nope]\nx = 1\n")
