@@ -580,6 +580,7 @@ void Server::upgrade_channel_closed() {
               "back and serving on",
               upgrade_child_);
     upgrade_child_ = -1;
+    if (afxdp_released_) restore_afxdp();
     for (auto &w : workers_) w->request_take_back();
     draining_ = false;
     handed_over_ = false;
@@ -591,6 +592,10 @@ void Server::upgrade_channel_closed() {
 int Server::run() {
   ControlLoop control(*this);
   control_ = &control;
+#ifdef XDPQ_HAVE_AFXDP
+  // Binary upgrade: from here on the queues' packets reach our sockets.
+  if (inherited_ && program_) program_->update_link();
+#endif
   for (auto &w : workers_) w->start();
   sd_notify_state("READY=1");
   report_ready_to_previous();

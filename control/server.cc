@@ -124,9 +124,10 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     // Started by a running xdpqd (binary upgrade): take what it hands over.
     inherited_ = receive_inheritance(upgrade_channel_, 10000);
     generation_ = static_cast<uint8_t>(inherited_->generation ^ 1);
-    if (opts_.dataplane != "socket") {
-      throw UsageError("binary upgrade: --dataplane " + opts_.dataplane +
-                       " cannot take over a running server yet (socket dataplane only)");
+    if (opts_.dataplane != inherited_->dataplane) {
+      throw UsageError("binary upgrade: the running xdpqd serves --dataplane " +
+                       inherited_->dataplane + ", this configuration --dataplane " +
+                       opts_.dataplane + "; a change of dataplane needs a restart");
     }
     // Once systemd makes us its main process, the watchdog is ours.
     if (getenv("WATCHDOG_USEC")) setenv("WATCHDOG_PID", std::to_string(getpid()).c_str(), 1);
@@ -429,6 +430,25 @@ Server::~Server() {
   close_control();
 }
 
+#ifdef XDPQ_HAVE_AFXDP
+dataplane::AfXdpOptions Server::afxdp_options(size_t i, bool after_other) const {
+  dataplane::AfXdpOptions xo;
+  xo.ifname = opts_.interface;
+  xo.queue = static_cast<uint32_t>(opts_.queues[i]);
+  xo.busy_poll = opts_.busy_poll;
+  xo.kernel_train = opts_.kernel_trains;
+  for (size_t k = 0; k < opts_.listen.size(); ++k) {
+    xo.kernel_sockets.emplace_back(opts_.listen[k], reservations_[k]);
+  }
+  xo.zerocopy = opts_.zerocopy == "on"    ? dataplane::ZeroCopy::on
+                : opts_.zerocopy == "off" ? dataplane::ZeroCopy::off
+                                          : dataplane::ZeroCopy::automatic;
+  // In an upgrade the other process just closed its socket on the queue.
+  if (after_other) xo.busy_wait = std::chrono::seconds(3);
+  return xo;
+}
+#endif
+
 std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
                                 const std::shared_ptr<const http::Router> &router,
                                 quic::EndpointConfig ecfg) {
@@ -441,14 +461,32 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
 #else
   // A kernel socket holds each served port: no other process can take it,
   // and a second xdpqd fails here with "in use" instead of fighting over
-  // the XDP program.
+  // the XDP program. It also sends hybrid TX trains, and in a binary
+  // upgrade it serves while the queues change hands.
+  const bool upgrade = inherited_.has_value();
+  if (upgrade) {
+    if (inherited_->interface != opts_.interface) {
+      throw UsageError("binary upgrade: the running xdpqd serves AF_XDP on " +
+                       inherited_->interface + ", this configuration on " + opts_.interface +
+                       "; a change of interface needs a restart");
+    }
+  }
   for (const auto &a : opts_.listen) {
+    if (upgrade) {
+      const auto &socks = inherited_->sockets;
+      auto it = std::find_if(socks.begin(), socks.end(), [&](const Inheritance::Socket &s) {
+        return s.kind == Inheritance::Kind::reservation && s.addr == a;
+      });
+      if (it != socks.end()) {
+        reservations_.push_back(it->fd);
+        adopted_.push_back(static_cast<size_t>(it - socks.begin()));
+        continue;
+      }
+    }
     int fd = socket(a.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw std::runtime_error("socket: " + std::string(strerror(errno)));
-    if (a.family() == AF_INET6) {
-      int one = 1;
-      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    }
+    bool gro = true, gso = true;
+    dataplane::UdpSocketPort::configure(fd, a.family(), {}, gro, gso);
     if (bind(fd, &a.u.sa, a.len) != 0) {
       int err = errno;
       close(fd);
@@ -459,9 +497,6 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
       close(fd);
       throw UsageError("listen " + a.to_string() + ": --dataplane afxdp needs an explicit port");
     }
-    // Hybrid TX trains leave through these sockets too.
-    int sndbuf = 4 << 20;
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     reservations_.push_back(fd);
   }
   dataplane::XdpMode mode = opts_.xdp_mode == "native"    ? dataplane::XdpMode::native
@@ -470,7 +505,20 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
   try {
     program_ = std::make_unique<dataplane::XdpProgram>();
     for (const auto &a : opts_.listen) program_->add_served(a);
-    program_->attach(opts_.interface, mode, opts_.xdp_replace);
+    if (!upgrade) {
+      program_->attach(opts_.interface, mode, opts_.xdp_replace);
+    } else {
+      // The running xdpqd's link: our program takes its place once our
+      // sockets are bound (report_ready_to_previous).
+      const auto links = inherited_->of(Inheritance::Kind::xdp_link);
+      if (links.size() != 1) {
+        throw dataplane::XdpError("binary upgrade: the running xdpqd sent no XDP link");
+      }
+      int link = fcntl(links[0]->fd, F_DUPFD_CLOEXEC, 0);
+      if (link < 0) throw std::runtime_error("dup: " + std::string(strerror(errno)));
+      program_->adopt_link(link, opts_.interface);
+      take_queues_from_previous();
+    }
   } catch (const dataplane::XdpError &e) {
     throw UsageError(e.what());
   }
@@ -480,17 +528,7 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
   }
   std::string zc;
   for (size_t i = 0; i < opts_.queues.size(); ++i) {
-    dataplane::AfXdpOptions xo;
-    xo.ifname = opts_.interface;
-    xo.queue = static_cast<uint32_t>(opts_.queues[i]);
-    xo.busy_poll = opts_.busy_poll;
-    xo.kernel_train = opts_.kernel_trains;
-    for (size_t k = 0; k < opts_.listen.size(); ++k) {
-      xo.kernel_sockets.emplace_back(opts_.listen[k], reservations_[k]);
-    }
-    xo.zerocopy = opts_.zerocopy == "on"    ? dataplane::ZeroCopy::on
-                  : opts_.zerocopy == "off" ? dataplane::ZeroCopy::off
-                                            : dataplane::ZeroCopy::automatic;
+    auto xo = afxdp_options(i, upgrade);
     std::unique_ptr<dataplane::AfXdpPort> port;
     try {
       port = std::make_unique<dataplane::AfXdpPort>(xo, *program_);
@@ -510,7 +548,7 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
                                                 opts_.max_body_per_worker));
     workers_.back()->set_afxdp(raw);
   }
-  return "dataplane afxdp on " + opts_.interface + " (XDP " + program_->mode() + " mode, prog id " +
+  return std::string(upgrade ? "took over " : "") + "dataplane afxdp on " + opts_.interface + " (XDP " + program_->mode() + " mode, prog id " +
          std::to_string(program_->prog_id()) + "; " + zc + ")";
 #endif
 }

@@ -12,6 +12,9 @@
 #include "quic/endpoint.h"
 #include "quic/secrets.h"
 #include "quic/tls_context.h"
+#ifdef XDPQ_HAVE_AFXDP
+#include "dataplane/afxdp_port.h"
+#endif
 
 #include <memory>
 #include <optional>
@@ -88,6 +91,22 @@ private:
                           const std::shared_ptr<const http::Router> &router,
                           quic::EndpointConfig ecfg);
 
+#ifdef XDPQ_HAVE_AFXDP
+  // after_other: another process just closed its socket on the queue.
+  dataplane::AfXdpOptions afxdp_options(size_t worker, bool after_other) const;
+#endif
+  // Binary upgrade on AF_XDP (upgrade_server.cc). The new process: tells
+  // the running xdpqd its program is loaded and waits until that one has
+  // closed its AF_XDP sockets. The old process: moves its workers to the
+  // kernel UDP sockets that hold the ports (release) or back to AF_XDP
+  // sockets with its program on the link (restore: false, and logged
+  // why, if it stays on the kernel sockets); release: "" or why not.
+  void take_queues_from_previous();
+  std::string release_afxdp();
+  bool restore_afxdp();
+  std::string try_restore_afxdp();
+  int xdp_link_fd() const;
+
   // Adds HTTP/2 + HTTP/1.1 over TLS on the QUIC addresses to every worker.
   void start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
                  const std::shared_ptr<const http::Router> &router,
@@ -124,6 +143,7 @@ private:
   bool handed_over_ = false;             // the old process: the new one owns our sockets
   pid_t upgrade_child_ = -1;             // the old process: the new one, once it took over
   std::unique_ptr<dataplane::HandoffRegion> upgrade_region_;
+  size_t afxdp_released_ = 0; // the old process: workers moved off their AF_XDP queues
   ControlLoop *control_ = nullptr; // while run() runs
 };
 

@@ -26,6 +26,8 @@ const char *kind_name(Inheritance::Kind k) {
   case Inheritance::Kind::control: return "control";
   case Inheritance::Kind::metrics: return "metrics";
   case Inheritance::Kind::wake: return "wake";
+  case Inheritance::Kind::reservation: return "reservation";
+  case Inheritance::Kind::xdp_link: return "xdp-link";
   }
   return "?";
 }
@@ -33,13 +35,19 @@ const char *kind_name(Inheritance::Kind k) {
 bool kind_of(const std::string &name, Inheritance::Kind &k) {
   for (auto c : {Inheritance::Kind::udp, Inheritance::Kind::tcp_tls, Inheritance::Kind::tcp_clear,
                  Inheritance::Kind::control, Inheritance::Kind::metrics,
-                 Inheritance::Kind::wake}) {
+                 Inheritance::Kind::wake, Inheritance::Kind::reservation,
+                 Inheritance::Kind::xdp_link}) {
     if (name == kind_name(c)) {
       k = c;
       return true;
     }
   }
   return false;
+}
+
+bool has_address(Inheritance::Kind k) {
+  return k == Inheritance::Kind::udp || k == Inheritance::Kind::tcp_tls ||
+         k == Inheritance::Kind::tcp_clear || k == Inheritance::Kind::reservation;
 }
 
 } // namespace
@@ -132,7 +140,9 @@ void send_inheritance(int sock, const Inheritance &inh) {
                      std::to_string(inh.workers) + "\ncid " + inh.cid_format + "\nsecrets " +
                      to_hex(keys.reset_key) + " " + to_hex(keys.token_key) + " " +
                      to_hex(keys.ticket_key) + " " +
-                     (keys.quic_lb_key ? to_hex(*keys.quic_lb_key) : std::string("-")) + "\n";
+                     (keys.quic_lb_key ? to_hex(*keys.quic_lb_key) : std::string("-")) +
+                     "\ndataplane " + inh.dataplane + " " +
+                     (inh.interface.empty() ? std::string("-") : inh.interface) + "\n";
   if (!send_message(sock, head, {})) {
     throw std::runtime_error(std::string("upgrade: send: ") + std::strerror(errno));
   }
@@ -142,9 +152,7 @@ void send_inheritance(int sock, const Inheritance &inh) {
     for (size_t k = i; k < inh.sockets.size() && k < i + MAX_FDS; ++k) {
       const auto &s = inh.sockets[k];
       text += std::string(kind_name(s.kind)) + " " + std::to_string(s.worker) + " " +
-              (s.kind == Inheritance::Kind::udp || s.kind == Inheritance::Kind::tcp_tls ||
-                       s.kind == Inheritance::Kind::tcp_clear
-                   ? s.addr.to_string()
+              (has_address(s.kind) ? s.addr.to_string()
                    : "-") +
               "\n";
       fds.push_back(s.fd);
@@ -170,9 +178,19 @@ Inheritance receive_inheritance(int sock, int timeout_ms) {
   int gen = -1, workers = -1;
   {
     std::istringstream in(text);
-    std::string word, cid, secrets, reset, token, ticket, lb;
+    std::string word, cid, secrets, reset, token, ticket, lb, dp_word, dp, ifname;
     in >> word >> gen >> workers >> cid >> inh.cid_format >> secrets >> reset >> token >> ticket >>
         lb;
+    // Older senders stop here: they ran the socket dataplane.
+    if (in >> dp_word >> dp >> ifname) {
+      if (dp_word != "dataplane" || (dp != "socket" && dp != "afxdp") || ifname.empty() ||
+          ifname.size() >= 16) {
+        for (int fd : fds) close(fd);
+        throw fail("expected 'dataplane socket|afxdp INTERFACE'");
+      }
+      inh.dataplane = dp;
+      if (ifname != "-") inh.interface = ifname;
+    }
     std::array<uint8_t, 16> lb_key{};
     bool ok = word == "inherit" && (gen == 0 || gen == 1) && workers >= 1 && workers <= 127 &&
               cid == "cid" && secrets == "secrets" &&
@@ -210,8 +228,11 @@ Inheritance receive_inheritance(int sock, int timeout_ms) {
             worker >= workers;
       // Worker sockets name their worker; the control and metrics ones none.
       const bool per_worker = s.kind != Inheritance::Kind::control &&
-                              s.kind != Inheritance::Kind::metrics;
+                              s.kind != Inheritance::Kind::metrics &&
+                              s.kind != Inheritance::Kind::reservation &&
+                              s.kind != Inheritance::Kind::xdp_link;
       bad = bad || (per_worker && worker < 0);
+      bad = bad || has_address(s.kind) != (addr != "-");
       if (!bad && addr != "-") {
         auto a = dataplane::parse_address(addr);
         bad = !a;

@@ -9,6 +9,11 @@
 //
 //   old → new   inheritance: text lines, one per descriptor, in messages
 //               of at most MAX_FDS descriptors, then "end"
+//   new → old   on AF_XDP: "prepared" once its XDP program is loaded;
+//   old → new   "released" once its AF_XDP sockets are closed (it serves
+//               through its kernel UDP sockets meanwhile), or "error TEXT";
+//               the new process binds the queues and moves the XDP link to
+//               its program
 //   new → old   "ready PID WORKERS CAPACITY ADOPTED..." with the rings'
 //               memfd, or "error TEXT"; then the socket stays open: its
 //               end tells either side that the other exited.
@@ -29,7 +34,10 @@ inline constexpr const char *UPGRADE_FD_ENV = "XDPQ_UPGRADE_FD";
 
 // What the old process hands over.
 struct Inheritance {
-  enum class Kind { udp, tcp_tls, tcp_clear, control, metrics, wake };
+  // reservation: on AF_XDP, the kernel UDP socket that holds a served
+  // address (and sends what the kernel sends); xdp_link: the bpf_link that
+  // attaches the XDP program.
+  enum class Kind { udp, tcp_tls, tcp_clear, control, metrics, wake, reservation, xdp_link };
   struct Socket {
     Kind kind;
     int worker = -1; // udp, tcp_*, wake: the old process's worker
@@ -38,6 +46,8 @@ struct Inheritance {
   };
   uint8_t generation = 0; // the old process's
   int workers = 0;        // its worker count
+  std::string dataplane = "socket";
+  std::string interface; // afxdp: the interface its XDP program is on
   // Its connection IDs' format (Server::cid_format_): the new process must
   // read them to route the old connections' packets, so it must match.
   std::string cid_format;

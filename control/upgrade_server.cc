@@ -8,10 +8,13 @@
 #include "control/worker.h"
 #include "dataplane/handoff_ring.h"
 #include "dataplane/udp_socket_port.h"
+#include "dataplane/xdp_program.h"
 
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/close_range.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,18 +40,6 @@ std::string Server::upgrade() {
     LOG_ERROR("upgrade failed, still serving: %s", why.c_str());
     return "error: upgrade failed, still serving: " + why;
   };
-  if (opts_.dataplane != "socket") {
-    // No hand-over of AF_XDP sockets yet: a reload (systemctl reload runs
-    // `xdpqctl upgrade`) still does what it did before.
-    LOG_WARN("upgrade: --dataplane %s cannot hand over to a new process yet; reloading the "
-             "certificate instead (restart for a new binary or configuration)",
-             opts_.dataplane.c_str());
-    std::string r = reload();
-    return r.starts_with("error: ") ? r
-                                    : "no binary upgrade on --dataplane " + opts_.dataplane +
-                                          " yet (restart for a new binary or configuration); " +
-                                          r;
-  }
   if (draining_) return fail("this process is draining");
   if (handed_over_) return fail("an upgrade already happened; this process drains");
   if (inherited_ && upgrade_channel_ >= 0) {
@@ -69,9 +60,22 @@ std::string Server::upgrade() {
   inh.workers = static_cast<int>(workers_.size());
   inh.cid_format = cid_format_;
   inh.secrets = secrets_;
+  inh.dataplane = opts_.dataplane;
+  const bool afxdp = opts_.dataplane == "afxdp";
+  if (afxdp) {
+    // The new process loads its own XDP program and puts it on our link;
+    // meanwhile these sockets serve.
+    inh.interface = opts_.interface;
+    for (size_t k = 0; k < reservations_.size(); ++k) {
+      inh.sockets.push_back({Inheritance::Kind::reservation, -1, opts_.listen[k], reservations_[k]});
+    }
+    inh.sockets.push_back({Inheritance::Kind::xdp_link, -1, {}, xdp_link_fd()});
+  }
   for (size_t i = 0; i < workers_.size(); ++i) {
     const int w = static_cast<int>(i);
-    const auto *port = dynamic_cast<const dataplane::UdpSocketPort *>(&workers_[i]->datagram_port());
+    const auto *port = afxdp ? nullptr
+                             : dynamic_cast<const dataplane::UdpSocketPort *>(
+                                   &workers_[i]->datagram_port());
     if (port) {
       for (const auto &[fd, addr] : port->sockets()) {
         inh.sockets.push_back({Inheritance::Kind::udp, w, addr, fd});
@@ -113,7 +117,9 @@ std::string Server::upgrade() {
   // From the moment the new process reads our sockets until we stop: its
   // CIDs are dropped here, never answered with a stateless reset.
   for (auto &w : workers_) w->expect_next_generation(true, std::chrono::milliseconds(500));
-  auto restore = [this] {
+  bool released = false; // AF_XDP: our workers left the queues to the new process
+  auto restore = [this, &released] {
+    if (released) restore_afxdp();
     for (auto &w : workers_) w->expect_next_generation(false, std::chrono::milliseconds(500));
   };
 
@@ -125,6 +131,10 @@ std::string Server::upgrade() {
     return fail(std::string("fork: ") + strerror(errno));
   }
   if (child == 0) {
+    // Nothing of ours but this end crosses exec, whatever a library
+    // opened without O_CLOEXEC: an inherited AF_XDP socket would keep its
+    // queue from the new process.
+    syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
     fcntl(sv[1], F_SETFD, 0); // this end crosses exec
     sigprocmask(SIG_SETMASK, &none, nullptr);
     execve(exe.c_str(), args.data(), envp.data());
@@ -157,6 +167,22 @@ std::string Server::upgrade() {
   bool got = false;
   for (int waited = 0; waited < READY_TIMEOUT_MS && !got; waited += 500) {
     got = recv_message(sv[0], text, fds, 500);
+    if (got && afxdp && !released && text == "prepared\n" && fds.empty()) {
+      // Its program is loaded: our AF_XDP sockets go, the kernel's UDP
+      // sockets serve until its program is on the link.
+      released = true;
+      std::string why = release_afxdp();
+      if (!why.empty()) return abandon("cannot release the AF_XDP queues: " + why);
+      if (!send_message(sv[0], "released\n", {})) {
+        return abandon(std::string("send: ") + strerror(errno));
+      }
+      LOG_INFO("upgrade: AF_XDP sockets closed; serving through the kernel's UDP sockets until "
+               "pid %d takes the queues",
+               child);
+      got = false;
+      text.clear();
+      continue;
+    }
     if (!got && errno != ETIMEDOUT) {
       for (int fd : fds) close(fd);
       int status = 0;
@@ -223,6 +249,100 @@ std::string Server::upgrade() {
   begin_drain("upgrade", false);
   return "upgraded: pid " + std::to_string(child) + " serves new connections; pid " +
          std::to_string(getpid()) + " finishes its own";
+}
+
+void Server::take_queues_from_previous() {
+  if (!send_message(upgrade_channel_, "prepared\n", {})) {
+    throw std::runtime_error(std::string("binary upgrade: send: ") + strerror(errno));
+  }
+  std::string text;
+  std::vector<int> fds;
+  const bool got = recv_message(upgrade_channel_, text, fds, 10000);
+  const int err = errno;
+  for (int fd : fds) close(fd);
+  if (!got) {
+    throw std::runtime_error(std::string("binary upgrade: the running xdpqd did not release its "
+                                         "AF_XDP queues: ") +
+                             strerror(err));
+  }
+  if (text != "released\n") {
+    throw std::runtime_error("binary upgrade: the running xdpqd answered '" +
+                             text.substr(0, 80) + "' instead of releasing its AF_XDP queues");
+  }
+}
+
+std::string Server::release_afxdp() {
+  for (auto &w : workers_) {
+    // Counted before it happens: a worker that does not answer in time
+    // still moves when it gets to it.
+    ++afxdp_released_;
+    dataplane::UdpSocketOptions o;
+    o.check_in_use = false;
+    for (size_t k = 0; k < reservations_.size(); ++k) {
+      int fd = fcntl(reservations_[k], F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) {
+        for (auto &[a, f] : o.inherited) close(f);
+        return std::string("dup: ") + strerror(errno);
+      }
+      o.inherited.emplace_back(opts_.listen[k], fd);
+    }
+    std::unique_ptr<dataplane::UdpSocketPort> port;
+    try {
+      port = std::make_unique<dataplane::UdpSocketPort>(opts_.listen, o);
+    } catch (const std::exception &e) {
+      for (auto &[a, f] : o.inherited) close(f);
+      return e.what();
+    }
+    if (!w->replace_port(std::move(port), nullptr, std::chrono::seconds(2))) {
+      return "a worker did not answer";
+    }
+  }
+  return {};
+}
+
+bool Server::restore_afxdp() {
+  std::string why = try_restore_afxdp();
+  if (why.empty()) return true;
+  LOG_ERROR("upgrade: cannot go back to AF_XDP (%s); serving through the kernel's UDP sockets",
+            why.c_str());
+  return false;
+}
+
+std::string Server::try_restore_afxdp() {
+#ifdef XDPQ_HAVE_AFXDP
+  // The new process is gone (killed and reaped): its sockets let go of the
+  // queues a moment later (AfXdpOptions::busy_wait).
+  for (size_t i = 0; i < afxdp_released_ && i < workers_.size(); ++i) {
+    std::unique_ptr<dataplane::AfXdpPort> port;
+    try {
+      port = std::make_unique<dataplane::AfXdpPort>(afxdp_options(i, true), *program_);
+    } catch (const std::exception &e) {
+      return e.what();
+    }
+    auto *raw = port.get();
+    if (!workers_[i]->replace_port(std::move(port), raw, std::chrono::seconds(2))) {
+      return "a worker did not answer";
+    }
+  }
+  afxdp_released_ = 0;
+  try {
+    program_->update_link();
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+  LOG_INFO("upgrade: back on AF_XDP (prog id %u)", program_->prog_id());
+  return {};
+#else
+  return "built without AF_XDP support";
+#endif
+}
+
+int Server::xdp_link_fd() const {
+#ifdef XDPQ_HAVE_AFXDP
+  return program_ ? program_->link_fd() : -1;
+#else
+  return -1;
+#endif
 }
 
 void Server::report_ready_to_previous() {

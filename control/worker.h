@@ -33,6 +33,10 @@
 
 #include <unistd.h>
 
+namespace xdpq::dataplane {
+class AfXdpPort;
+}
+
 namespace xdpq::control {
 
 #define XDPQ_WORKER_GAUGES(X)                                                                      \
@@ -188,8 +192,29 @@ public:
     loop_.wake();
   }
   int wake_fd() const { return loop_.wake_fd(); }
-  // The port's sockets (immutable once built; any thread).
+  // The port's sockets (socket dataplane: immutable once built; any thread).
   const dataplane::DatagramPort &datagram_port() const { return *port_; }
+
+  // Binary upgrade on AF_XDP: the worker moves to another port between two
+  // passes (what the old one had queued is flushed, then it is closed on
+  // the worker's thread) and keeps its connections: to kernel UDP sockets
+  // while the new process takes the queues, back to an AF_XDP port if it
+  // fails. afxdp: the new port if it is one. Returns once done, false
+  // after timeout (it still happens when the worker gets to it).
+  bool replace_port(std::unique_ptr<dataplane::DatagramPort> port,
+                    [[maybe_unused]] dataplane::AfXdpPort *afxdp,
+                    std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    next_port_ = std::move(port);
+#ifdef XDPQ_HAVE_AFXDP
+    next_afxdp_ = afxdp;
+#endif
+    port_replaced_ = false;
+    replace_port_requested_.store(true, std::memory_order_release);
+    loop_.wake();
+    return cv_.wait_for(lock, timeout, [this] { return port_replaced_ || stopped(); }) &&
+           port_replaced_;
+  }
 
   // Adds the TCP side to this worker's loop (throws http::TcpError).
   void add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
@@ -394,6 +419,7 @@ public:
       endpoint_.set_other_generation(n == 2 ? quic::EndpointConfig::MAX_WORKERS : 0);
       next_generation_.store(0, std::memory_order_release);
     }
+    if (replace_port_requested_.exchange(false, std::memory_order_acquire)) take_next_port();
     if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();
     if (take_back_requested_.exchange(false, std::memory_order_acquire)) take_back();
     if (previous_gone_.exchange(false, std::memory_order_acquire)) {
@@ -491,6 +517,37 @@ private:
       endpoint_.stop_drain();
     }
     if (tcp_) tcp_->resume_accepting();
+  }
+
+  void take_next_port() {
+    std::unique_ptr<dataplane::DatagramPort> next;
+    {
+      std::lock_guard lock(mu_);
+      next = std::move(next_port_);
+    }
+    if (next) {
+      port_->flush();
+      for (int fd : port_->fds()) loop_.unwatch(fd);
+#ifdef XDPQ_HAVE_AFXDP
+      if (afxdp_ && afxdp_->next_hop_fd() >= 0) loop_.unwatch(afxdp_->next_hop_fd());
+      afxdp_ = nullptr;
+#endif
+      send_only_.clear();
+      want_write_ = false;
+      port_ = std::move(next); // the old one closes here
+      for (int fd : port_->fds()) loop_.watch(fd, this);
+#ifdef XDPQ_HAVE_AFXDP
+      dataplane::AfXdpPort *x;
+      {
+        std::lock_guard lock(mu_);
+        x = next_afxdp_;
+      }
+      if (x) set_afxdp(x);
+#endif
+    }
+    std::lock_guard lock(mu_);
+    port_replaced_ = true;
+    cv_.notify_all();
   }
 
   // The old process's side of the hand-over: stop reading the sockets the
@@ -668,6 +725,9 @@ private:
   std::atomic<bool> idle_after_handover_{false};
   std::vector<dataplane::HandoffRing *> handover_rings_; // under mu_
   std::vector<int> handover_fds_;                        // under mu_
+  std::atomic<bool> replace_port_requested_{false};
+  std::unique_ptr<dataplane::DatagramPort> next_port_; // under mu_
+  bool port_replaced_ = false;                         // under mu_
   WorkerHandoff handoff_;
   std::span<uint8_t> last_alloc_;
   dataplane::Timer heartbeat_;
@@ -678,10 +738,13 @@ private:
   bool finishing_ = false;
 #ifdef XDPQ_HAVE_AFXDP
   dataplane::AfXdpPort *afxdp_ = nullptr;
+  dataplane::AfXdpPort *next_afxdp_ = nullptr; // under mu_
   // The port's rtnetlink socket: routing and neighbour answers and changes.
   struct NextHopEvents final : dataplane::FdHandler {
     explicit NextHopEvents(Worker &w) : worker(w) {}
-    void on_io(uint32_t) override { worker.afxdp_->on_next_hop_events(); }
+    void on_io(uint32_t) override {
+      if (worker.afxdp_) worker.afxdp_->on_next_hop_events(); // it may have been replaced
+    }
     Worker &worker;
   } next_hop_events_{*this};
 #endif

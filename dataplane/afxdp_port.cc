@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #ifndef SO_PREFER_BUSY_POLL
 #define SO_PREFER_BUSY_POLL 69
@@ -76,14 +77,22 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
   scfg.rx_size = opts_.ring_size;
   scfg.tx_size = opts_.ring_size;
   scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD; // our own program steers
-  scfg.bind_flags = XDP_USE_NEED_WAKEUP;
-  if (opts_.zerocopy == ZeroCopy::on) scfg.bind_flags |= XDP_ZEROCOPY;
-  if (opts_.zerocopy == ZeroCopy::off) scfg.bind_flags |= XDP_COPY;
-  err = xsk_socket__create(&xsk_, opts_.ifname.c_str(), opts_.queue, umem_, &rx_, &tx_, &scfg);
-  if (err && opts_.zerocopy == ZeroCopy::automatic) {
-    // Some drivers refuse the default bind; copy mode always works.
-    scfg.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
+  // The queue's previous socket (another process's, in a binary upgrade)
+  // lets go of it a moment after it is closed: the kernel frees it from a
+  // work queue. Until then binding says EBUSY.
+  const auto give_up = std::chrono::steady_clock::now() + opts_.busy_wait;
+  for (;;) {
+    scfg.bind_flags = XDP_USE_NEED_WAKEUP;
+    if (opts_.zerocopy == ZeroCopy::on) scfg.bind_flags |= XDP_ZEROCOPY;
+    if (opts_.zerocopy == ZeroCopy::off) scfg.bind_flags |= XDP_COPY;
     err = xsk_socket__create(&xsk_, opts_.ifname.c_str(), opts_.queue, umem_, &rx_, &tx_, &scfg);
+    if (err && err != -EBUSY && opts_.zerocopy == ZeroCopy::automatic) {
+      // Some drivers refuse the default bind; copy mode always works.
+      scfg.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
+      err = xsk_socket__create(&xsk_, opts_.ifname.c_str(), opts_.queue, umem_, &rx_, &tx_, &scfg);
+    }
+    if (err != -EBUSY || std::chrono::steady_clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (err) {
     xsk_umem__delete(umem_);

@@ -20,6 +20,7 @@
 
 #include <xdp/xsk.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,10 @@ struct AfXdpOptions {
   // costs the kernel an skb per frame, 0 in zero-copy mode). Receive and
   // everything shorter stay on AF_XDP.
   int kernel_train = -1;
+  // How long to keep trying while the queue is still bound to a socket
+  // being closed (EBUSY): a binary upgrade binds right after the previous
+  // process let go.
+  std::chrono::milliseconds busy_wait{0};
   // The sockets that hold the served ports (borrowed: the caller keeps
   // them open for the port's life): where kernel trains leave from.
   std::vector<std::pair<Address, int>> kernel_sockets;

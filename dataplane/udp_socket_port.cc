@@ -50,6 +50,36 @@ bool address_taken(const Address &a) {
 
 } // namespace
 
+void UdpSocketPort::configure(int fd, int family, const UdpSocketOptions &opts, bool &gro,
+                              bool &gso) {
+  set_int(fd, SOL_SOCKET, SO_RCVBUF, opts.socket_buffer);
+  set_int(fd, SOL_SOCKET, SO_SNDBUF, opts.socket_buffer);
+  if (family == AF_INET6) {
+    set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1);
+    set_int(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1);
+    set_int(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1);
+    set_int(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE);
+  } else {
+    set_int(fd, IPPROTO_IP, IP_PKTINFO, 1);
+    set_int(fd, IPPROTO_IP, IP_RECVTOS, 1);
+    // QUIC does its own path MTU discovery: never fragment.
+    set_int(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE);
+  }
+  if (gro) {
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) != 0) gro = false;
+  }
+  if (gso) {
+    int seg = 1200; // probe only: the real size goes in each sendmsg
+    if (setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof(seg)) != 0) {
+      gso = false;
+    } else {
+      seg = 0;
+      setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof(seg));
+    }
+  }
+}
+
 UdpSocketPort::UdpSocketPort(const std::vector<Address> &listen, const UdpSocketOptions &opts)
     : opts_(opts) {
   if (listen.empty()) throw PortError("no listen address");
@@ -84,32 +114,7 @@ UdpSocketPort::UdpSocketPort(const std::vector<Address> &listen, const UdpSocket
     sockets_.push_back(Socket{fd, addr});
     fds_.push_back(fd);
     if (opts_.reuseport) set_int(fd, SOL_SOCKET, SO_REUSEPORT, 1);
-    set_int(fd, SOL_SOCKET, SO_RCVBUF, opts_.socket_buffer);
-    set_int(fd, SOL_SOCKET, SO_SNDBUF, opts_.socket_buffer);
-    if (addr.family() == AF_INET6) {
-      set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1);
-      set_int(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1);
-      set_int(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, 1);
-      set_int(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE);
-    } else {
-      set_int(fd, IPPROTO_IP, IP_PKTINFO, 1);
-      set_int(fd, IPPROTO_IP, IP_RECVTOS, 1);
-      // QUIC does its own path MTU discovery: never fragment.
-      set_int(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE);
-    }
-    if (gro_) {
-      int one = 1;
-      if (setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) != 0) gro_ = false;
-    }
-    if (gso_) {
-      int seg = 1200; // probe only: the real size goes in each sendmsg
-      if (setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof(seg)) != 0) {
-        gso_ = false;
-      } else {
-        seg = 0;
-        setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof(seg));
-      }
-    }
+    configure(fd, addr.family(), opts_, gro_, gso_);
     if (bind(fd, &addr.u.sa, addr.len) != 0) throw PortError(why(addr, "bind"));
     sockaddr_storage ss{};
     socklen_t sl = sizeof(ss);

@@ -65,6 +65,12 @@ public:
   // in the group) sits.
   bool steer_by_connection_id(size_t worker_offset);
 
+  // The options every socket of a port has (buffers, ECN and local
+  // address on receive, path MTU probing, GRO and GSO as opts asks and the
+  // kernel allows: gro and gso come back false where it refuses), set on
+  // an unbound socket. For sockets others create that a port may adopt.
+  static void configure(int fd, int family, const UdpSocketOptions &opts, bool &gro, bool &gso);
+
   // The address each listen address's socket is bound to (port 0 resolved).
   std::vector<Address> bound_addresses() const;
   // Each socket's descriptor and bound address.

@@ -158,6 +158,29 @@ void XdpProgram::attach(const std::string &ifname, XdpMode mode, bool replace) {
   link_fd_ = fd;
 }
 
+void XdpProgram::adopt_link(int link_fd, const std::string &ifname) {
+  detach();
+  link_fd_ = link_fd;
+  ifindex_ = static_cast<int>(if_nametoindex(ifname.c_str()));
+  if (ifindex_ == 0) throw XdpError("interface " + ifname + ": " + errstr(errno));
+  bpf_link_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(link_fd_, &info, &len) != 0 || info.type != BPF_LINK_TYPE_XDP) {
+    throw XdpError("binary upgrade: the descriptor handed over is not an XDP link");
+  }
+  if (static_cast<int>(info.xdp.ifindex) != ifindex_) {
+    throw XdpError("binary upgrade: the XDP link handed over is not on " + ifname);
+  }
+  mode_ = query_xdp(ifindex_).mode;
+}
+
+void XdpProgram::update_link() {
+  if (link_fd_ < 0) throw XdpError("XDP program: no link to update");
+  if (bpf_link_update(link_fd_, prog_fd_, nullptr) != 0) {
+    throw XdpError("cannot put the XDP program on its link: " + errstr(errno));
+  }
+}
+
 void XdpProgram::detach() {
   if (link_fd_ >= 0) {
     close(link_fd_); // the link's last reference: the kernel detaches

@@ -49,6 +49,16 @@ public:
   void attach(const std::string &ifname, XdpMode mode, bool replace = false);
   void detach();
   bool attached() const { return link_fd_ >= 0; }
+
+  // Binary upgrade. The link that attaches the running xdpqd's program to
+  // ifname, handed over by it: this program takes its place with
+  // update_link() once its sockets are in its XSKMAP; the previous
+  // process's program stays loaded until it exits. Takes link_fd.
+  void adopt_link(int link_fd, const std::string &ifname);
+  // Puts this program on the link (atomically: every packet meets one
+  // program or the other). Throws XdpError.
+  void update_link();
+  int link_fd() const { return link_fd_; }
   const std::string &mode() const { return mode_; }
   const std::string &fallback_reason() const { return fallback_reason_; }
   int ifindex() const { return ifindex_; }

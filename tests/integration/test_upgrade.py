@@ -90,6 +90,29 @@ class Upgrade(TimedTestCase):
         self.pids.append(pid)
         return pid
 
+    def status_once_back(self, old, srv):
+        """The status of the old process once it answers the control
+        socket again (it took it back from the killed new one)."""
+        for _ in range(100):
+            time.sleep(0.1)
+            r = ctl(self.sock, "--json", "status", timeout=5)
+            if r.returncode == 0 and json.loads(r.stdout)["pid"] == old:
+                return json.loads(r.stdout)
+        self.fail("the old process did not take over again:\n" + srv.output()[-3000:])
+
+    def assert_all_served(self, h3_out, h2_out, after, log):
+        """h3load and h2load through the upgrade: every request succeeded;
+        h2load after it: on the old and on the new listener."""
+        for name, out in (("h3load", h3_out), ("h2load", h2_out)):
+            m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                          r"(\d+) failed, (\d+) errored", out)
+            self.assertIsNotNone(m, out)
+            total, _, _, ok, failed, errored = map(int, m.groups())
+            self.assertEqual((failed, errored), (0, 0), f"{name}:\n{out}\n{log[-3000:]}")
+            self.assertEqual(ok, total, f"{name}:\n{out}")
+        for p, out in zip(self.h2c, after):
+            self.assertIn("200 succeeded, 0 failed", out, f"port {p}:\n{out}")
+
     def test_upgrade_under_load_with_a_config_change(self):
         self.upgrade_under_load()
 
@@ -138,15 +161,7 @@ class Upgrade(TimedTestCase):
                     break
                 time.sleep(0.05)
             log = srv.output()
-        for name, out in (("h3load", h3_out), ("h2load", h2_out)):
-            m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
-                          r"(\d+) failed, (\d+) errored", out)
-            self.assertIsNotNone(m, out)
-            total, _, _, ok, failed, errored = map(int, m.groups())
-            self.assertEqual((failed, errored), (0, 0), f"{name}:\n{out}\n{log[-3000:]}")
-            self.assertEqual(ok, total, f"{name}:\n{out}")
-        for p, out in zip(self.h2c, after):
-            self.assertIn("200 succeeded, 0 failed", out, f"port {p}:\n{out}")
+        self.assert_all_served(h3_out, h2_out, after, log)
         self.assertEqual(again.returncode, 1, again.stdout)
         self.assertIn("previous process is still finishing", again.stdout)
         self.assertEqual(fetch.file("1234"), pattern(1234))
@@ -178,14 +193,7 @@ class Upgrade(TimedTestCase):
             self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
             pid = self.new_pid(up.stdout)
             os.kill(pid, signal.SIGKILL)  # a new binary that crashes under traffic
-            status = None
-            for _ in range(100):
-                time.sleep(0.1)
-                r = ctl(self.sock, "--json", "status", timeout=5)
-                if r.returncode == 0 and json.loads(r.stdout)["pid"] == old:
-                    status = json.loads(r.stdout)
-                    break
-            self.assertIsNotNone(status, srv.output()[-3000:])
+            status = self.status_once_back(old, srv)
             self.assertEqual(status["state"], "running")
             fetch = gtlsclient(srv, ["/bytes/4321"])
             h1 = subprocess.run(["h2load", "-n", "100", "-c", "2",
@@ -199,17 +207,137 @@ class Upgrade(TimedTestCase):
         self.assertIn("100 succeeded, 0 failed", h1)
         self.assertIn("taking the sockets back", srv.output())
 
-    def test_afxdp_reload_without_hand_over(self):
-        with Topology() as topo:
-            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode", "native",
-                        host=topo.srv_ip, netns=topo.srv_ns, workers=0) as srv:
-                up = ctl(srv.control_socket, "upgrade")
-                status = json.loads(ctl(srv.control_socket, "--json", "status").stdout)
-                r = gtlsclient(srv, ["/bytes/99"], netns=topo.cli_ns)
-        self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
-        self.assertIn("no binary upgrade on --dataplane afxdp yet", up.stdout)
-        self.assertEqual(status["pid"], srv.proc.pid)
-        self.assertEqual(r.file("99"), pattern(99))
+    # --- AF_XDP: the queues change hands, the XDP link changes program ---
+
+    def afxdp_config(self, topo, h2c_ports, extra=""):
+        h2c = ", ".join(f'"{topo.srv_ip}:{p}"' for p in h2c_ports)
+        with open(self.config, "w") as f:
+            f.write(f"""[server]
+listen = ["{topo.srv_ip}:4433"]
+control_socket = "{self.sock}"
+drain_timeout_ms = 30000
+[dataplane]
+mode = "afxdp"
+interface = "{topo.srv_if}"
+queues = "0"
+xdp_mode = "native"
+[tls]
+secrets = "{os.path.join(self.tmp, "secrets")}"
+[tcp]
+h2c_listen = [{h2c}]
+{extra}
+""")
+
+    def afxdp_server(self, topo):
+        self.afxdp_config(topo, self.h2c[:1])
+        return Server("--config", self.config, host=topo.srv_ip, port=4433, workers=0,
+                      listen=[], netns=topo.srv_ns)
+
+    @staticmethod
+    def prog_id(topo):
+        out = subprocess.run(["ip", "-n", topo.srv_ns, "-j", "link", "show", "dev", topo.srv_if],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)[0]["xdp"]["prog"]["id"]
+
+    def redirected(self):
+        stats = json.loads(ctl(self.sock, "--json", "stats").stdout)["total"]
+        return stats["xdp_redirected"]
+
+    def test_afxdp_upgrade_under_load_with_a_config_change(self):
+        with Topology() as topo, self.afxdp_server(topo) as srv:
+            prog_before = self.prog_id(topo)
+            cli = ["ip", "netns", "exec", topo.cli_ns]
+            h3 = subprocess.Popen(cli + [H3LOAD, "-n", "120000", "-c", "8", "-m", "4",
+                                         f"https://{topo.srv_ip}:4433/bytes/1000"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            h2 = subprocess.Popen(cli + ["h2load", "-n", "400000", "-c", "8", "-m", "4",
+                                         f"http://{topo.srv_ip}:{self.h2c[0]}/bytes/1000"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            time.sleep(1.5)
+            self.assertIsNone(h3.poll(), "h3load finished before the upgrade")
+            self.assertIsNone(h2.poll(), "h2load finished before the upgrade")
+            self.afxdp_config(topo, self.h2c)  # a second cleartext listener
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
+            pid = self.new_pid(up.stdout)
+            prog_after = self.prog_id(topo)
+            h3_out = h3.communicate(timeout=120)[0]
+            h2_out = h2.communicate(timeout=120)[0]
+            after = [subprocess.run(cli + ["h2load", "-n", "200", "-c", "2",
+                                           f"http://{topo.srv_ip}:{p}/bytes/10"],
+                                    capture_output=True, text=True, timeout=60).stdout
+                     for p in self.h2c]
+            fetch = gtlsclient(srv, ["/bytes/1234"], netns=topo.cli_ns)
+            stats_new = json.loads(ctl(self.sock, "--json", "stats").stdout)["total"]
+            self.assertEqual(srv.proc.wait(timeout=60), 0, srv.output()[-3000:])
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(200):
+                if len(all_stats(srv.output())) == 2:
+                    break
+                time.sleep(0.05)
+            log = srv.output()
+        self.assert_all_served(h3_out, h2_out, after, log)
+        self.assertEqual(fetch.file("1234"), pattern(1234))
+        # The new process's program is on the link and its sockets took
+        # the queue; the old one finished its connections, whose packets
+        # it got through the new one.
+        self.assertNotEqual(prog_before, prog_after)
+        self.assertIn("took over dataplane afxdp", log)
+        self.assertIn("AF_XDP sockets closed", log)
+        self.assertGreater(stats_new["xdp_redirected"], 0, stats_new)
+        self.assertGreater(stats_new["handshakes_completed"], 0, stats_new)
+        self.assertGreater(stats_new["requests"], 0, stats_new)
+        old = all_stats(log)[0]
+        self.assertGreater(old["requests"], 0, old)
+        self.assertGreater(old["handoff_received"], 0, old)
+        self.assertEqual(old["stateless_resets_sent"], 0, old)
+
+    def test_afxdp_failed_upgrade_goes_back_to_af_xdp(self):
+        with Topology() as topo, self.afxdp_server(topo) as srv:
+            pid = srv.proc.pid
+            prog = self.prog_id(topo)
+            # The new process fails after the old one let go of the queue:
+            # its cleartext listener cannot bind (not an address of ours).
+            self.afxdp_config(topo, self.h2c[:1], extra='')
+            with open(self.config) as f:
+                text = f.read().replace("h2c_listen = [", 'h2c_listen = ["10.99.99.99:80", ')
+            with open(self.config, "w") as f:
+                f.write(text)
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 1, up.stdout + up.stderr)
+            self.assertIn("upgrade failed, still serving", up.stdout)
+            self.assertIn("10.99.99.99:80", up.stdout, srv.output())
+            self.assertIn("back on AF_XDP", srv.output())
+            self.assertEqual(self.prog_id(topo), prog)
+            before = self.redirected()
+            r = gtlsclient(srv, ["/bytes/4321"], netns=topo.cli_ns)
+            self.assertEqual(r.file("4321"), pattern(4321), srv.output()[-3000:])
+            self.assertGreater(self.redirected(), before)
+            # Fixed: the upgrade goes through; then the new process dies and
+            # the old one takes the queue back.
+            self.afxdp_config(topo, self.h2c[:1])
+            keep = subprocess.Popen(["ip", "netns", "exec", topo.cli_ns, "python3", "-c",
+                                     "import socket,sys,time; s=socket.create_connection("
+                                     f"('{topo.srv_ip}', {self.h2c[0]})); "
+                                     "s.sendall(b'GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n');"
+                                     " s.recv(4096); sys.stdout.write('up\\n'); "
+                                     "sys.stdout.flush(); time.sleep(30)"],
+                                    stdout=subprocess.PIPE, text=True)
+            self.assertEqual(keep.stdout.readline(), "up\n")
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
+            new = self.new_pid(up.stdout)
+            self.assertNotEqual(self.prog_id(topo), prog)
+            os.kill(new, signal.SIGKILL)
+            self.status_once_back(pid, srv)
+            self.assertEqual(self.prog_id(topo), prog, srv.output()[-3000:])
+            before = self.redirected()
+            r = gtlsclient(srv, ["/bytes/4322"], netns=topo.cli_ns)
+            self.assertEqual(r.file("4322"), pattern(4322), srv.output()[-3000:])
+            self.assertGreater(self.redirected(), before)
+            keep.kill()
+            keep.wait()
+            self.assertIsNone(srv.proc.poll(), srv.output()[-2000:])
 
     def test_a_new_process_that_cannot_start_leaves_the_old_one_serving(self):
         with self.start() as srv:

@@ -57,8 +57,24 @@ TEST(Upgrade, InheritanceArrivesWhole) {
     out.sockets.push_back({i == 0 ? Inheritance::Kind::control : Inheritance::Kind::wake,
                            i == 0 ? -1 : i % 3, {}, fds[1]});
   }
+  // AF_XDP: the sockets holding the ports and the XDP link.
+  out.dataplane = "afxdp";
+  out.interface = "eth7";
+  for (int i = 0; i < 2; ++i) {
+    int fds[2];
+    ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+    pipes.push_back(fds[0]);
+    pipes.push_back(fds[1]);
+    out.sockets.push_back({Inheritance::Kind::reservation, -1,
+                           *dataplane::parse_address("10.0.0.1:44" + std::to_string(i)), fds[0]});
+    if (i == 0) out.sockets.push_back({Inheritance::Kind::xdp_link, -1, {}, fds[1]});
+  }
   send_inheritance(p.a, out);
   Inheritance in = receive_inheritance(p.b, 1000);
+  EXPECT_EQ(in.dataplane, "afxdp");
+  EXPECT_EQ(in.interface, "eth7");
+  EXPECT_EQ(in.of(Inheritance::Kind::reservation).size(), 2u);
+  ASSERT_EQ(in.of(Inheritance::Kind::xdp_link).size(), 1u);
   EXPECT_EQ(in.generation, 1);
   EXPECT_EQ(in.workers, 3);
   EXPECT_EQ(in.cid_format, out.cid_format);
@@ -70,7 +86,7 @@ TEST(Upgrade, InheritanceArrivesWhole) {
     const auto &x = in.sockets[i], &y = out.sockets[i];
     EXPECT_EQ(x.kind, y.kind) << i;
     EXPECT_EQ(x.worker, y.worker) << i;
-    if (x.kind == Inheritance::Kind::udp) {
+    if (x.kind == Inheritance::Kind::udp || x.kind == Inheritance::Kind::reservation) {
       EXPECT_EQ(x.addr, y.addr) << i;
     }
     EXPECT_NE(x.fd, y.fd) << i;                  // a new descriptor...
@@ -91,7 +107,7 @@ TEST(Upgrade, MalformedInheritanceIsRefusedAndClosed) {
     }
     shutdown(p.a, SHUT_WR);
     try {
-      receive_inheritance(p.b, 1000);
+      receive_inheritance(p.b, 1000).close_all();
     } catch (const std::runtime_error &e) {
       return std::string(e.what());
     }
@@ -104,6 +120,11 @@ TEST(Upgrade, MalformedInheritanceIsRefusedAndClosed) {
   EXPECT_NE(refused({"inherit 2 2\ncid unroutable\nsecrets " + keys + "\n"}), "");
   EXPECT_NE(refused({"inherit 0 200\ncid unroutable\nsecrets " + keys + "\n"}), "");
   EXPECT_NE(refused({"inherit 0 2\ncid unroutable\nsecrets 11 22 33 -\n"}), "");
+  // A dataplane line, when there is one, names a known dataplane and an
+  // interface name that fits.
+  EXPECT_NE(refused({head + "dataplane dpdk eth0\n", "end\n"}), "");
+  EXPECT_NE(refused({head + "dataplane afxdp " + std::string(20, 'x') + "\n", "end\n"}), "");
+  EXPECT_EQ(refused({head + "dataplane afxdp eth0\n", "end\n"}), "");
   // A worker descriptor without a worker (would index wake[-1]), a worker
   // out of range, more names than descriptors, an end that never comes.
   int fds[2];
@@ -112,6 +133,10 @@ TEST(Upgrade, MalformedInheritanceIsRefusedAndClosed) {
   EXPECT_NE(refused({head, "udp 2 127.0.0.1:1\n", "end\n"}, {fds[0]}), "");
   EXPECT_NE(refused({head, "udp 0 127.0.0.1:1\nudp 1 127.0.0.1:2\n", "end\n"}, {fds[0]}), "");
   EXPECT_NE(refused({head, "udp 0 127.0.0.1:1\n"}, {fds[0]}), "");
+  // An address where none belongs, none where one does.
+  EXPECT_NE(refused({head, "xdp-link -1 127.0.0.1:1\n", "end\n"}, {fds[0]}), "");
+  EXPECT_NE(refused({head, "reservation -1 -\n", "end\n"}, {fds[0]}), "");
+  EXPECT_EQ(refused({head, "reservation -1 127.0.0.1:1\n", "end\n"}, {fds[0]}), "");
   // Each refusal closed the copies it received: only ours are left.
   int probe = dup(fds[0]);
   EXPECT_LT(probe, 64) << "descriptors leaked";
