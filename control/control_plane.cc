@@ -534,9 +534,11 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
         for (auto &w : srv.workers_) w->request_stop();
       }
     }
-    // Watchdog: ping only while every worker's loop keeps turning.
+    // Watchdog: ping only while every worker's loop keeps turning, and
+    // only while we are the main process (after an upgrade handed that to
+    // the new process, systemd takes pings from it alone).
     uint64_t now = loop.now();
-    if (wd_usec && now >= wd_next) {
+    if (wd_usec && now >= wd_next && srv.upgrade_child_ <= 0) {
       bool alive = true;
       for (size_t i = 0; i < srv.workers_.size(); ++i) {
         uint64_t b = srv.workers_[i]->heartbeat();

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -206,6 +207,61 @@ class Upgrade(TimedTestCase):
         self.assertEqual(fetch.file("4321"), pattern(4321))
         self.assertIn("100 succeeded, 0 failed", h1)
         self.assertIn("taking the sockets back", srv.output())
+
+    def test_systemd_follows_the_main_pid(self):
+        """What systemd sees (Type=notify, NotifyAccess=main, a watchdog),
+        from a notify socket of our own: the running xdpqd says READY and
+        pings; the upgrade names the new process MAINPID, from the old
+        main process; from then on only the new one pings."""
+        path = os.path.join(self.tmp, "notify")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        sock.settimeout(0.2)
+        got = []  # (sender pid, message, time)
+
+        def collect(until):
+            while time.time() < until:
+                try:
+                    msg, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
+                except socket.timeout:
+                    continue
+                pid = next(struct.unpack("iII", d)[0] for lvl, typ, d in anc
+                           if lvl == socket.SOL_SOCKET and typ == socket.SCM_CREDENTIALS)
+                got.append((pid, msg.decode(), time.time()))
+
+        write_config(self.config, self.port, self.h2c[:1], self.sock,
+                     os.path.join(self.tmp, "secrets"))
+        with Server("--config", self.config, host="127.0.0.1", port=self.port, workers=0,
+                    listen=[], extra_env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}) as srv:
+            old = srv.proc.pid
+            collect(time.time() + 1)
+            # An idle keep-alive connection keeps the old process draining.
+            keep = socket.create_connection(("127.0.0.1", self.h2c[0]))
+            keep.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertIn(b"200", keep.recv(4096))
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+            new = self.new_pid(up.stdout)
+            t_up = time.time()
+            collect(time.time() + 1.5)
+            self.assertIsNone(srv.proc.poll(), "the old process should still be draining")
+            keep.close()
+            self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
+            os.kill(new, signal.SIGTERM)
+            sock.close()
+        from_old = [m for p, m, _ in got if p == old]
+        self.assertIn("READY=1", from_old)
+        self.assertIn("WATCHDOG=1", from_old)
+        self.assertIn(f"MAINPID={new}", from_old)
+        # After MAINPID: no ping and no STOPPING from the old process (systemd
+        # would refuse the one and stop the service for the other).
+        handed = next(t for p, m, t in got if m == f"MAINPID={new}")
+        self.assertGreater(handed, t_up - 30)
+        late_old = [m for p, m, t in got if p == old and t > handed]
+        self.assertNotIn("WATCHDOG=1", late_old, got)
+        self.assertNotIn("STOPPING=1", late_old, got)
+        self.assertIn("WATCHDOG=1", [m for p, m, t in got if p == new and t > handed], got)
 
     # --- AF_XDP: the queues change hands, the XDP link changes program ---
 
