@@ -262,6 +262,14 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         served = server_stats.get("requests", 0) + server_stats.get("tcp_requests", 0)
         run["mallocs_per_req"] = (server_stats["heap_allocations"] / served
                                   if served and "heap_allocations" in server_stats else None)
+        # Packets per request each way, and the sends (syscalls or ring kicks)
+        # that carried them out: fewer datagrams is the cheapest saving, and
+        # datagrams per send is how well the dataplane batches.
+        for key, counter in (("dgrams_in_per_req", "rx_datagrams"),
+                             ("dgrams_out_per_req", "tx_datagrams"),
+                             ("sends_per_req", "tx_sends")):
+            run[key] = (server_stats.get(counter, 0) / served
+                        if served and "rx_datagrams" in server_stats else None)
         run["server_cpu_us_per_req"] = run["server_cpu_s"] / reqs * 1e6 if reqs else None
         run["machine_cpu_us_per_req"] = run["machine_cpu_s"] / reqs * 1e6 if reqs else None
         self.runs.append(run)
@@ -372,12 +380,15 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
               f"{self.args.seconds} s per variant, alternating; medians shown.",
               f"Topology: {meta['topology']}.", "",
               "| proto | cell | variant | req/s (udp: round trips/s) | p50 ms | p99 ms | "
-              "server CPU us/req | machine CPU us/req | mallocs/req |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+              "server CPU us/req | machine CPU us/req | mallocs/req | datagrams/req in, out "
+              "(sends) |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
+            dg = (f"{fmt(r['dg_in'], 2)}, {fmt(r['dg_out'], 2)} ({fmt(r['sends'], 2)})"
+                  if r["dg_in"] is not None else "-")
             md.append(f"| {r['proto']} | {r['cell']} | {r['variant']} | {r['rps']:.0f} | "
                       f"{r['p50'] / 1000:.2f} | {r['p99'] / 1000:.2f} | {fmt(r['srv'])} | "
-                      f"{fmt(r['all'])} | {fmt(r['mallocs'], 2)} |")
+                      f"{fmt(r['all'])} | {fmt(r['mallocs'], 2)} | {dg} |")
         md += ["", "Ratios A/B of requests/s, computed per round (A and B run back to back) "
                "and summarized by their median and range. A direction is stated only when "
                "every round agrees by more than 5 %; otherwise the difference is within this "
@@ -390,6 +401,9 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         md += ["", "mallocs/req: malloc calls on xdpqd's worker threads over the whole run "
                "(start, handshakes and warm-up included) divided by the requests it served, "
                "counted by bench/malloc_count.c preloaded into xdpqd.",
+               "", "datagrams/req: UDP datagrams xdpqd received and sent per request it served "
+               "(handshakes included); sends: the system calls or TX-ring kicks that sent them "
+               "(a GSO train or a ring batch is one).",
                "", "Server CPU is the server process's own time; on veth the receive work of "
                "the sender's packets runs in softirq on the sender's core, so the machine-wide "
                "figure is the fairer cost."]
@@ -487,6 +501,8 @@ def summarize(runs):
                      "p50": med("p50_us") or 0, "p99": med("p99_us") or 0,
                      "srv": med("server_cpu_us_per_req"), "all": med("machine_cpu_us_per_req"),
                      "mallocs": med("mallocs_per_req"),
+                     "dg_in": med("dgrams_in_per_req"), "dg_out": med("dgrams_out_per_req"),
+                     "sends": med("sends_per_req"),
                      "n": len(rs)})
     return rows
 
