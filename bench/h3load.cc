@@ -6,7 +6,7 @@
 // socket per connection: recvmmsg on receive, UDP GSO on send.
 
 #include "dataplane/event_loop.h"
-#include "quic/client_setup.h"
+#include "http/h3_client.h"
 
 #include <arpa/inet.h>
 #include <gnutls/crypto.h>
@@ -110,25 +110,22 @@ struct Run {
 
 class Worker;
 
-class Conn final : public xdpq::dataplane::FdHandler {
+class Conn final : public xdpq::dataplane::FdHandler, public xdpq::http::H3ClientConn::Events {
 public:
   Conn(Worker &w, const Uri &uri);
   ~Conn();
   bool start();
   void on_io(uint32_t) override;
   bool closed() const { return closed_; }
-  ngtcp2_conn *conn() const { return conn_; }
 
-  // callbacks
-  int on_handshake_done();
-  void on_goaway(int64_t id);
-  int on_stream_data(int64_t sid, const uint8_t *d, size_t n, bool fin);
-  int on_header(int64_t sid, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
-  int on_body(int64_t sid, size_t n);
-  int on_stream_close(int64_t sid, uint64_t code);
-  int on_end_stream(int64_t sid);
-  nghttp3_conn *h3() const { return h3_; }
-  int on_extend_max_streams();
+  // H3ClientConn::Events
+  int on_handshake_completed() override;
+  void on_goaway(int64_t id) override;
+  int on_header(int64_t sid, std::string_view name, std::string_view value) override;
+  int on_body(int64_t sid, const uint8_t *, size_t n) override;
+  int on_stream_close(int64_t sid, uint64_t code) override;
+  int on_end_stream(int64_t sid) override;
+  int on_extend_max_streams() override;
 
 private:
   struct Req {
@@ -152,10 +149,7 @@ private:
   int fd_ = -1;
   sockaddr_storage local_{}, remote_{};
   socklen_t local_len_ = 0, remote_len_ = 0;
-  ngtcp2_conn *conn_ = nullptr;
-  gnutls_session_t tls_ = nullptr;
-  nghttp3_conn *h3_ = nullptr;
-  ngtcp2_crypto_conn_ref ref_{};
+  std::unique_ptr<xdpq::http::H3ClientConn> h3c_;
   xdpq::dataplane::Timer timer_;
   std::map<int64_t, Req> reqs_;
   uint64_t started_at_ = 0, last_progress_ = 0;
@@ -200,13 +194,7 @@ private:
   friend class Conn;
 };
 
-Conn &C(void *ud) { return *static_cast<Conn *>(ud); }
-
-ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *r) { return static_cast<Conn *>(r->user_data)->conn(); }
-
 Conn::Conn(Worker &w, const Uri &uri) : w_(w), uri_(uri), timer_(timer_cb, this) {
-  ref_.get_conn = get_conn;
-  ref_.user_data = this;
   txbuf_.resize(64 * 1500);
 }
 
@@ -216,9 +204,6 @@ Conn::~Conn() {
     w_.loop().unwatch(fd_);
     close(fd_);
   }
-  if (h3_) nghttp3_conn_del(h3_);
-  if (conn_) ngtcp2_conn_del(conn_);
-  if (tls_) gnutls_deinit(tls_);
 }
 
 bool Conn::start() {
@@ -237,58 +222,19 @@ bool Conn::start() {
   local_len_ = sizeof(local_);
   getsockname(fd_, reinterpret_cast<sockaddr *>(&local_), &local_len_);
 
-  ngtcp2_callbacks cb{};
-  xdpq::quic::set_client_crypto_callbacks(cb);
-  cb.handshake_completed = [](ngtcp2_conn *, void *ud) { return C(ud).on_handshake_done(); };
-  cb.recv_stream_data = [](ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t,
-                           const uint8_t *d, size_t n, void *ud, void *) {
-    return C(ud).on_stream_data(sid, d, n, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
-  };
-  cb.acked_stream_data_offset = [](ngtcp2_conn *, int64_t sid, uint64_t, uint64_t n, void *ud,
-                                   void *) {
-    if (C(ud).h3()) nghttp3_conn_add_ack_offset(C(ud).h3(), sid, n);
-    return 0;
-  };
-  cb.stream_close = [](ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t code, void *ud,
-                       void *) {
-    if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET)) code = NGHTTP3_H3_NO_ERROR;
-    if (C(ud).h3()) nghttp3_conn_close_stream(C(ud).h3(), sid, code);
-    return C(ud).on_stream_close(sid, code);
-  };
-  cb.extend_max_stream_data = [](ngtcp2_conn *, int64_t sid, uint64_t, void *ud, void *) {
-    if (C(ud).h3()) nghttp3_conn_unblock_stream(C(ud).h3(), sid);
-    return 0;
-  };
-  cb.extend_max_local_streams_bidi = [](ngtcp2_conn *, uint64_t, void *ud) {
-    return C(ud).on_extend_max_streams();
-  };
-  ngtcp2_cid dcid, scid;
-  dcid.datalen = 18;
-  gnutls_rnd(GNUTLS_RND_NONCE, dcid.data, 18);
-  scid.datalen = 17;
-  gnutls_rnd(GNUTLS_RND_NONCE, scid.data, 17);
-  ngtcp2_settings s;
-  ngtcp2_settings_default(&s);
-  s.initial_ts = monotonic_ns();
-  s.max_window = 64 << 20;
-  s.max_stream_window = 16 << 20;
-  ngtcp2_transport_params p;
-  ngtcp2_transport_params_default(&p);
-  p.initial_max_stream_data_bidi_local = 4 << 20;
-  p.initial_max_stream_data_uni = 1 << 20;
-  p.initial_max_data = 16 << 20;
-  p.initial_max_streams_uni = 3;
-  p.max_idle_timeout = 30'000'000'000ull;
-  ngtcp2_path path{{reinterpret_cast<sockaddr *>(&local_), local_len_},
-                   {reinterpret_cast<sockaddr *>(&remote_), remote_len_},
-                   nullptr};
-  if (ngtcp2_conn_client_new(&conn_, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &s, &p,
-                             nullptr, this) != 0) {
+  xdpq::http::H3ClientConn::Options o;
+  o.path = {{reinterpret_cast<sockaddr *>(&local_), local_len_},
+            {reinterpret_cast<sockaddr *>(&remote_), remote_len_},
+            nullptr};
+  o.now = monotonic_ns();
+  o.cred = w_.cred();
+  o.max_window = 64 << 20;
+  o.max_stream_window = 16 << 20;
+  try {
+    h3c_ = std::make_unique<xdpq::http::H3ClientConn>(o, *this);
+  } catch (const std::exception &) {
     return false;
   }
-  tls_ = xdpq::quic::new_client_session(w_.cred(), &ref_, "localhost");
-  if (!tls_) return false;
-  ngtcp2_conn_set_tls_native_handle(conn_, tls_);
   w_.loop().watch(fd_, this);
   started_at_ = last_progress_ = monotonic_ns();
   w_.stats().connections += 1;
@@ -296,11 +242,11 @@ bool Conn::start() {
   return true;
 }
 
-int Conn::on_handshake_done() {
+int Conn::on_handshake_completed() {
   handshake_ = true;
   if (w_.stats().server_cert_sha256.empty()) {
     unsigned int n = 0;
-    const gnutls_datum_t *certs = gnutls_certificate_get_peers(tls_, &n);
+    const gnutls_datum_t *certs = gnutls_certificate_get_peers(h3c_->tls(), &n);
     if (certs && n > 0) {
       unsigned char md[32];
       size_t mdlen = sizeof(md);
@@ -318,57 +264,22 @@ int Conn::on_handshake_done() {
   if (w_.run().measuring(now)) {
     w_.stats().connect_us.push_back(static_cast<uint32_t>((now - started_at_) / 1000));
   }
-  nghttp3_callbacks cb{};
-  cb.recv_header = [](nghttp3_conn *, int64_t sid, int32_t, nghttp3_rcbuf *n, nghttp3_rcbuf *v,
-                      uint8_t, void *ud, void *) { return C(ud).on_header(sid, n, v); };
-  cb.recv_data = [](nghttp3_conn *, int64_t sid, const uint8_t *, size_t n, void *ud, void *) {
-    return C(ud).on_body(sid, n);
-  };
-  cb.end_stream = [](nghttp3_conn *, int64_t sid, void *ud, void *) {
-    return C(ud).on_end_stream(sid);
-  };
-  // GOAWAY (a server draining, or handing over to its next process): no
-  // new requests on this connection; it closes when its last ends and a
-  // new connection takes over the rest.
-  cb.shutdown = [](nghttp3_conn *, int64_t id, void *ud) {
-    C(ud).on_goaway(id);
-    return 0;
-  };
-  cb.deferred_consume = [](nghttp3_conn *, int64_t sid, size_t n, void *ud, void *) {
-    ngtcp2_conn_extend_max_stream_offset(C(ud).conn(), sid, n);
-    ngtcp2_conn_extend_max_offset(C(ud).conn(), n);
-    return 0;
-  };
-  nghttp3_settings st;
-  nghttp3_settings_default(&st);
-  nghttp3_conn_client_new(&h3_, &cb, &st, nullptr, this);
-  int64_t a, b, c;
-  ngtcp2_conn_open_uni_stream(conn_, &a, nullptr);
-  ngtcp2_conn_open_uni_stream(conn_, &b, nullptr);
-  ngtcp2_conn_open_uni_stream(conn_, &c, nullptr);
-  nghttp3_conn_bind_control_stream(h3_, a);
-  nghttp3_conn_bind_qpack_streams(h3_, b, c);
   submit_more();
   return 0;
 }
 
 int Conn::on_extend_max_streams() {
-  if (h3_) submit_more();
+  submit_more();
   return 0;
 }
 
 void Conn::submit_more() {
   const auto &cfg = w_.run().cfg;
   while (!draining_ && !goaway_ && static_cast<int>(reqs_.size()) < cfg.streams &&
-         ngtcp2_conn_get_streams_bidi_left(conn_) > 0) {
+         ngtcp2_conn_get_streams_bidi_left(h3c_->conn()) > 0) {
     if (cfg.conn_per_request && done_here_ + static_cast<int>(reqs_.size()) >= 1) break;
     if (!w_.run().take()) {
       draining_ = true;
-      break;
-    }
-    int64_t sid;
-    if (ngtcp2_conn_open_bidi_stream(conn_, &sid, nullptr) != 0) {
-      w_.run().give_back(); // taken, not sent
       break;
     }
     const Uri &u = cfg.uris[w_.next_uri_++ % cfg.uris.size()];
@@ -380,8 +291,9 @@ void Conn::submit_more() {
     static const std::string GET = "GET", HTTPS = "https", UA = "h3load";
     nghttp3_nv nva[] = {nv(":method", GET), nv(":scheme", HTTPS), nv(":authority", u.authority),
                         nv(":path", u.path), nv("user-agent", UA)};
-    if (nghttp3_conn_submit_request(h3_, sid, nva, 5, nullptr, nullptr) != 0) {
-      w_.run().give_back();
+    const int64_t sid = h3c_->submit_request(nva, false);
+    if (sid < 0) {
+      w_.run().give_back(); // taken, not sent
       break;
     }
     Req &r = reqs_[sid];
@@ -392,30 +304,17 @@ void Conn::submit_more() {
   if ((draining_ || goaway_) && reqs_.empty()) finish_wanted_ = true;
 }
 
-int Conn::on_stream_data(int64_t sid, const uint8_t *d, size_t n, bool fin) {
-  if (!h3_) return 0;
-  auto rv = nghttp3_conn_read_stream(h3_, sid, d, n, fin);
-  if (rv < 0) return NGTCP2_ERR_CALLBACK_FAILURE;
-  ngtcp2_conn_extend_max_stream_offset(conn_, sid, static_cast<uint64_t>(rv));
-  ngtcp2_conn_extend_max_offset(conn_, static_cast<uint64_t>(rv));
-  return 0;
-}
-
-int Conn::on_header(int64_t sid, nghttp3_rcbuf *name, nghttp3_rcbuf *value) {
+int Conn::on_header(int64_t sid, std::string_view name, std::string_view value) {
   auto it = reqs_.find(sid);
   if (it == reqs_.end()) return 0;
-  auto n = nghttp3_rcbuf_get_buf(name);
-  if (n.len == 7 && std::memcmp(n.base, ":status", 7) == 0) {
-    auto v = nghttp3_rcbuf_get_buf(value);
-    it->second.status = std::atoi(std::string(reinterpret_cast<char *>(v.base), v.len).c_str());
+  if (name == ":status") {
+    it->second.status = std::atoi(std::string(value).c_str());
     if (!it->second.first_byte) it->second.first_byte = monotonic_ns();
   }
   return 0;
 }
 
-int Conn::on_body(int64_t sid, size_t n) {
-  ngtcp2_conn_extend_max_stream_offset(conn_, sid, n);
-  ngtcp2_conn_extend_max_offset(conn_, n);
+int Conn::on_body(int64_t sid, const uint8_t *, size_t n) {
   if (reqs_.count(sid) && reqs_[sid].measured) w_.stats().bytes_body += n;
   last_progress_ = monotonic_ns();
   return 0;
@@ -519,7 +418,7 @@ void Conn::finish() {
   ngtcp2_ccerr ce;
   ngtcp2_ccerr_default(&ce);
   ngtcp2_ccerr_set_application_error(&ce, NGHTTP3_H3_NO_ERROR, nullptr, 0);
-  auto n = ngtcp2_conn_write_connection_close(conn_, &ps.path, &pi, txbuf_.data(), 1452, &ce,
+  auto n = ngtcp2_conn_write_connection_close(h3c_->conn(), &ps.path, &pi, txbuf_.data(), 1452, &ce,
                                               ts());
   if (n > 0) [[maybe_unused]] auto s = ::send(fd_, txbuf_.data(), static_cast<size_t>(n), 0);
   closed_ = true;
@@ -548,8 +447,8 @@ void Conn::on_io(uint32_t) {
     for (int i = 0; i < n; ++i) {
       if (w_.run().measuring(now)) w_.stats().bytes_total += msgs[i].msg_len;
       ngtcp2_pkt_info pi{};
-      int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, static_cast<uint8_t *>(iov[i].iov_base),
-                                    msgs[i].msg_len, now);
+      int rv = h3c_->read_packet(path, pi, static_cast<uint8_t *>(iov[i].iov_base),
+                                 msgs[i].msg_len, now);
       if (rv != 0) {
         fail_all(false);
         return;
@@ -585,35 +484,12 @@ void Conn::send_batch(const uint8_t *data, size_t len, size_t seg) {
 void Conn::write() {
   if (closed_) return;
   if (finish_wanted_) return finish();
-  ngtcp2_path_storage ps;
-  ngtcp2_path_storage_zero(&ps);
-  ngtcp2_pkt_info pi{};
   const uint64_t now = ts();
   size_t off = 0, seg = 0;
   for (int pkts = 0; pkts < 64;) {
-    int64_t sid = -1;
-    int fin = 0;
-    nghttp3_vec vec[16];
-    nghttp3_ssize nvec = 0;
-    if (h3_ && ngtcp2_conn_get_max_data_left(conn_)) {
-      nvec = nghttp3_conn_writev_stream(h3_, &sid, &fin, vec, 16);
-      if (nvec < 0) return fail_all(false);
-    }
-    ngtcp2_ssize ndatalen = -1;
-    uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
-    auto n = ngtcp2_conn_writev_stream(conn_, &ps.path, &pi, txbuf_.data() + off, 1452, &ndatalen,
-                                       flags, sid, reinterpret_cast<const ngtcp2_vec *>(vec),
-                                       static_cast<size_t>(nvec), now);
-    if (n < 0) {
-      if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) { nghttp3_conn_block_stream(h3_, sid); continue; }
-      if (n == NGTCP2_ERR_STREAM_SHUT_WR) { nghttp3_conn_shutdown_stream_write(h3_, sid); continue; }
-      if (n == NGTCP2_ERR_WRITE_MORE) {
-        nghttp3_conn_add_write_offset(h3_, sid, static_cast<size_t>(ndatalen));
-        continue;
-      }
-      return fail_all(false);
-    }
-    if (ndatalen >= 0 && h3_) nghttp3_conn_add_write_offset(h3_, sid, static_cast<size_t>(ndatalen));
+    ngtcp2_pkt_info pi{};
+    auto n = h3c_->write_packet(txbuf_.data() + off, 1452, pi, now);
+    if (n < 0) return fail_all(false);
     if (n == 0) break;
     // A packet of another size ends the GSO train.
     if (seg && static_cast<size_t>(n) != seg) {
@@ -627,12 +503,12 @@ void Conn::write() {
     ++pkts;
   }
   if (off) send_batch(txbuf_.data(), off, seg);
-  ngtcp2_conn_update_pkt_tx_time(conn_, now);
+  h3c_->written(now);
   update_timer();
 }
 
 void Conn::update_timer() {
-  auto e = ngtcp2_conn_get_expiry(conn_);
+  auto e = ngtcp2_conn_get_expiry(h3c_->conn());
   uint64_t limit = last_progress_ + static_cast<uint64_t>(w_.run().cfg.timeout * 1e9);
   w_.loop().timers().schedule(timer_, std::min<uint64_t>(e, limit));
 }
@@ -643,7 +519,7 @@ void Conn::on_timer() {
   if (now >= last_progress_ + static_cast<uint64_t>(w_.run().cfg.timeout * 1e9)) {
     return fail_all(true);
   }
-  if (ngtcp2_conn_handle_expiry(conn_, now) != 0) return fail_all(false);
+  if (ngtcp2_conn_handle_expiry(h3c_->conn(), now) != 0) return fail_all(false);
   write();
 }
 

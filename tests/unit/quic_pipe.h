@@ -5,6 +5,7 @@
 
 #include "dataplane/datagram_port.h"
 #include "dataplane/timer_wheel.h"
+#include "http/h3_client.h"
 #include "http/h3_session.h"
 #include "quic/clock.h"
 #include "quic/endpoint.h"
@@ -62,7 +63,7 @@ struct Response {
   bool reset = false;
 };
 
-class TestClient {
+class TestClient final : public http::H3ClientConn::Events {
 public:
   TestClient(quic::ManualClock &clock, const dataplane::Path &path);
   ~TestClient();
@@ -85,32 +86,26 @@ public:
   // CID of the server's. Returns ngtcp2's result.
   int migrate(uint16_t new_port);
 
-  bool handshake_completed() const { return handshake_completed_; }
+  bool handshake_completed() const { return h3c_ && h3c_->handshake_completed(); }
   bool closed() const { return closed_; }
-  ngtcp2_conn *conn() const { return conn_; }
+  ngtcp2_conn *conn() const { return h3c_->conn(); }
   std::map<int64_t, Response> responses;
 
-  // Callback targets.
-  int on_stream_data(int64_t stream_id, const uint8_t *data, size_t len, bool fin);
-  int on_handshake_completed();
-  int on_header(int64_t stream_id, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
-  int on_body(int64_t stream_id, const uint8_t *data, size_t len);
-  int on_end_stream(int64_t stream_id);
-  int on_stream_close(int64_t stream_id, uint64_t app_error);
-  nghttp3_conn *h3() const { return h3_; }
+private:
+  // H3ClientConn::Events
+  int on_header(int64_t sid, std::string_view name, std::string_view value) override;
+  int on_body(int64_t sid, const uint8_t *data, size_t len) override;
+  int on_end_stream(int64_t sid) override;
+  int on_stream_close(int64_t sid, uint64_t app_error) override;
+  nghttp3_ssize read_body(int64_t sid, nghttp3_vec *vec, size_t veccnt, uint32_t *flags) override;
+
+  quic::ManualClock &clock_;
+  dataplane::Path path_;
+  gnutls_certificate_credentials_t cred_ = nullptr;
+  std::unique_ptr<http::H3ClientConn> h3c_;
   std::map<int64_t, std::string> upload_; // request bodies
   std::map<int64_t, size_t> upload_pos_;
   std::set<int64_t> unended_;
-
-private:
-  quic::ManualClock &clock_;
-  dataplane::Path path_;
-  ngtcp2_conn *conn_ = nullptr;
-  gnutls_session_t tls_ = nullptr;
-  gnutls_certificate_credentials_t cred_ = nullptr;
-  nghttp3_conn *h3_ = nullptr;
-  ngtcp2_crypto_conn_ref ref_{};
-  bool handshake_completed_ = false;
   bool closed_ = false;
 };
 
