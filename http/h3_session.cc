@@ -173,10 +173,16 @@ std::string_view view(nghttp3_rcbuf *b) {
   return {reinterpret_cast<const char *>(v.base), v.len};
 }
 
-nghttp3_nv make_nv(std::string_view name, std::string_view value) {
+// nghttp3 copies (and lower-cases) what it is not told to leave: the
+// names are lower-case literals or live in the stream's Response, as do
+// the values but the builder's, and nghttp3 encodes the HEADERS frame
+// before the stream closes, which is when the Response is reset.
+nghttp3_nv make_nv(std::string_view name, std::string_view value, bool copy_value) {
   return nghttp3_nv{reinterpret_cast<uint8_t *>(const_cast<char *>(name.data())),
                     reinterpret_cast<uint8_t *>(const_cast<char *>(value.data())), name.size(),
-                    value.size(), NGHTTP3_NV_FLAG_NONE};
+                    value.size(),
+                    static_cast<uint8_t>(NGHTTP3_NV_FLAG_NO_COPY_NAME |
+                                         (copy_value ? 0 : NGHTTP3_NV_FLAG_NO_COPY_VALUE))};
 }
 
 } // namespace
@@ -424,9 +430,9 @@ void H3Session::respond(Stream &s) {
 
   head_.build(resp);
   nva_.clear();
-  nva_.push_back(make_nv(":status", head_.status()));
+  nva_.push_back(make_nv(":status", head_.status(), true));
   for (const auto &f : head_.fields())
-    nva_.push_back(make_nv(f.name, f.value));
+    nva_.push_back(make_nv(f.name, f.value, f.value_in_builder));
   nghttp3_data_reader dr{cb_read_body};
   bool has_body = resp.body && resp.body->size() > 0;
   int rv = nghttp3_conn_submit_response(conn_, s.id, nva_.data(), nva_.size(),

@@ -16,7 +16,7 @@ void ResponseHead::build(const Response &resp, std::string_view alt_svc) {
     (void)ec;
     fields_.push_back(
         {"content-length",
-         std::string_view(content_length_, static_cast<size_t>(end - content_length_))});
+         std::string_view(content_length_, static_cast<size_t>(end - content_length_)), true});
   }
   if (!alt_svc.empty())
     fields_.push_back({"alt-svc", alt_svc});

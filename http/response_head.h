@@ -18,8 +18,11 @@
 namespace xdpq::http {
 
 struct HeadField {
-  std::string_view name;
+  std::string_view name;  // lower case; a literal or in the Response
   std::string_view value;
+  // The value is in the builder (content-length), valid only until the
+  // next build(); every other value lives as long as the Response.
+  bool value_in_builder = false;
 };
 
 class ResponseHead {
