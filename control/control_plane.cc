@@ -573,6 +573,16 @@ void Server::upgrade_channel_closed() {
   if (inherited_) {
     LOG_INFO("upgrade: the previous process exited; its connection IDs are unknown from now on");
     for (auto &w : workers_) w->request_previous_gone();
+    // Its workers' wake descriptors and the rings to them are ours to
+    // free once no worker of ours can touch them (else kept: a few
+    // descriptors leaked beat a write into a reused one).
+    bool all = true;
+    for (auto &w : workers_) all &= w->wait_previous_gone(std::chrono::milliseconds(500));
+    if (all) {
+      for (int fd : previous_wake_fds_) close(fd);
+      previous_wake_fds_.clear();
+      upgrade_region_.reset();
+    }
   } else if (upgrade_child_ > 0) {
     // The new process died after it took over: without us nobody would
     // read the sockets (outside systemd, nobody would restart it either).

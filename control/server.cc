@@ -321,6 +321,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     std::vector<int> wake(prev, -1);
     for (const auto *s : inherited_->of(Inheritance::Kind::wake)) {
       wake[static_cast<size_t>(s->worker)] = s->fd;
+      previous_wake_fds_.push_back(s->fd);
     }
     if (std::find(wake.begin(), wake.end(), -1) != wake.end()) {
       throw std::runtime_error("binary upgrade: the running xdpqd sent no wake descriptor for "

@@ -143,6 +143,7 @@ private:
   bool handed_over_ = false;             // the old process: the new one owns our sockets
   pid_t upgrade_child_ = -1;             // the old process: the new one, once it took over
   std::unique_ptr<dataplane::HandoffRegion> upgrade_region_;
+  std::vector<int> previous_wake_fds_; // the new process: the old workers' eventfds
   size_t afxdp_released_ = 0; // the old process: workers moved off their AF_XDP queues
   ControlLoop *control_ = nullptr; // while run() runs
 };

@@ -173,6 +173,17 @@ public:
     previous_gone_.store(true, std::memory_order_release);
     loop_.wake();
   }
+  // True once the worker dropped its rings to the previous process and
+  // its wake descriptors (the caller may close and unmap them then);
+  // false after timeout or if the worker stopped without doing so.
+  bool wait_previous_gone(std::chrono::milliseconds timeout) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (previous_gone_.load(std::memory_order_acquire)) {
+      if (stopped() || std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
   // Binary upgrade, the old process: the new process reads these sockets
   // now (this worker only sends through them) and hands this worker its
   // connections' datagrams through rings (one per new worker). Then drain.
@@ -422,11 +433,12 @@ public:
     if (replace_port_requested_.exchange(false, std::memory_order_acquire)) take_next_port();
     if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();
     if (take_back_requested_.exchange(false, std::memory_order_acquire)) take_back();
-    if (previous_gone_.exchange(false, std::memory_order_acquire)) {
+    if (previous_gone_.load(std::memory_order_acquire)) {
       endpoint_.set_other_generation(0);
       to_previous_.clear();
       previous_wake_fds_.clear();
       previous_wake_pending_.clear();
+      previous_gone_.store(false, std::memory_order_release); // now they may go
     }
     take_handoffs();
     if (snap_requested_.exchange(false, std::memory_order_acquire)) fill_snapshot();

@@ -50,6 +50,16 @@ h2c_listen = [{h2c}]
 """)
 
 
+def eventfds(pid):
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[eventfd]"
+        except FileNotFoundError:
+            pass
+    return n
+
+
 def all_stats(log):
     return [json.loads(m) for m in re.findall(r"stats (\{.*\})", log)]
 
@@ -134,6 +144,7 @@ class Upgrade(TimedTestCase):
             self.assertIsNone(h3.poll(), "h3load finished before the upgrade: the test proves "
                               "nothing")
             self.assertIsNone(h2.poll(), "h2load finished before the upgrade")
+            wake_fds = eventfds(srv.proc.pid)
             # The change: a second cleartext listener (a new listen address
             # took a restart before).
             write_config(self.config, self.port, self.h2c, self.sock,
@@ -156,6 +167,12 @@ class Upgrade(TimedTestCase):
             stats_new = json.loads(ctl(self.sock, "--json", "stats").stdout)["total"]
             # The old process exits by itself once its connections are done.
             self.assertEqual(srv.proc.wait(timeout=60), 0, srv.output()[-3000:])
+            # ... and the new one lets go of its workers' eventfds and rings.
+            for _ in range(100):
+                if eventfds(pid) == wake_fds:
+                    break
+                time.sleep(0.05)
+            new_wake_fds = eventfds(pid)
             os.kill(pid, signal.SIGTERM)
             for _ in range(200):  # it writes its stats as it exits
                 if len(all_stats(srv.output())) == 2:
@@ -163,6 +180,7 @@ class Upgrade(TimedTestCase):
                 time.sleep(0.05)
             log = srv.output()
         self.assert_all_served(h3_out, h2_out, after, log)
+        self.assertEqual(new_wake_fds, wake_fds, "the new process kept the old one's eventfds")
         self.assertEqual(again.returncode, 1, again.stdout)
         self.assertIn("previous process is still finishing", again.stdout)
         self.assertEqual(fetch.file("1234"), pattern(1234))
