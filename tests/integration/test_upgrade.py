@@ -283,7 +283,7 @@ class Upgrade(TimedTestCase):
 
     # --- AF_XDP: the queues change hands, the XDP link changes program ---
 
-    def afxdp_config(self, topo, h2c_ports, extra=""):
+    def afxdp_config(self, topo, h2c_ports, extra="", queues="0"):
         h2c = ", ".join(f'"{topo.srv_ip}:{p}"' for p in h2c_ports)
         with open(self.config, "w") as f:
             f.write(f"""[server]
@@ -295,7 +295,7 @@ drain_timeout_ms = 60000
 [dataplane]
 mode = "afxdp"
 interface = "{topo.srv_if}"
-queues = "0"
+queues = "{queues}"
 xdp_mode = "native"
 [tls]
 secrets = "{os.path.join(self.tmp, "secrets")}"
@@ -304,8 +304,8 @@ h2c_listen = [{h2c}]
 {extra}
 """)
 
-    def afxdp_server(self, topo):
-        self.afxdp_config(topo, self.h2c[:1])
+    def afxdp_server(self, topo, queues="0"):
+        self.afxdp_config(topo, self.h2c[:1], queues=queues)
         return Server("--config", self.config, host=topo.srv_ip, port=4433, workers=0,
                       listen=[], netns=topo.srv_ns)
 
@@ -320,7 +320,9 @@ h2c_listen = [{h2c}]
         return stats["xdp_redirected"]
 
     def test_afxdp_upgrade_under_load_with_a_config_change(self):
-        with Topology() as topo, self.afxdp_server(topo) as srv:
+        # Two queues, a worker each, on both sides: every queue changes
+        # hands, and each new worker hands datagrams to either old one.
+        with Topology(queues=2) as topo, self.afxdp_server(topo, "0,1") as srv:
             prog_before = self.prog_id(topo)
             cli = ["ip", "netns", "exec", topo.cli_ns]
             h3 = subprocess.Popen(cli + [H3LOAD, "-n", "120000", "-c", "8", "-m", "4",
@@ -332,7 +334,7 @@ h2c_listen = [{h2c}]
             time.sleep(1.5)
             self.assertIsNone(h3.poll(), "h3load finished before the upgrade")
             self.assertIsNone(h2.poll(), "h2load finished before the upgrade")
-            self.afxdp_config(topo, self.h2c)  # a second cleartext listener
+            self.afxdp_config(topo, self.h2c, queues="0,1")  # a second cleartext listener
             up = ctl(self.sock, "upgrade")
             self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
             pid = self.new_pid(up.stdout)
