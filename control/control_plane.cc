@@ -146,8 +146,9 @@ void Server::open_control() {
 void Server::close_control() {
   if (control_fd_ >= 0) {
     close(control_fd_);
-    // After a binary upgrade the path is the new process's socket.
-    if (!handed_over_) unlink(control_path_.c_str());
+    // After a binary upgrade the path is the new process's socket; a new
+    // process that never became ready leaves it to the old one.
+    if (!handed_over_ && (!inherited_ || reported_ready_)) unlink(control_path_.c_str());
     control_fd_ = -1;
   }
   if (metrics_fd_ >= 0) {
@@ -570,7 +571,27 @@ void Server::upgrade_channel_closed() {
   control_->loop.unwatch(upgrade_channel_);
   close(upgrade_channel_);
   upgrade_channel_ = -1;
-  if (inherited_) {
+  // Our own successor first: a process that was itself started by an
+  // upgrade (inherited_) and has since upgraded again is the old process
+  // of the second upgrade (its predecessor is long gone: a process with a
+  // live predecessor refuses to upgrade).
+  if (upgrade_child_ > 0) {
+    // The new process died after it took over: without us nobody would
+    // read the sockets (outside systemd, nobody would restart it either).
+    int status = 0;
+    waitpid(upgrade_child_, &status, WNOHANG);
+    LOG_ERROR("upgrade: the new process (pid %d) exited after taking over; taking the sockets "
+              "back and serving on",
+              upgrade_child_);
+    upgrade_child_ = -1;
+    // systemd first: the dead main process must not make it stop us.
+    sd_notify_state(("MAINPID=" + std::to_string(getpid()) + "\nREADY=1").c_str());
+    if (afxdp_released_) restore_afxdp();
+    for (auto &w : workers_) w->request_take_back();
+    draining_ = false;
+    handed_over_ = false;
+    control_->admin.resume_listening();
+  } else if (inherited_) {
     LOG_INFO("upgrade: the previous process exited; its connection IDs are unknown from now on");
     for (auto &w : workers_) w->request_previous_gone();
     // Its workers' wake descriptors and the rings to them are ours to
@@ -583,21 +604,6 @@ void Server::upgrade_channel_closed() {
       previous_wake_fds_.clear();
       upgrade_region_.reset();
     }
-  } else if (upgrade_child_ > 0) {
-    // The new process died after it took over: without us nobody would
-    // read the sockets (outside systemd, nobody would restart it either).
-    int status = 0;
-    waitpid(upgrade_child_, &status, WNOHANG);
-    LOG_ERROR("upgrade: the new process (pid %d) exited after taking over; taking the sockets "
-              "back and serving on",
-              upgrade_child_);
-    upgrade_child_ = -1;
-    if (afxdp_released_) restore_afxdp();
-    for (auto &w : workers_) w->request_take_back();
-    draining_ = false;
-    handed_over_ = false;
-    control_->admin.resume_listening();
-    sd_notify_state(("MAINPID=" + std::to_string(getpid()) + "\nREADY=1").c_str());
   }
 }
 

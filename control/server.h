@@ -144,6 +144,7 @@ private:
   pid_t upgrade_child_ = -1;             // the old process: the new one, once it took over
   std::unique_ptr<dataplane::HandoffRegion> upgrade_region_;
   std::vector<int> previous_wake_fds_; // the new process: the old workers' eventfds
+  bool reported_ready_ = false;        // the new process: told the old one it serves
   size_t afxdp_released_ = 0; // the old process: workers moved off their AF_XDP queues
   ControlLoop *control_ = nullptr; // while run() runs
 };

@@ -272,10 +272,16 @@ void Server::take_queues_from_previous() {
 }
 
 std::string Server::release_afxdp() {
+  // What the kernel queued on these sockets while AF_XDP served (packets
+  // for queues without a socket, frames the XDP program passed) is old:
+  // dropped, not served now.
+  char junk[1];
+  for (int fd : reservations_) {
+    for (int i = 0; i < 100000 && recv(fd, junk, sizeof(junk), MSG_DONTWAIT | MSG_TRUNC) >= 0;
+         ++i) {
+    }
+  }
   for (auto &w : workers_) {
-    // Counted before it happens: a worker that does not answer in time
-    // still moves when it gets to it.
-    ++afxdp_released_;
     dataplane::UdpSocketOptions o;
     o.check_in_use = false;
     for (size_t k = 0; k < reservations_.size(); ++k) {
@@ -293,6 +299,9 @@ std::string Server::release_afxdp() {
       for (auto &[a, f] : o.inherited) close(f);
       return e.what();
     }
+    // Counted once handed over: a worker that does not answer in time
+    // still moves when it gets to it.
+    ++afxdp_released_;
     if (!w->replace_port(std::move(port), nullptr, std::chrono::seconds(2))) {
       return "a worker did not answer";
     }
@@ -311,25 +320,32 @@ bool Server::restore_afxdp() {
 std::string Server::try_restore_afxdp() {
 #ifdef XDPQ_HAVE_AFXDP
   // The new process is gone (killed and reaped): its sockets let go of the
-  // queues a moment later (AfXdpOptions::busy_wait).
+  // queues a moment later (AfXdpOptions::busy_wait). Every port first,
+  // then our program on the link, then the workers move: a failure on the
+  // way destroys what was built and leaves every worker on the kernel
+  // sockets, which the kernel feeds while no socket holds a queue.
+  const bool watchdog = sd_watchdog_usec() != 0;
+  std::vector<std::unique_ptr<dataplane::AfXdpPort>> ports;
   for (size_t i = 0; i < afxdp_released_ && i < workers_.size(); ++i) {
-    std::unique_ptr<dataplane::AfXdpPort> port;
     try {
-      port = std::make_unique<dataplane::AfXdpPort>(afxdp_options(i, true), *program_);
+      ports.push_back(std::make_unique<dataplane::AfXdpPort>(afxdp_options(i, true), *program_));
     } catch (const std::exception &e) {
       return e.what();
     }
-    auto *raw = port.get();
-    if (!workers_[i]->replace_port(std::move(port), raw, std::chrono::seconds(2))) {
-      return "a worker did not answer";
-    }
+    if (watchdog) sd_notify_state("WATCHDOG=1"); // each may wait seconds for its queue
   }
-  afxdp_released_ = 0;
   try {
     program_->update_link();
   } catch (const std::exception &e) {
     return e.what();
   }
+  for (size_t i = 0; i < ports.size(); ++i) {
+    auto *raw = ports[i].get();
+    if (!workers_[i]->replace_port(std::move(ports[i]), raw, std::chrono::seconds(2))) {
+      LOG_WARN("upgrade: worker %zu has not moved back to AF_XDP yet", i);
+    }
+  }
+  afxdp_released_ = 0;
   LOG_INFO("upgrade: back on AF_XDP (prog id %u)", program_->prog_id());
   return {};
 #else
@@ -356,6 +372,7 @@ void Server::report_ready_to_previous() {
   if (!send_message(upgrade_channel_, ready_text(r), {&fd, 1})) {
     LOG_ERROR("upgrade: cannot tell the previous process we are ready: %s", strerror(errno));
   }
+  reported_ready_ = true;
   close_unadopted();
 }
 

@@ -216,15 +216,13 @@ public:
                     [[maybe_unused]] dataplane::AfXdpPort *afxdp,
                     std::chrono::milliseconds timeout) {
     std::unique_lock lock(mu_);
-    next_port_ = std::move(port);
-#ifdef XDPQ_HAVE_AFXDP
+    next_port_ = std::move(port); // a port still waiting here is replaced
     next_afxdp_ = afxdp;
-#endif
-    port_replaced_ = false;
+    const uint64_t seq = ++port_seq_;
     replace_port_requested_.store(true, std::memory_order_release);
     loop_.wake();
-    return cv_.wait_for(lock, timeout, [this] { return port_replaced_ || stopped(); }) &&
-           port_replaced_;
+    cv_.wait_for(lock, timeout, [&] { return port_done_seq_ >= seq || stopped(); });
+    return port_done_seq_ >= seq;
   }
 
   // Adds the TCP side to this worker's loop (throws http::TcpError).
@@ -533,9 +531,13 @@ private:
 
   void take_next_port() {
     std::unique_ptr<dataplane::DatagramPort> next;
+    [[maybe_unused]] dataplane::AfXdpPort *next_afxdp;
+    uint64_t seq;
     {
       std::lock_guard lock(mu_);
       next = std::move(next_port_);
+      next_afxdp = next_afxdp_;
+      seq = port_seq_;
     }
     if (next) {
       port_->flush();
@@ -549,16 +551,11 @@ private:
       port_ = std::move(next); // the old one closes here
       for (int fd : port_->fds()) loop_.watch(fd, this);
 #ifdef XDPQ_HAVE_AFXDP
-      dataplane::AfXdpPort *x;
-      {
-        std::lock_guard lock(mu_);
-        x = next_afxdp_;
-      }
-      if (x) set_afxdp(x);
+      if (next_afxdp) set_afxdp(next_afxdp);
 #endif
     }
     std::lock_guard lock(mu_);
-    port_replaced_ = true;
+    port_done_seq_ = seq;
     cv_.notify_all();
   }
 
@@ -738,8 +735,10 @@ private:
   std::vector<dataplane::HandoffRing *> handover_rings_; // under mu_
   std::vector<int> handover_fds_;                        // under mu_
   std::atomic<bool> replace_port_requested_{false};
-  std::unique_ptr<dataplane::DatagramPort> next_port_; // under mu_
-  bool port_replaced_ = false;                         // under mu_
+  std::unique_ptr<dataplane::DatagramPort> next_port_; // under mu_, with:
+  dataplane::AfXdpPort *next_afxdp_ = nullptr;          // next_port_ if it is one
+  uint64_t port_seq_ = 0;      // under mu_: replace_port() calls
+  uint64_t port_done_seq_ = 0; // under mu_: the last one the worker took
   WorkerHandoff handoff_;
   std::span<uint8_t> last_alloc_;
   dataplane::Timer heartbeat_;
@@ -750,7 +749,6 @@ private:
   bool finishing_ = false;
 #ifdef XDPQ_HAVE_AFXDP
   dataplane::AfXdpPort *afxdp_ = nullptr;
-  dataplane::AfXdpPort *next_afxdp_ = nullptr; // under mu_
   // The port's rtnetlink socket: routing and neighbour answers and changes.
   struct NextHopEvents final : dataplane::FdHandler {
     explicit NextHopEvents(Worker &w) : worker(w) {}

@@ -159,6 +159,7 @@ int64_t H3ClientConn::submit_request(std::span<const nghttp3_nv> fields, bool ha
   }};
   if (nghttp3_conn_submit_request(h3_, sid, fields.data(), fields.size(),
                                   has_body ? &dr : nullptr, nullptr) != 0) {
+    ngtcp2_conn_shutdown_stream(conn_, 0, sid, NGHTTP3_H3_INTERNAL_ERROR); // not left open
     return -1;
   }
   return sid;

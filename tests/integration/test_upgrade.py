@@ -77,8 +77,19 @@ class Upgrade(TimedTestCase):
         self.port = free_udp_port()
         self.h2c = [free_udp_port(), free_udp_port()]
         self.pids = []
+        self.procs = []
+
+    def spawn(self, cmd, **kw):
+        """A client process, killed at the end of the test whatever happens."""
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append(p)
+        return p
 
     def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         for pid in self.pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -100,6 +111,34 @@ class Upgrade(TimedTestCase):
         pid = int(m.group(1))
         self.pids.append(pid)
         return pid
+
+    def test_a_second_upgrade_falls_back_to_the_first_new_process(self):
+        # gen0 -> gen1 (gen0 exits) -> gen2, which dies: gen1, itself a
+        # new process once, takes its sockets back.
+        with self.start() as srv:
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+            gen1 = self.new_pid(up.stdout)
+            self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
+            # A keep-alive connection keeps gen1 draining after the next one.
+            keep = socket.create_connection(("127.0.0.1", self.h2c[0]))
+            keep.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertIn(b"200", keep.recv(4096))
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
+            gen2 = self.new_pid(up.stdout)
+            os.kill(gen2, signal.SIGKILL)
+            status = self.status_once_back(gen1, srv)
+            self.assertEqual(status["state"], "running")
+            fetch = gtlsclient(srv, ["/bytes/4323"])
+            h1 = subprocess.run(["h2load", "-n", "100", "-c", "2",
+                                 f"http://127.0.0.1:{self.h2c[0]}/bytes/10"],
+                                capture_output=True, text=True, timeout=60).stdout
+            keep.close()
+            log = srv.output()
+        self.assertEqual(fetch.file("4323"), pattern(4323), log[-3000:])
+        self.assertIn("100 succeeded, 0 failed", h1)
+        self.assertIn(f"the new process (pid {gen2}) exited after taking over", log)
 
     def status_once_back(self, old, srv):
         """The status of the old process once it answers the control
@@ -134,10 +173,10 @@ class Upgrade(TimedTestCase):
 
     def upgrade_under_load(self, sections=""):
         with self.start(sections) as srv:
-            h3 = subprocess.Popen([H3LOAD, "-n", "300000", "-c", "8", "-m", "4",
+            h3 = self.spawn([H3LOAD, "-n", "300000", "-c", "8", "-m", "4",
                                    f"https://127.0.0.1:{self.port}/bytes/1000"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            h2 = subprocess.Popen(["h2load", "-n", "150000", "-c", "8", "-m", "4",
+            h2 = self.spawn(["h2load", "-n", "150000", "-c", "8", "-m", "4",
                                    f"http://127.0.0.1:{self.h2c[0]}/bytes/1000"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             time.sleep(1.5)
@@ -325,12 +364,15 @@ h2c_listen = [{h2c}]
         with Topology(queues=2) as topo, self.afxdp_server(topo, "0,1") as srv:
             prog_before = self.prog_id(topo)
             cli = ["ip", "netns", "exec", topo.cli_ns]
-            h3 = subprocess.Popen(cli + [H3LOAD, "-n", "120000", "-c", "8", "-m", "4",
-                                         f"https://{topo.srv_ip}:4433/bytes/1000"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            h2 = subprocess.Popen(cli + ["h2load", "-n", "400000", "-c", "8", "-m", "4",
-                                         f"http://{topo.srv_ip}:{self.h2c[0]}/bytes/1000"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            h3 = self.spawn(cli + [H3LOAD, "-n", "120000", "-c", "8", "-m", "4",
+                                   f"https://{topo.srv_ip}:4433/bytes/1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # Paced (8 clients x 1250/s, ~6 s) so that it runs through the
+            # upgrade and ends before the GOAWAY, on any build: h2load does
+            # not come back after one.
+            h2 = self.spawn(cli + ["h2load", "-n", "60000", "-c", "8", "-m", "4", "--rps", "1250",
+                                   f"http://{topo.srv_ip}:{self.h2c[0]}/bytes/1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             time.sleep(1.5)
             self.assertIsNone(h3.poll(), "h3load finished before the upgrade")
             self.assertIsNone(h2.poll(), "h2load finished before the upgrade")
@@ -394,7 +436,7 @@ h2c_listen = [{h2c}]
             # Fixed: the upgrade goes through; then the new process dies and
             # the old one takes the queue back.
             self.afxdp_config(topo, self.h2c[:1])
-            keep = subprocess.Popen(["ip", "netns", "exec", topo.cli_ns, "python3", "-c",
+            keep = self.spawn(["ip", "netns", "exec", topo.cli_ns, "python3", "-c",
                                      "import socket,sys,time; s=socket.create_connection("
                                      f"('{topo.srv_ip}', {self.h2c[0]})); "
                                      "s.sendall(b'GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n');"
