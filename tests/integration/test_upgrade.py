@@ -121,9 +121,7 @@ class Upgrade(TimedTestCase):
             gen1 = self.new_pid(up.stdout)
             self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
             # A keep-alive connection keeps gen1 draining after the next one.
-            keep = socket.create_connection(("127.0.0.1", self.h2c[0]))
-            keep.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            self.assertIn(b"200", keep.recv(4096))
+            keep = self.keep_alive()
             up = ctl(self.sock, "upgrade")
             self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
             gen2 = self.new_pid(up.stdout)
@@ -139,6 +137,14 @@ class Upgrade(TimedTestCase):
         self.assertEqual(fetch.file("4323"), pattern(4323), log[-3000:])
         self.assertIn("100 succeeded, 0 failed", h1)
         self.assertIn(f"the new process (pid {gen2}) exited after taking over", log)
+
+    def keep_alive(self):
+        """An idle HTTP/1.1 keep-alive connection to the serving process: it
+        keeps that process draining after it hands over."""
+        keep = socket.create_connection(("127.0.0.1", self.h2c[0]))
+        keep.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertIn(b"200", keep.recv(4096))
+        return keep
 
     def status_once_back(self, old, srv):
         """The status of the old process once it answers the control
@@ -244,9 +250,7 @@ class Upgrade(TimedTestCase):
         with self.start() as srv:
             old = srv.proc.pid
             # An idle keep-alive connection keeps the old process draining.
-            keep = socket.create_connection(("127.0.0.1", self.h2c[0]))
-            keep.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            self.assertIn(b"200", keep.recv(4096))
+            keep = self.keep_alive()
             up = ctl(self.sock, "upgrade")
             self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
             pid = self.new_pid(up.stdout)
@@ -294,9 +298,7 @@ class Upgrade(TimedTestCase):
             old = srv.proc.pid
             collect(time.time() + 1)
             # An idle keep-alive connection keeps the old process draining.
-            keep = socket.create_connection(("127.0.0.1", self.h2c[0]))
-            keep.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            self.assertIn(b"200", keep.recv(4096))
+            keep = self.keep_alive()
             up = ctl(self.sock, "upgrade")
             self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
             new = self.new_pid(up.stdout)
