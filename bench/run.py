@@ -104,6 +104,9 @@ class Bench:
         pin = ["taskset", "-c", SERVER_CPU]
         common = ["--listen", f"{topo.srv_ip}:4433", "--cert", self.cert, "--key", self.key,
                   "--docroot", self.docroot] + (["--echo"] if echo else [])
+        if is_xdpq(variant):
+            # Its own control socket: the run reads its counters mid-run.
+            common += ["--control-socket", self.control_socket(variant)]
         binary = self.xdpqd
         if variant.startswith("base-"):
             binary = self.base_xdpqd
@@ -166,6 +169,19 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             self.helps[binary] = subprocess.run([binary, "--help"], capture_output=True,
                                                 text=True).stdout
         return self.helps[binary]
+
+    def control_socket(self, variant):
+        return os.path.join(self.work, f"{variant}.sock")
+
+    def server_counters(self, variant, binary):
+        """xdpqd's counters now (summed over workers), {} if unreadable."""
+        ctl = os.path.join(os.path.dirname(binary), "xdpqctl")
+        try:
+            r = subprocess.run([ctl, "--socket", self.control_socket(variant), "--json", "stats"],
+                               capture_output=True, text=True, timeout=10)
+            return json.loads(r.stdout)["total"] if r.returncode == 0 else {}
+        except (OSError, ValueError, KeyError, subprocess.TimeoutExpired):
+            return {}
 
     def start_server(self, variant, topo, echo=False):
         cmd = self.server_cmd(variant, topo, echo)
@@ -235,8 +251,18 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             busy0, total0 = cpu_times()
             srv0 = sum(proc_cpu(p) for p in pids)
             t0 = time.monotonic()
-            r = subprocess.run(cmd, capture_output=True, text=True,
-                               timeout=self.args.seconds * 4 + 60)
+            client = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+            # Steady state: the server's counters from the middle of the run
+            # (connections made, caches warm) to its end.
+            mid = end = {}
+            if is_xdpq(variant) and proto != "udp":
+                time.sleep(self.args.seconds / 2 + 0.5)
+                mid = self.server_counters(variant, self.server_cmd(variant, topo)[0])
+            out, err = client.communicate(timeout=self.args.seconds * 4 + 60)
+            r = subprocess.CompletedProcess(cmd, client.returncode, out, err)
+            if mid:
+                end = self.server_counters(variant, self.server_cmd(variant, topo)[0])
             elapsed = time.monotonic() - t0
             srv1 = sum(proc_cpu(p) for p in pids)
             busy1, total1 = cpu_times()
@@ -262,6 +288,12 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         served = server_stats.get("requests", 0) + server_stats.get("tcp_requests", 0)
         run["mallocs_per_req"] = (server_stats["heap_allocations"] / served
                                   if served and "heap_allocations" in server_stats else None)
+        # ... and in steady state: the second half of the run only.
+        half = (end.get("requests", 0) + end.get("tcp_requests", 0)
+                - mid.get("requests", 0) - mid.get("tcp_requests", 0))
+        run["steady_mallocs_per_req"] = (
+            (end.get("heap_allocations", 0) - mid.get("heap_allocations", 0)) / half
+            if half > 0 and "heap_allocations" in end else None)
         # Packets per request each way, and the sends (syscalls or ring kicks)
         # that carried them out: fewer datagrams is the cheapest saving, and
         # datagrams per send is how well the dataplane batches.
@@ -380,7 +412,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
               f"{self.args.seconds} s per variant, alternating; medians shown.",
               f"Topology: {meta['topology']}.", "",
               "| proto | cell | variant | req/s (udp: round trips/s) | p50 ms | p99 ms | "
-              "server CPU us/req | machine CPU us/req | mallocs/req | datagrams/req in, out "
+              "server CPU us/req | machine CPU us/req | mallocs/req steady (run) | "
+              "datagrams/req in, out "
               "(sends) |",
               "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
@@ -388,7 +421,7 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                   if r["dg_in"] is not None else "-")
             md.append(f"| {r['proto']} | {r['cell']} | {r['variant']} | {r['rps']:.0f} | "
                       f"{r['p50'] / 1000:.2f} | {r['p99'] / 1000:.2f} | {fmt(r['srv'])} | "
-                      f"{fmt(r['all'])} | {fmt(r['mallocs'], 2)} | {dg} |")
+                      f"{fmt(r['all'])} | {fmallocs(r)} | {dg} |")
         md += ["", "Ratios A/B of requests/s, computed per round (A and B run back to back) "
                "and summarized by their median and range. A direction is stated only when "
                "every round agrees by more than 5 %; otherwise the difference is within this "
@@ -398,9 +431,11 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         for cell, a, b, med, lo, hi, verdict, cpu in paired_ratios(self.runs):
             md.append(f"| {cell} | {a} vs {b} | {med:.2f} | {lo:.2f}-{hi:.2f} | {verdict} | "
                       f"{fmt(cpu, 2)} |")
-        md += ["", "mallocs/req: malloc calls on xdpqd's worker threads over the whole run "
-               "(start, handshakes and warm-up included) divided by the requests it served, "
-               "counted by bench/malloc_count.c preloaded into xdpqd.",
+        md += ["", "mallocs/req: malloc calls on xdpqd's worker threads per request it served, "
+               "counted by bench/malloc_count.c preloaded into xdpqd: in steady state (from "
+               "the middle of the run to its end, read with xdpqctl) and, in parentheses, over "
+               "the whole run (start and every handshake included, which dominates cells "
+               "with few requests per connection).",
                "", "datagrams/req: UDP datagrams xdpqd received and sent per request it served "
                "(handshakes included); sends: the system calls or TX-ring kicks that sent them "
                "(a GSO train or a ring batch is one).",
@@ -419,6 +454,12 @@ def is_xdpq(variant):
 
 def fmt(v, digits=1):
     return "-" if v is None else f"{v:.{digits}f}"
+
+
+def fmallocs(r):
+    if r.get("steady_mallocs") is None:
+        return fmt(r["mallocs"], 2)
+    return f"{fmt(r['steady_mallocs'], 2)} ({fmt(r['mallocs'], 2)})"
 
 
 def cell_name(c):
@@ -501,6 +542,7 @@ def summarize(runs):
                      "p50": med("p50_us") or 0, "p99": med("p99_us") or 0,
                      "srv": med("server_cpu_us_per_req"), "all": med("machine_cpu_us_per_req"),
                      "mallocs": med("mallocs_per_req"),
+                     "steady_mallocs": med("steady_mallocs_per_req"),
                      "dg_in": med("dgrams_in_per_req"), "dg_out": med("dgrams_out_per_req"),
                      "sends": med("sends_per_req"),
                      "n": len(rs)})
