@@ -87,4 +87,20 @@ template <typename Mem> constexpr Mem c_table() {
   return Mem{nullptr, c_malloc, c_free, c_calloc, c_realloc};
 }
 
+// For standard containers on a worker's request path (a container must be
+// freed on the thread that filled it, or its blocks join that thread's
+// cache).
+template <typename T> struct StlAllocator {
+  using value_type = T;
+  StlAllocator() = default;
+  template <typename U> StlAllocator(const StlAllocator<U> &) noexcept {}
+  T *allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw_bad_alloc();
+    if (void *p = small_alloc::allocate(n * sizeof(T))) return static_cast<T *>(p);
+    throw_bad_alloc();
+  }
+  void deallocate(T *p, size_t) noexcept { small_alloc::deallocate(p); }
+  template <typename U> bool operator==(const StlAllocator<U> &) const noexcept { return true; }
+};
+
 } // namespace xdpq::small_alloc

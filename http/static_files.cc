@@ -1,6 +1,7 @@
 #include "http/static_files.h"
 
 #include "base/clock.h"
+#include "base/small_alloc.h"
 #include "http/file_cache.h"
 #include "http/handlers.h"
 
@@ -135,7 +136,9 @@ private:
   };
   std::shared_ptr<const FileEntry> entry_;
   uint64_t first_, len_;
-  mutable std::deque<Block> blocks_;
+  // The window's bookkeeping from the worker's cache, like the blocks
+  // (std::deque's own map and nodes were two mallocs per response).
+  mutable std::deque<Block, small_alloc::StlAllocator<Block>> blocks_;
 };
 
 int hex_value(char c) {
