@@ -179,12 +179,17 @@ class Upgrade(TimedTestCase):
 
     def upgrade_under_load(self, sections=""):
         with self.start(sections) as srv:
-            h3 = self.spawn([H3LOAD, "-n", "300000", "-c", "8", "-m", "4",
-                                   f"https://127.0.0.1:{self.port}/bytes/1000"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            h2 = self.spawn(["h2load", "-n", "150000", "-c", "8", "-m", "4",
-                                   f"http://127.0.0.1:{self.h2c[0]}/bytes/1000"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # Both loads last seconds on any machine and build (a fixed
+            # count ended before the upgrade on a fast one): h3load for a
+            # duration (it reconnects after the GOAWAY), h2load paced (8
+            # clients x 1000/s, ~5 s: it ends before the old process's
+            # GOAWAY, which it would not come back from).
+            h3 = self.spawn([H3LOAD, "-D", "5", "-c", "8", "-m", "4",
+                             f"https://127.0.0.1:{self.port}/bytes/1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            h2 = self.spawn(["h2load", "-n", "40000", "-c", "8", "-m", "4", "--rps", "1000",
+                             f"http://127.0.0.1:{self.h2c[0]}/bytes/1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             time.sleep(1.5)
             self.assertIsNone(h3.poll(), "h3load finished before the upgrade: the test proves "
                               "nothing")
@@ -366,7 +371,7 @@ h2c_listen = [{h2c}]
         with Topology(queues=2) as topo, self.afxdp_server(topo, "0,1") as srv:
             prog_before = self.prog_id(topo)
             cli = ["ip", "netns", "exec", topo.cli_ns]
-            h3 = self.spawn(cli + [H3LOAD, "-n", "120000", "-c", "8", "-m", "4",
+            h3 = self.spawn(cli + [H3LOAD, "-D", "6", "-c", "8", "-m", "4",
                                    f"https://{topo.srv_ip}:4433/bytes/1000"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             # Paced (8 clients x 1250/s, ~6 s) so that it runs through the
