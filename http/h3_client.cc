@@ -53,6 +53,10 @@ H3ClientConn::H3ClientConn(const Options &opts, Events &events)
   s.initial_ts = opts.now;
   s.max_tx_udp_payload_size = opts.max_udp_payload;
   s.no_pmtud = !opts.pmtud;
+  // Acknowledge a response in the next packet written, which is the next
+  // request's: with ngtcp2's default of two, that packet leaves before its
+  // ACK is due and an ACK-only packet follows it (as on the server side).
+  s.ack_thresh = 1;
   if (opts.max_window) s.max_window = opts.max_window;
   if (opts.max_stream_window) s.max_stream_window = opts.max_stream_window;
   ngtcp2_transport_params p;

@@ -8,6 +8,7 @@
 #include <gnutls/crypto.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 
+#include <algorithm>
 #include <random>
 
 namespace xdpq::quic {
@@ -200,6 +201,14 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   settings.max_window = cfg.max_conn_window;
   settings.max_stream_window = cfg.max_stream_window;
   settings.cc_algo = NGTCP2_CC_ALGO_CUBIC;
+  // Acknowledge every ack-eliciting packet in the next packet we write.
+  // With ngtcp2's default of two, a request's packet waits for the ACK
+  // timer (srtt/8): the response leaves at once without the ACK, and the
+  // timer sends an ACK-only packet after it, one more datagram per request
+  // each way (the client acknowledges nothing, but it pays the receive).
+  // A packet that draws no response still gets its ACK after a pass, not
+  // after srtt/8: more ACKs on a pure upload, none more on requests.
+  settings.ack_thresh = 1;
   // ngtcp2 copies it; a validated token lifts the 3x limit.
   settings.token = token.base;
   settings.tokenlen = token.len;
@@ -332,6 +341,9 @@ bool Connection::write() {
         fail();
         return true;
       }
+      // A packet is leaving anyway: the stream credit goes in it.
+      if (stream_id >= 0)
+        release_stream_credit();
     }
     if (buf.empty()) {
       buf = tx.tx_alloc(max_udp);
@@ -481,7 +493,10 @@ void Connection::on_timer() {
     return;
   }
   if (state_ != State::active) return;
-  int rv = ngtcp2_conn_handle_expiry(conn_, ep_.clock().now());
+  const uint64_t now = ep_.clock().now();
+  if (now >= credit_deadline_)
+    release_stream_credit(); // no response came to carry it
+  int rv = ngtcp2_conn_handle_expiry(conn_, now);
   if (rv != 0) {
     ngtcp2_ccerr_set_liberr(&last_error_, rv, nullptr, 0);
     fail();
@@ -492,7 +507,7 @@ void Connection::on_timer() {
 
 void Connection::update_timer() {
   if (state_ != State::active) return;
-  ngtcp2_tstamp expiry = ngtcp2_conn_get_expiry(conn_);
+  ngtcp2_tstamp expiry = std::min<uint64_t>(ngtcp2_conn_get_expiry(conn_), credit_deadline_);
   if (expiry == UINT64_MAX) {
     ep_.timers().cancel(timer_);
   } else {
@@ -566,11 +581,24 @@ int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_
       return NGTCP2_ERR_CALLBACK_FAILURE;
     }
   }
-  // A finished client request stream frees a slot for the next one.
+  // A finished client request stream frees a slot for the next one; the
+  // credit rides with the next response (see stream_credit_).
   if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1)) {
-    ngtcp2_conn_extend_max_streams_bidi(conn_, 1);
+    if (stream_credit_ == 0)
+      credit_deadline_ = ep_.clock().now() + STREAM_CREDIT_DELAY;
+    stream_credit_ += 1;
+    if (stream_credit_ >= std::max<uint64_t>(1, ep_.config().max_streams_bidi / 2))
+      release_stream_credit();
   }
   return 0;
+}
+
+void Connection::release_stream_credit() {
+  if (stream_credit_ == 0)
+    return;
+  ngtcp2_conn_extend_max_streams_bidi(conn_, stream_credit_);
+  stream_credit_ = 0;
+  credit_deadline_ = UINT64_MAX;
 }
 
 int Connection::on_stream_reset(int64_t stream_id) {

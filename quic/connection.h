@@ -98,6 +98,9 @@ private:
   void enter_draining();
   void send_close_packet();
   void retire();
+  // Grants the client the request streams that finished since the last
+  // grant (one MAX_STREAMS frame).
+  void release_stream_credit();
 
   Endpoint &ep_;
   ngtcp2_conn *conn_ = nullptr;
@@ -119,6 +122,14 @@ private:
   dataplane::Address verified_remote_{};
   bool verified_strong_ = false;
   uint64_t bytes_out_ = 0;
+  // Request streams finished but not yet granted back. A grant alone is an
+  // ack-eliciting packet (and the client's ACK of it): most streams finish
+  // on the client's ACK of their response, a moment before the next
+  // request, whose response can carry the grant. So it waits for a packet
+  // with stream data, for half the stream limit, or for the deadline.
+  uint64_t stream_credit_ = 0;
+  uint64_t credit_deadline_ = UINT64_MAX;
+  static constexpr uint64_t STREAM_CREDIT_DELAY = 1'000'000; // ns
 };
 
 } // namespace xdpq::quic

@@ -98,6 +98,56 @@ TEST_F(QuicPipe, ConcurrentStreamCapIsAdvertised) {
   }));
 }
 
+// One request, one datagram back: the response acknowledges the request
+// (no ACK-only packet after it), and the stream the client's ACK finishes
+// draws no packet of its own; its credit rides with the next response, or
+// goes alone once its deadline passes.
+TEST_F(QuicPipe, ResponsesCarryTheAckAndTheStreamCredit) {
+  start();
+  ASSERT_EQ(fetch("GET", "/bytes/3").status, 200); // settles the control streams
+  // Its ACK and its stream credit go out before the measured requests.
+  clock_.set(clock_.now() + 2'000'000);
+  client_->handle_expiry();
+  for (int k = 0; k < 2; ++k) {
+    for (auto &dg : client_->write())
+      for (auto &back : server_->deliver(dg)) client_->read(back);
+    for (auto &back : server_->tick()) client_->read(back);
+  }
+  for (int i = 0; i < 5; ++i) {
+    SCOPED_TRACE(i);
+    int64_t sid = client_->request("GET", "/bytes/3");
+    ASSERT_GE(sid, 0);
+    size_t replies = 0;
+    // A moment between requests, as on a wire (the pacer counts time),
+    // well inside the stream credit's deadline.
+    clock_.set(clock_.now() + 100'000);
+    for (auto &dg : client_->write()) {
+      for (auto &back : server_->deliver(dg)) {
+        ++replies;
+        client_->read(back);
+      }
+    }
+    ASSERT_TRUE(client_->responses[sid].done);
+    EXPECT_EQ(replies, 1u);
+    ngtcp2_conn_info ci;
+    ngtcp2_conn_get_conn_info(client_->conn(), &ci);
+    EXPECT_EQ(ci.bytes_in_flight, 0u) << "the response did not acknowledge the request";
+    // The client acknowledges the response when its ACK timer runs.
+    if (client_->expiry() > clock_.now()) clock_.set(client_->expiry());
+    client_->handle_expiry();
+    auto acks = client_->write();
+    ASSERT_FALSE(acks.empty());
+    for (auto &dg : acks)
+      EXPECT_TRUE(server_->deliver(dg).empty()) << "a packet for the stream credit alone";
+  }
+  uint64_t left = ngtcp2_conn_get_streams_bidi_left(client_->conn());
+  clock_.set(clock_.now() + 2'000'000);
+  auto grant = server_->tick();
+  ASSERT_FALSE(grant.empty());
+  for (auto &dg : grant) client_->read(dg);
+  EXPECT_GT(ngtcp2_conn_get_streams_bidi_left(client_->conn()), left);
+}
+
 TEST_F(QuicPipe, OversizedHeaderSectionGets431AndConnectionSurvives) {
   http::H3Limits h3;
   h3.max_field_section_size = 4096;
