@@ -54,6 +54,11 @@ int cb_extend_max_stream_data(ngtcp2_conn *, int64_t stream_id, uint64_t, void *
                  int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
+int cb_stream_open(ngtcp2_conn *, int64_t stream_id, void *ud) {
+  return guarded([&] { return self(ud).on_stream_open(stream_id); },
+                 int{NGTCP2_ERR_CALLBACK_FAILURE});
+}
+
 int cb_extend_max_remote_streams_bidi(ngtcp2_conn *, uint64_t max_streams, void *ud) {
   return guarded([&] { return self(ud).on_extend_max_remote_streams_bidi(max_streams); },
                  int{NGTCP2_ERR_CALLBACK_FAILURE});
@@ -183,6 +188,7 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   cb.path_validation = cb_path_validation;
   cb.stream_reset = cb_stream_reset;
   cb.extend_max_remote_streams_bidi = cb_extend_max_remote_streams_bidi;
+  cb.stream_open = cb_stream_open;
   cb.extend_max_stream_data = cb_extend_max_stream_data;
   cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
   cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
@@ -221,6 +227,7 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   params.initial_max_stream_data_uni = cfg.stream_window;
   params.initial_max_data = cfg.conn_window;
   params.initial_max_streams_bidi = cfg.max_streams_bidi;
+  client_streams_granted_ = cfg.max_streams_bidi;
   params.initial_max_streams_uni = 3;
   params.max_idle_timeout = cfg.idle_timeout;
   params.active_connection_id_limit = 7;
@@ -587,7 +594,9 @@ int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_
     if (stream_credit_ == 0)
       credit_deadline_ = ep_.clock().now() + STREAM_CREDIT_DELAY;
     stream_credit_ += 1;
-    if (stream_credit_ >= std::max<uint64_t>(1, ep_.config().max_streams_bidi / 2))
+    // A client at its limit waits for nothing; nor does half the limit.
+    if (client_streams_opened_ >= client_streams_granted_ ||
+        stream_credit_ >= std::max<uint64_t>(1, ep_.config().max_streams_bidi / 2))
       release_stream_credit();
   }
   return 0;
@@ -613,7 +622,16 @@ int Connection::on_extend_max_stream_data(int64_t stream_id) {
   return 0;
 }
 
+int Connection::on_stream_open(int64_t stream_id) {
+  // A client's request stream; opening one opens every lower one too.
+  if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1))
+    client_streams_opened_ =
+        std::max(client_streams_opened_, static_cast<uint64_t>(stream_id) / 4 + 1);
+  return 0;
+}
+
 int Connection::on_extend_max_remote_streams_bidi(uint64_t max_streams) {
+  client_streams_granted_ = max_streams;
   if (app_)
     app_->set_max_client_streams_bidi(max_streams);
   return 0;

@@ -66,6 +66,7 @@ public:
   int on_stream_reset(int64_t stream_id);
   int on_extend_max_stream_data(int64_t stream_id);
   int on_extend_max_remote_streams_bidi(uint64_t max_streams);
+  int on_stream_open(int64_t stream_id);
   int on_handshake_completed();
   int on_new_cid(ngtcp2_cid *cid, uint8_t *token, size_t cidlen);
   int on_remove_cid(const ngtcp2_cid *cid);
@@ -126,8 +127,11 @@ private:
   // ack-eliciting packet (and the client's ACK of it): most streams finish
   // on the client's ACK of their response, a moment before the next
   // request, whose response can carry the grant. So it waits for a packet
-  // with stream data, for half the stream limit, or for the deadline.
+  // with stream data, for half the stream limit, or for the deadline, but
+  // not while the client has used every stream it was granted.
   uint64_t stream_credit_ = 0;
+  uint64_t client_streams_opened_ = 0;  // request streams the client opened
+  uint64_t client_streams_granted_ = 0; // the limit it was last sent
   uint64_t credit_deadline_ = UINT64_MAX;
   static constexpr uint64_t STREAM_CREDIT_DELAY = 1'000'000; // ns
 };

@@ -105,7 +105,7 @@ TEST_F(QuicPipe, ConcurrentStreamCapIsAdvertised) {
 TEST_F(QuicPipe, ResponsesCarryTheAckAndTheStreamCredit) {
   start();
   ASSERT_EQ(fetch("GET", "/bytes/3").status, 200); // settles the control streams
-  // Its ACK and its stream credit go out before the measured requests.
+  // Its ACK goes out before the measured requests.
   clock_.set(clock_.now() + 2'000'000);
   client_->handle_expiry();
   for (int k = 0; k < 2; ++k) {
@@ -113,6 +113,8 @@ TEST_F(QuicPipe, ResponsesCarryTheAckAndTheStreamCredit) {
       for (auto &back : server_->deliver(dg)) client_->read(back);
     for (auto &back : server_->tick()) client_->read(back);
   }
+  // Every response brings back the stream its request used.
+  const uint64_t streams_left = ngtcp2_conn_get_streams_bidi_left(client_->conn());
   for (int i = 0; i < 5; ++i) {
     SCOPED_TRACE(i);
     int64_t sid = client_->request("GET", "/bytes/3");
@@ -139,6 +141,9 @@ TEST_F(QuicPipe, ResponsesCarryTheAckAndTheStreamCredit) {
     ASSERT_FALSE(acks.empty());
     for (auto &dg : acks)
       EXPECT_TRUE(server_->deliver(dg).empty()) << "a packet for the stream credit alone";
+    if (i > 0) { // the credit of the last one rides with the next response
+      EXPECT_EQ(ngtcp2_conn_get_streams_bidi_left(client_->conn()), streams_left);
+    }
   }
   uint64_t left = ngtcp2_conn_get_streams_bidi_left(client_->conn());
   clock_.set(clock_.now() + 2'000'000);
@@ -146,6 +151,29 @@ TEST_F(QuicPipe, ResponsesCarryTheAckAndTheStreamCredit) {
   ASSERT_FALSE(grant.empty());
   for (auto &dg : grant) client_->read(dg);
   EXPECT_GT(ngtcp2_conn_get_streams_bidi_left(client_->conn()), left);
+}
+
+// A client that has opened every stream it may gets a finished one back at
+// once, not after the credit's deadline, even when no response is left to
+// carry it.
+TEST_F(QuicPipe, AClientAtItsStreamLimitGetsCreditAtOnce) {
+  quic::EndpointConfig cfg;
+  cfg.max_streams_bidi = 7; // a grant waits for 3 finished streams otherwise
+  start(cfg);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 7; ++i) ids.push_back(client_->request("GET", "/bytes/1000"));
+  ASSERT_EQ(ngtcp2_conn_get_streams_bidi_left(client_->conn()), 0u);
+  clock_.set(clock_.now() + 100'000);
+  std::vector<Datagram> responses;
+  for (auto &dg : client_->write())
+    for (auto &back : server_->deliver(dg)) responses.push_back(back);
+  ASSERT_GE(responses.size(), 3u); // about one response per datagram
+  // The client gets the first datagram only: its ACK finishes one or two
+  // streams, fewer than the three a grant otherwise waits for.
+  client_->read(responses[0]);
+  for (auto &dg : client_->write())
+    for (auto &back : server_->deliver(dg)) client_->read(back);
+  EXPECT_GT(ngtcp2_conn_get_streams_bidi_left(client_->conn()), 0u);
 }
 
 TEST_F(QuicPipe, OversizedHeaderSectionGets431AndConnectionSurvives) {
