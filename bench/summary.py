@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Condenses a bench/run.py results directory into the README's key table:
-one row per cell, the median req/s of each variant, and the verdict of the
-per-round ratios (see report.md for every number).
+"""Condenses a bench/run.py results directory into the README's key tables:
+one row per cell, the median req/s of each variant and the verdict of the
+per-round ratios; then the median server CPU per request of each variant,
+with xdpq's over each peer's (see report.md for every number).
     bench/summary.py bench/results/DIR
 """
 
@@ -18,7 +19,7 @@ def main():
     d = sys.argv[1]
     res = json.load(open(os.path.join(d, "results.json")))
     runs, meta = res["runs"], res["meta"]
-    cols = ["xdpq-afxdp", "xdpq-socket", "gtlsserver", "xdpq-h2", "nginx-h2"]
+    cols = ["xdpq-afxdp", "xdpq-socket", "gtlsserver", "caddy", "xdpq-h2", "nginx-h2"]
     cells = []
     for r in runs:
         if (cell_name(r), r["proto"]) not in cells:
@@ -42,6 +43,27 @@ def main():
             row.append(f"{statistics.median(xs):,.0f}" if xs else "")
         print(f"| {proto} | {cell} | " + " | ".join(row) + " | " +
               "; ".join(verdicts.get((cell, proto), [])) + " |")
+
+    def srv(cell, proto, v):
+        xs = [r["server_cpu_us_per_req"] for r in runs if cell_name(r) == cell
+              and r["variant"] == v and r["proto"] == proto and r.get("server_cpu_us_per_req")]
+        return statistics.median(xs) if xs else None
+
+    # xdpq's server CPU per request over each peer's, from the medians.
+    pairs = [("xdpq-afxdp", "xdpq-socket"), ("xdpq-socket", "gtlsserver"),
+             ("xdpq-afxdp", "gtlsserver"), ("xdpq-socket", "caddy"), ("xdpq-h2", "nginx-h2")]
+    print("\nServer CPU per request (µs), medians; ratios of the medians.\n")
+    print("| proto | cell | " + " | ".join(cols) + " | server CPU ratios |")
+    print("|---|---|" + "---:|" * len(cols) + "---|")
+    for cell, proto in cells:
+        row = [srv(cell, proto, v) for v in cols]
+        ratios = []
+        for a, b in pairs:
+            x, y = srv(cell, proto, a), srv(cell, proto, b)
+            if x and y:
+                ratios.append(f"{a.replace('xdpq-', '')}/{b.replace('xdpq-', '')} {x / y:.2f}")
+        print(f"| {proto} | {cell} | " + " | ".join("" if x is None else f"{x:,.1f}" for x in row)
+              + " | " + "; ".join(ratios) + " |")
 
 
 if __name__ == "__main__":
