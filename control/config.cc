@@ -216,7 +216,8 @@ per_source_rate = 200                    # new connections/s per source, per wor
 [dataplane]
 mode = "socket"                          # socket or afxdp
 # interface = "eth0"                     # afxdp
-# queues = "0"                           # afxdp: one worker per queue
+# queues = "0"                           # afxdp: one worker per queue; with fewer
+                                         # workers, worker i serves queues i, i+N... (shared UMEM)
 xdp_mode = "auto"                        # native, generic, auto
 zerocopy = "auto"                        # auto, on, off
 busy_poll = false

@@ -192,8 +192,9 @@ std::string Server::status_text(bool json) {
            std::to_string(s.cpu);
 #ifdef XDPQ_HAVE_AFXDP
       if (s.has_afxdp) {
-        j += ",\"queue\":" + std::to_string(s.queue) + ",\"zerocopy\":" +
-             (s.zerocopy ? "true" : "false");
+        j += ",\"queue\":" + std::to_string(s.queues.empty() ? 0 : s.queues[0]) +
+             ",\"queues\":[" + dataplane::queue_list(s.queues) +
+             "],\"zerocopy\":" + (s.zerocopy ? "true" : "false");
       }
 #endif
       j += ",\"quic_connections\":" + std::to_string(s.gauges.quic_connections) +
@@ -218,7 +219,7 @@ std::string Server::status_text(bool json) {
     std::string queue = "-", zc = "-";
 #ifdef XDPQ_HAVE_AFXDP
     if (s.has_afxdp) {
-      queue = std::to_string(s.queue);
+      queue = dataplane::queue_list(s.queues);
       zc = s.zerocopy ? "yes" : "no";
     }
 #endif

@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "dataplane/cpu.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -27,9 +28,11 @@ Listening and dataplane:
                           CAP_NET_ADMIN+CAP_BPF+CAP_PERFMON+CAP_NET_RAW+
                           CAP_IPC_LOCK).
   --interface IF          AF_XDP: the network interface to attach to.
-  --queues LIST           AF_XDP: NIC queues to serve, one worker each
-                          (default 0). Steer QUIC to them with ethtool
-                          flow rules or RSS.
+  --queues LIST           AF_XDP: NIC queues to serve (default 0). One
+                          worker each, unless --workers is smaller: then
+                          worker i serves queues i, i+N, i+2N... of the
+                          list on one shared UMEM. Steer QUIC to them
+                          with ethtool flow rules or RSS.
   --xdp-mode MODE         AF_XDP: native, generic or auto (default: native,
                           falling back to generic with the reason logged).
   --zerocopy MODE         AF_XDP: auto (default), on or off.
@@ -48,7 +51,8 @@ Listening and dataplane:
                           0: sleep in epoll as soon as idle).
   --workers N             Number of worker threads (one UDP socket per
                           listen address each, SO_REUSEPORT). Default: one
-                          per CPU in --cpus, or per available CPU.
+                          per CPU in --cpus, or per available CPU; with
+                          --dataplane afxdp, one per queue of --queues.
   --cpus LIST             Pin worker i to the i-th CPU of LIST ("0-3,6").
 
 TLS and content:
@@ -430,10 +434,20 @@ Options parse_options(int argc, const char *const *argv) {
   if (o.dataplane == "afxdp") {
     if (o.interface.empty()) throw UsageError("--dataplane afxdp needs --interface IF");
     if (o.queues.empty()) o.queues.push_back(0);
-    if (o.queues.size() > 127) throw UsageError("--queues: at most 127 queues (one worker each)");
-    if (o.workers != 0 && o.workers != static_cast<int>(o.queues.size())) {
-      throw UsageError("--workers: with --dataplane afxdp there is one worker per queue "
-                       "(--queues); leave --workers out");
+    if (o.queues.size() > 1024) throw UsageError("--queues: at most 1024 queues");
+    auto sorted = o.queues;
+    std::sort(sorted.begin(), sorted.end());
+    if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end()) {
+      throw UsageError("--queues: queue " + std::to_string(*d) + " is listed twice");
+    }
+    if (o.workers > static_cast<int>(o.queues.size())) {
+      throw UsageError("--workers " + std::to_string(o.workers) + ": more workers than the " +
+                       std::to_string(o.queues.size()) +
+                       " queues of --queues (each worker serves at least one queue)");
+    }
+    if (o.workers == 0 && o.queues.size() > 127) {
+      throw UsageError("--queues: more than 127 queues need --workers N (at most 127), each "
+                       "worker serving several queues");
     }
   } else if (!o.interface.empty() || !o.queues.empty()) {
     throw UsageError("--interface and --queues go with --dataplane afxdp");

@@ -244,7 +244,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   ecfg.retry_rate = opts_.retry_rate ? static_cast<double>(opts_.retry_rate) : 1e300;
   ecfg.per_source = dataplane::SourceLimits{static_cast<uint32_t>(opts_.per_source_connections),
                                             static_cast<double>(opts_.per_source_rate), 0};
-  ecfg.worker_count = static_cast<uint8_t>(opts_.dataplane == "afxdp" ? opts_.queues.size()
+  ecfg.worker_count = static_cast<uint8_t>(opts_.dataplane == "afxdp" ? afxdp_workers()
                                                                        : nworkers);
   ecfg.idle_timeout = opts_.idle_timeout_ms * 1'000'000ull;
   ecfg.handshake_timeout = opts_.handshake_timeout_ms * 1'000'000ull;
@@ -435,7 +435,11 @@ Server::~Server() {
 dataplane::AfXdpOptions Server::afxdp_options(size_t i, bool after_other) const {
   dataplane::AfXdpOptions xo;
   xo.ifname = opts_.interface;
-  xo.queue = static_cast<uint32_t>(opts_.queues[i]);
+  // Worker i of N serves queues i, i+N, i+2N... of the list.
+  xo.queues.clear();
+  for (size_t k = i; k < opts_.queues.size(); k += afxdp_workers()) {
+    xo.queues.push_back(static_cast<uint32_t>(opts_.queues[k]));
+  }
   xo.busy_poll = opts_.busy_poll;
   xo.kernel_train = opts_.kernel_trains;
   for (size_t k = 0; k < opts_.listen.size(); ++k) {
@@ -528,7 +532,7 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
              program_->fallback_reason().c_str());
   }
   std::string zc;
-  for (size_t i = 0; i < opts_.queues.size(); ++i) {
+  for (size_t i = 0; i < afxdp_workers(); ++i) {
     auto xo = afxdp_options(i, upgrade);
     std::unique_ptr<dataplane::AfXdpPort> port;
     try {
@@ -536,7 +540,8 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
     } catch (const dataplane::XdpError &e) {
       throw UsageError(e.what());
     }
-    zc += (zc.empty() ? "" : ", ") + std::string("queue ") + std::to_string(xo.queue) + " " +
+    zc += (zc.empty() ? "" : ", ") + std::string(xo.queues.size() > 1 ? "queues " : "queue ") +
+          dataplane::queue_list(xo.queues) + " " + (xo.queues.size() > 1 ? "shared UMEM " : "") +
           (port->zerocopy() ? "zero-copy" : "copy") + (port->hugepages() ? " hugepages" : "") +
           (port->kernel_train() ? ", trains of " + std::to_string(port->kernel_train()) +
                                       "+ via kernel UDP GSO"

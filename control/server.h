@@ -85,12 +85,17 @@ private:
   // channel to the other process is watched for its end.
   void stop_admin_listening();
   void watch_upgrade_channel();
-  // Reserves the ports, attaches the XDP program and creates one AF_XDP
-  // worker per queue; returns a description for the ready line.
+  // Reserves the ports, attaches the XDP program and creates the AF_XDP
+  // workers (afxdp_workers(), each on its share of the queues); returns a
+  // description for the ready line.
   std::string start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
                           const std::shared_ptr<const http::Router> &router,
                           quic::EndpointConfig ecfg);
 
+  // AF_XDP: --workers, or one per queue.
+  size_t afxdp_workers() const {
+    return opts_.workers > 0 ? static_cast<size_t>(opts_.workers) : opts_.queues.size();
+  }
 #ifdef XDPQ_HAVE_AFXDP
   // after_other: another process just closed its socket on the queue.
   dataplane::AfXdpOptions afxdp_options(size_t worker, bool after_other) const;

@@ -94,7 +94,7 @@ struct WorkerSnapshot {
 #ifdef XDPQ_HAVE_AFXDP
   dataplane::AfXdpStats afxdp;
   dataplane::NextHopStats next_hops;
-  uint32_t queue = 0;
+  std::vector<uint32_t> queues;
   bool zerocopy = false;
 #endif
   WorkerGauges gauges;
@@ -412,7 +412,7 @@ public:
         if (send_only_.contains(fd)) {
           loop_.set_interest(fd, this, false, want_write_);
         } else {
-          loop_.set_want_write(fd, this, want_write_);
+          loop_.set_want_write(fd, this, want_write_ && port_->sends_through(fd));
         }
       }
     }
@@ -677,7 +677,7 @@ private:
       s.has_afxdp = true;
       s.afxdp = afxdp_->xdp_stats();
       if (const auto *nh = afxdp_->next_hop_stats()) s.next_hops = *nh;
-      s.queue = afxdp_->queue();
+      s.queues = afxdp_->queues();
       s.zerocopy = afxdp_->zerocopy();
     }
 #endif

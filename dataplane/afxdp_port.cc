@@ -28,7 +28,8 @@ namespace xdpq::dataplane {
 namespace {
 
 std::string where(const AfXdpOptions &o) {
-  return "AF_XDP " + o.ifname + " queue " + std::to_string(o.queue) + ": ";
+  return "AF_XDP " + o.ifname + (o.queues.size() == 1 ? " queue " : " queues ") +
+         queue_list(o.queues) + ": ";
 }
 
 Mac interface_mac(const std::string &ifname) {
@@ -45,8 +46,16 @@ Mac interface_mac(const std::string &ifname) {
 
 } // namespace
 
+std::string queue_list(const std::vector<uint32_t> &queues) {
+  std::string s;
+  for (uint32_t q : queues) s += (s.empty() ? "" : ",") + std::to_string(q);
+  return s;
+}
+
 AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
     : opts_(opts), program_(program) {
+  if (opts_.queues.empty()) throw XdpError(where(opts_) + "no queue to bind");
+  opts_.num_frames *= static_cast<uint32_t>(opts_.queues.size());
   umem_size_ = static_cast<size_t>(opts_.num_frames) * opts_.frame_size;
   void *area = mmap(nullptr, umem_size_, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
@@ -60,61 +69,17 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
     }
   }
   umem_area_ = static_cast<uint8_t *>(area);
-
-  xsk_umem_config ucfg{};
-  ucfg.fill_size = opts_.ring_size;
-  ucfg.comp_size = opts_.ring_size;
-  ucfg.frame_size = opts_.frame_size;
-  ucfg.frame_headroom = 0;
-  int err = xsk_umem__create(&umem_, umem_area_, umem_size_, &fill_, &comp_, &ucfg);
-  if (err) {
-    munmap(umem_area_, umem_size_);
-    throw XdpError(where(opts_) + "cannot create UMEM: " + std::strerror(-err) +
-                   " (needs CAP_NET_RAW and CAP_IPC_LOCK or a large RLIMIT_MEMLOCK)");
-  }
-
-  xsk_socket_config scfg{};
-  scfg.rx_size = opts_.ring_size;
-  scfg.tx_size = opts_.ring_size;
-  scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD; // our own program steers
-  // The queue's previous socket (another process's, in a binary upgrade)
-  // lets go of it a moment after it is closed: the kernel frees it from a
-  // work queue. Until then binding says EBUSY.
-  const auto give_up = std::chrono::steady_clock::now() + opts_.busy_wait;
-  for (;;) {
-    scfg.bind_flags = XDP_USE_NEED_WAKEUP;
-    if (opts_.zerocopy == ZeroCopy::on) scfg.bind_flags |= XDP_ZEROCOPY;
-    if (opts_.zerocopy == ZeroCopy::off) scfg.bind_flags |= XDP_COPY;
-    err = xsk_socket__create(&xsk_, opts_.ifname.c_str(), opts_.queue, umem_, &rx_, &tx_, &scfg);
-    if (err && err != -EBUSY && opts_.zerocopy == ZeroCopy::automatic) {
-      // Some drivers refuse the default bind; copy mode always works.
-      scfg.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
-      err = xsk_socket__create(&xsk_, opts_.ifname.c_str(), opts_.queue, umem_, &rx_, &tx_, &scfg);
+  try {
+    for (uint32_t id : opts_.queues) {
+      queues_.push_back(std::make_unique<Queue>());
+      queues_.back()->id = id;
+      bind_queue(*queues_.back(), queues_.size() == 1);
+      fds_.push_back(queues_.back()->fd);
     }
-    if (err != -EBUSY || std::chrono::steady_clock::now() >= give_up) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (err) {
-    xsk_umem__delete(umem_);
+  } catch (...) {
+    close_sockets();
     munmap(umem_area_, umem_size_);
-    throw XdpError(where(opts_) + "cannot create socket: " + std::strerror(-err) +
-                   (opts_.zerocopy == ZeroCopy::on ? " (the driver may not support zero-copy)"
-                                                    : ""));
-  }
-  int fd = xsk_socket__fd(xsk_);
-  fds_.push_back(fd);
-  xdp_options xo{};
-  socklen_t xl = sizeof(xo);
-  if (getsockopt(fd, SOL_XDP, XDP_OPTIONS, &xo, &xl) == 0) {
-    zerocopy_ = xo.flags & XDP_OPTIONS_ZEROCOPY;
-  }
-  if (opts_.busy_poll) {
-    int one = 1, usec = 20, budget = static_cast<int>(opts_.batch);
-    if (setsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &one, sizeof(one)) != 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &usec, sizeof(usec)) != 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL_BUDGET, &budget, sizeof(budget)) != 0) {
-      LOG_WARN("%sbusy polling not available: %s", where(opts_).c_str(), std::strerror(errno));
-    }
+    throw;
   }
   local_mac_ = interface_mac(opts_.ifname);
   kernel_train_ = opts_.kernel_train >= 0 ? static_cast<uint32_t>(opts_.kernel_train)
@@ -136,31 +101,115 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
   rx_held_.reserve(opts_.batch);
   pending_.reserve(opts_.ring_size);
   refill();
-  program_.set_socket(opts_.queue, fd);
+  for (const auto &q : queues_) program_.set_socket(q->id, q->fd);
+}
+
+void AfXdpPort::bind_queue(Queue &q, bool first) {
+  const std::string at = "AF_XDP " + opts_.ifname + " queue " + std::to_string(q.id) + ": ";
+  if (first) {
+    xsk_umem_config ucfg{};
+    ucfg.fill_size = opts_.ring_size;
+    ucfg.comp_size = opts_.ring_size;
+    ucfg.frame_size = opts_.frame_size;
+    ucfg.frame_headroom = 0;
+    int err = xsk_umem__create(&umem_, umem_area_, umem_size_, &q.fill, &q.comp, &ucfg);
+    if (err) {
+      umem_ = nullptr;
+      throw XdpError(at + "cannot create UMEM: " + std::strerror(-err) +
+                     " (needs CAP_NET_RAW and CAP_IPC_LOCK or a large RLIMIT_MEMLOCK)");
+    }
+  }
+  xsk_socket_config scfg{};
+  scfg.rx_size = opts_.ring_size;
+  scfg.tx_size = opts_.ring_size;
+  scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD; // our own program steers
+  // The first socket of a UMEM binds with the rings given to
+  // xsk_umem__create; the others share it with rings of their own.
+  auto create = [&] {
+    return first ? xsk_socket__create(&q.xsk, opts_.ifname.c_str(), q.id, umem_, &q.rx, &q.tx,
+                                      &scfg)
+                 : xsk_socket__create_shared(&q.xsk, opts_.ifname.c_str(), q.id, umem_, &q.rx,
+                                             &q.tx, &q.fill, &q.comp, &scfg);
+  };
+  // The queue's previous socket (another process's, in a binary upgrade)
+  // lets go of it a moment after it is closed: the kernel frees it from a
+  // work queue. Until then binding says EBUSY.
+  const auto give_up = std::chrono::steady_clock::now() + opts_.busy_wait;
+  int err = 0;
+  for (;;) {
+    scfg.bind_flags = XDP_USE_NEED_WAKEUP;
+    if (opts_.zerocopy == ZeroCopy::on) scfg.bind_flags |= XDP_ZEROCOPY;
+    if (opts_.zerocopy == ZeroCopy::off) scfg.bind_flags |= XDP_COPY;
+    err = create();
+    if (err && err != -EBUSY && opts_.zerocopy == ZeroCopy::automatic) {
+      // Some drivers refuse the default bind; copy mode always works.
+      scfg.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
+      err = create();
+    }
+    if (err != -EBUSY || std::chrono::steady_clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (err) {
+    q.xsk = nullptr;
+    throw XdpError(at + "cannot create socket: " + std::strerror(-err) +
+                   (opts_.zerocopy == ZeroCopy::on ? " (the driver may not support zero-copy)"
+                                                    : ""));
+  }
+  q.fd = xsk_socket__fd(q.xsk);
+  xdp_options xo{};
+  socklen_t xl = sizeof(xo);
+  if (getsockopt(q.fd, SOL_XDP, XDP_OPTIONS, &xo, &xl) == 0) {
+    // Reported as zero-copy only if every queue is.
+    const bool zc = xo.flags & XDP_OPTIONS_ZEROCOPY;
+    zerocopy_ = first ? zc : zerocopy_ && zc;
+  }
+  if (opts_.busy_poll) {
+    int one = 1, usec = 20, budget = static_cast<int>(opts_.batch);
+    if (setsockopt(q.fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &one, sizeof(one)) != 0 ||
+        setsockopt(q.fd, SOL_SOCKET, SO_BUSY_POLL, &usec, sizeof(usec)) != 0 ||
+        setsockopt(q.fd, SOL_SOCKET, SO_BUSY_POLL_BUDGET, &budget, sizeof(budget)) != 0) {
+      LOG_WARN("%sbusy polling not available: %s", at.c_str(), std::strerror(errno));
+    }
+  }
+}
+
+void AfXdpPort::close_sockets() {
+  // The sockets before the UMEM (libxdp refuses to delete a UMEM in use).
+  for (auto it = queues_.rbegin(); it != queues_.rend(); ++it) {
+    if ((*it)->xsk) xsk_socket__delete((*it)->xsk);
+    (*it)->xsk = nullptr;
+  }
+  if (umem_) xsk_umem__delete(umem_);
+  umem_ = nullptr;
 }
 
 AfXdpPort::~AfXdpPort() {
-  program_.set_socket(opts_.queue, -1);
-  if (xsk_) xsk_socket__delete(xsk_);
-  if (umem_) xsk_umem__delete(umem_);
+  for (const auto &q : queues_) program_.set_socket(q->id, -1);
+  close_sockets();
   if (umem_area_) munmap(umem_area_, umem_size_);
 }
 
 void AfXdpPort::refill() {
   // Keep frames for TX: at least a ring's worth stays on the free list
-  // unless RX would otherwise starve completely.
+  // unless RX would otherwise starve completely. The rest is shared out
+  // over the queues' fill rings.
   size_t reserve_for_tx = opts_.num_frames / 4;
   if (free_.size() <= reserve_for_tx) return;
-  uint32_t want = static_cast<uint32_t>(free_.size() - reserve_for_tx);
-  uint32_t idx = 0;
-  uint32_t n = xsk_prod_nb_free(&fill_, want);
-  if (n > want) n = want;
-  if (n == 0 || xsk_ring_prod__reserve(&fill_, n, &idx) != n) return;
-  for (uint32_t i = 0; i < n; ++i) {
-    *xsk_ring_prod__fill_addr(&fill_, idx + i) = free_.back();
-    free_.pop_back();
+  size_t left = free_.size() - reserve_for_tx;
+  for (size_t k = 0; k < queues_.size() && left > 0; ++k) {
+    Queue &q = *queues_[k];
+    uint32_t want = static_cast<uint32_t>((left + (queues_.size() - k) - 1) / (queues_.size() - k));
+    uint32_t idx = 0;
+    uint32_t n = xsk_prod_nb_free(&q.fill, want);
+    if (n > want) n = want;
+    if (n == 0 || xsk_ring_prod__reserve(&q.fill, n, &idx) != n) continue;
+    for (uint32_t i = 0; i < n; ++i) {
+      *xsk_ring_prod__fill_addr(&q.fill, idx + i) = free_.back();
+      free_.pop_back();
+    }
+    xsk_ring_prod__submit(&q.fill, n);
+    left -= n;
   }
-  xsk_ring_prod__submit(&fill_, n);
 }
 
 void AfXdpPort::release_rx_batch() {
@@ -176,47 +225,58 @@ void AfXdpPort::peer_verified(const Path &path, uint64_t link, bool strong) {
 size_t AfXdpPort::receive(std::span<RxDatagram> out) {
   release_rx_batch();
   refill();
-  uint32_t idx = 0;
   size_t want = out.size() < opts_.batch ? out.size() : opts_.batch;
-  uint32_t n = xsk_ring_cons__peek(&rx_, static_cast<uint32_t>(want), &idx);
-  if (n == 0) {
-    if (xsk_ring_prod__needs_wakeup(&fill_)) {
-      xdp_stats_.rx_wakeups += 1;
-      recvfrom(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
-    }
-    return 0;
-  }
   size_t k = 0;
   ParsedFrame pf;
-  for (uint32_t i = 0; i < n; ++i) {
-    const xdp_desc *d = xsk_ring_cons__rx_desc(&rx_, idx + i);
-    uint64_t addr = xsk_umem__add_offset_to_addr(d->addr);
-    uint64_t base = xsk_umem__extract_addr(d->addr) & ~static_cast<uint64_t>(opts_.frame_size - 1);
-    rx_held_.push_back(base);
-    uint8_t *data = frame(addr);
-    stats_.rx_bytes += d->len;
-    auto st = parse_frame(data, d->len, pf);
-    if (st != ParseStatus::ok) {
-      xdp_stats_.count_invalid(st);
+  // Every queue in turn, starting one further each call, so a busy queue
+  // cannot keep the others waiting.
+  const size_t nq = queues_.size();
+  const size_t start = rx_next_;
+  rx_next_ = nq > 1 ? (rx_next_ + 1) % nq : 0;
+  for (size_t j = 0; j < nq && rx_held_.size() < want; ++j) {
+    Queue &q = *queues_[(start + j) % nq];
+    uint32_t idx = 0;
+    uint32_t n = xsk_ring_cons__peek(&q.rx, static_cast<uint32_t>(want - rx_held_.size()), &idx);
+    if (n == 0) {
+      if (xsk_ring_prod__needs_wakeup(&q.fill)) {
+        xdp_stats_.rx_wakeups += 1;
+        recvfrom(q.fd, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+      }
       continue;
     }
-    stats_.rx_datagrams += 1;
-    out[k++] = RxDatagram{data + pf.payload_offset, pf.payload_len, pf.path, pf.ecn,
-                          pack_link(pf.src_mac, pf.vlan_tci)};
+    for (uint32_t i = 0; i < n; ++i) {
+      const xdp_desc *d = xsk_ring_cons__rx_desc(&q.rx, idx + i);
+      uint64_t addr = xsk_umem__add_offset_to_addr(d->addr);
+      uint64_t base =
+          xsk_umem__extract_addr(d->addr) & ~static_cast<uint64_t>(opts_.frame_size - 1);
+      rx_held_.push_back(base);
+      uint8_t *data = frame(addr);
+      stats_.rx_bytes += d->len;
+      auto st = parse_frame(data, d->len, pf);
+      if (st != ParseStatus::ok) {
+        xdp_stats_.count_invalid(st);
+        continue;
+      }
+      stats_.rx_datagrams += 1;
+      out[k++] = RxDatagram{data + pf.payload_offset, pf.payload_len, pf.path, pf.ecn,
+                            pack_link(pf.src_mac, pf.vlan_tci)};
+    }
+    xsk_ring_cons__release(&q.rx, n);
   }
-  xsk_ring_cons__release(&rx_, n);
   return k;
 }
 
 void AfXdpPort::reclaim_completions() {
+  // Only the first queue sends, so only its completion ring has frames.
+  Queue &q = *queues_[0];
   uint32_t idx = 0;
-  uint32_t n = xsk_ring_cons__peek(&comp_, opts_.ring_size, &idx);
+  uint32_t n = xsk_ring_cons__peek(&q.comp, opts_.ring_size, &idx);
   for (uint32_t i = 0; i < n; ++i) {
-    uint64_t addr = *xsk_ring_cons__comp_addr(&comp_, idx + i);
+    uint64_t addr = *xsk_ring_cons__comp_addr(&q.comp, idx + i);
     free_.push_back(addr & ~static_cast<uint64_t>(opts_.frame_size - 1));
   }
   if (n) {
-    xsk_ring_cons__release(&comp_, n);
+    xsk_ring_cons__release(&q.comp, n);
     outstanding_tx_ -= n;
   }
 }
@@ -409,19 +469,20 @@ bool AfXdpPort::flush() {
 void AfXdpPort::submit_ring() {
   ring_peer_count_ = 0;
   reclaim_completions();
+  xsk_ring_prod &tx = queues_[0]->tx;
   if (!pending_.empty()) {
     uint32_t idx = 0;
-    uint32_t n = xsk_prod_nb_free(&tx_, static_cast<uint32_t>(pending_.size()));
+    uint32_t n = xsk_prod_nb_free(&tx, static_cast<uint32_t>(pending_.size()));
     if (n > pending_.size()) n = static_cast<uint32_t>(pending_.size());
-    if (n > 0 && xsk_ring_prod__reserve(&tx_, n, &idx) == n) {
+    if (n > 0 && xsk_ring_prod__reserve(&tx, n, &idx) == n) {
       for (uint32_t i = 0; i < n; ++i) {
-        xdp_desc *d = xsk_ring_prod__tx_desc(&tx_, idx + i);
+        xdp_desc *d = xsk_ring_prod__tx_desc(&tx, idx + i);
         d->addr = pending_[i].addr;
         d->len = pending_[i].len;
         d->options = 0;
         stats_.tx_bytes += pending_[i].len;
       }
-      xsk_ring_prod__submit(&tx_, n);
+      xsk_ring_prod__submit(&tx, n);
       outstanding_tx_ += n;
       stats_.tx_datagrams += n;
       stats_.tx_sends += 1;
@@ -431,7 +492,7 @@ void AfXdpPort::submit_ring() {
   // Copy mode transmits only when kicked, at most 32 frames a kick
   // (EAGAIN: more queued); with need_wakeup the kernel says when zero-copy
   // needs a kick too. Bounded, so a stuck queue cannot spin the worker.
-  if (outstanding_tx_ > 0 && (!zerocopy_ || xsk_ring_prod__needs_wakeup(&tx_))) {
+  if (outstanding_tx_ > 0 && (!zerocopy_ || xsk_ring_prod__needs_wakeup(&tx))) {
     for (uint32_t k = 0; k < opts_.ring_size / 32 + 1; ++k) {
       xdp_stats_.tx_kicks += 1;
       if (sendto(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) break;
@@ -456,15 +517,27 @@ void AfXdpStats::count_invalid(ParseStatus st) {
 }
 
 const AfXdpStats &AfXdpPort::xdp_stats() {
-  xdp_statistics s{};
-  socklen_t len = sizeof(s);
-  if (getsockopt(fds_[0], SOL_XDP, XDP_STATISTICS, &s, &len) == 0) {
-    xdp_stats_.xdp_rx_dropped = s.rx_dropped;
-    xdp_stats_.xdp_rx_invalid_descs = s.rx_invalid_descs;
-    xdp_stats_.xdp_tx_invalid_descs = s.tx_invalid_descs;
-    xdp_stats_.xdp_rx_ring_full = s.rx_ring_full;
-    xdp_stats_.xdp_rx_fill_ring_empty = s.rx_fill_ring_empty_descs;
-    xdp_stats_.xdp_tx_ring_empty = s.tx_ring_empty_descs;
+  xdp_statistics sum{};
+  bool any = false;
+  for (const auto &q : queues_) {
+    xdp_statistics s{};
+    socklen_t len = sizeof(s);
+    if (getsockopt(q->fd, SOL_XDP, XDP_STATISTICS, &s, &len) != 0) continue;
+    any = true;
+    sum.rx_dropped += s.rx_dropped;
+    sum.rx_invalid_descs += s.rx_invalid_descs;
+    sum.tx_invalid_descs += s.tx_invalid_descs;
+    sum.rx_ring_full += s.rx_ring_full;
+    sum.rx_fill_ring_empty_descs += s.rx_fill_ring_empty_descs;
+    sum.tx_ring_empty_descs += s.tx_ring_empty_descs;
+  }
+  if (any) {
+    xdp_stats_.xdp_rx_dropped = sum.rx_dropped;
+    xdp_stats_.xdp_rx_invalid_descs = sum.rx_invalid_descs;
+    xdp_stats_.xdp_tx_invalid_descs = sum.tx_invalid_descs;
+    xdp_stats_.xdp_rx_ring_full = sum.rx_ring_full;
+    xdp_stats_.xdp_rx_fill_ring_empty = sum.rx_fill_ring_empty_descs;
+    xdp_stats_.xdp_tx_ring_empty = sum.tx_ring_empty_descs;
   }
   return xdp_stats_;
 }

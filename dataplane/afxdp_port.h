@@ -1,7 +1,8 @@
 #pragma once
-// DatagramPort on an AF_XDP socket bound to one NIC queue. It owns a UMEM
-// (hugepages when the system has them reserved), its fill/completion/RX/TX
-// rings and a free list, and runs the user-space Ethernet/IP/UDP path:
+// DatagramPort on AF_XDP sockets bound to one or more NIC queues. It owns a
+// UMEM (hugepages when the system has them reserved) that its sockets share,
+// each socket's fill/completion/RX/TX rings and a free list, and runs the
+// user-space Ethernet/IP/UDP path:
 // received frames are parsed in place and handed up without a copy; QUIC
 // writes each packet straight into a TX frame after TX_HEADROOM, and
 // tx_commit() fills in the headers and checksums around it.
@@ -9,8 +10,14 @@
 // Frame ownership is strict: a frame is in exactly one of the fill ring,
 // the RX ring, held by the last receive() batch, the free list, the one
 // tx_alloc() buffer, the pending TX list, the TX ring, or the completion
-// ring. Frames of a receive() batch go back to the fill ring at the next
+// ring. Frames of a receive() batch go back to the free list at the next
 // receive(), which is why RxDatagram data is valid until then.
+//
+// Several queues (more NIC queues than workers): one socket per queue, all
+// bound to the first one's UMEM (XDP_SHARED_UMEM), each with fill and
+// completion rings of its own. Receive takes from every RX ring in turn,
+// the fill rings share the free frames, and everything is sent through the
+// first queue's TX ring (any queue of the device reaches the wire).
 
 #include "base/counters.h"
 #include "dataplane/datagram_port.h"
@@ -31,13 +38,16 @@ class XdpProgram;
 
 enum class ZeroCopy { automatic, on, off };
 
+// "0,2,4": a list of queues as flags, logs and status show it.
+std::string queue_list(const std::vector<uint32_t> &queues);
+
 struct AfXdpOptions {
   std::string ifname;
-  uint32_t queue = 0;
+  std::vector<uint32_t> queues{0}; // one socket each, on one shared UMEM
   ZeroCopy zerocopy = ZeroCopy::automatic;
   bool busy_poll = false;
   uint32_t frame_size = 4096;
-  uint32_t num_frames = 8192;
+  uint32_t num_frames = 8192; // per queue
   uint32_t ring_size = 2048; // RX, TX, fill and completion rings
   uint32_t batch = 64;
   // Hybrid TX: a train of at least this many datagrams to one peer leaves
@@ -102,6 +112,7 @@ public:
   void peer_verified(const Path &path, uint64_t link, bool strong) override;
   bool flush() override;
   std::span<const int> fds() const override { return fds_; }
+  bool sends_through(int fd) const override { return fd == fds_[0]; }
   const PortStats &stats() const override { return stats_; }
 
   const AfXdpStats &xdp_stats(); // refreshes the kernel's XDP_STATISTICS
@@ -109,7 +120,7 @@ public:
   bool hugepages() const { return hugepages_; }
   // The hybrid TX threshold in force (0: off).
   uint32_t kernel_train() const { return kernel_train_; }
-  uint32_t queue() const { return opts_.queue; }
+  const std::vector<uint32_t> &queues() const { return opts_.queues; }
 
   const NeighborCache &neighbors() const { return neighbors_; }
 
@@ -131,7 +142,23 @@ private:
     uint32_t len;
   };
 
+  // One queue's socket and rings. Held by pointer: libxdp keeps the
+  // addresses of the fill and completion rings until the socket is deleted.
+  struct Queue {
+    uint32_t id = 0;
+    int fd = -1;
+    xsk_socket *xsk = nullptr;
+    xsk_ring_prod fill{};
+    xsk_ring_cons comp{};
+    xsk_ring_cons rx{};
+    xsk_ring_prod tx{};
+  };
+
   uint8_t *frame(uint64_t addr) { return umem_area_ + addr; }
+  // Binds q's socket (the first creates the UMEM's rings, the others share
+  // it); throws XdpError.
+  void bind_queue(Queue &q, bool first);
+  void close_sockets();
   void release_rx_batch();
   void reclaim_completions();
   void refill();
@@ -154,12 +181,9 @@ private:
   bool hugepages_ = false;
   bool zerocopy_ = false;
   xsk_umem *umem_ = nullptr;
-  xsk_socket *xsk_ = nullptr;
-  xsk_ring_prod fill_{};
-  xsk_ring_cons comp_{};
-  xsk_ring_cons rx_{};
-  xsk_ring_prod tx_{};
-  std::vector<int> fds_;
+  std::vector<std::unique_ptr<Queue>> queues_; // [0] owns the UMEM and sends
+  size_t rx_next_ = 0;                          // the queue receive() starts at
+  std::vector<int> fds_;                        // queues_[i]->fd
   Mac local_mac_{};
 
   std::vector<uint64_t> free_;     // frame base addresses we own and do not use

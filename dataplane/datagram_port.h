@@ -87,14 +87,17 @@ public:
   // Pushes committed datagrams to the wire. Returns false when the backend
   // would block with datagrams still queued (wait for writability).
   virtual bool flush() = 0;
-  // File descriptors to wait on for readability (and writability when
-  // flush() returned false).
   // Binary upgrade: stop reading fd (another process does), keep sending
   // through it. False if the port cannot (or fd is not its own).
   virtual bool stop_receiving(int /*fd*/) { return false; }
   // Undoes stop_receiving (the other process died).
   virtual bool resume_receiving(int /*fd*/) { return false; }
+  // File descriptors to wait on for readability (and writability when
+  // flush() returned false).
   virtual std::span<const int> fds() const = 0;
+  // Whether writability of fd (one of fds()) can unblock a flush(): a port
+  // that sends through only some of its descriptors says which.
+  virtual bool sends_through(int /*fd*/) const { return true; }
   virtual const PortStats &stats() const = 0;
 };
 

@@ -7,6 +7,7 @@ Also: several queues, kill -9 under load, refusing a foreign XDP program,
 and XDP drop counters from junk."""
 
 import copy
+import json
 import os
 import signal
 import socket
@@ -19,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
-                     sha256)
+                     sha256, xdpqctl)
 from netns import RoutedTopology, Topology, sh  # noqa: E402
 
 TEN_MIB = 10 * 1024 * 1024
@@ -330,6 +331,47 @@ class AfXdpLifecycle(TimedTestCase):
         self.assertEqual(stats["handshakes_completed"], 16)
         self.assertGreaterEqual(len(busy), 2, "flows did not spread over queues:\n"
                                 + "\n".join(busy))
+
+    def test_fewer_workers_than_queues_share_a_umem(self):
+        # Issue 12 (zero-copy readiness): more NIC queues than workers. Two
+        # workers serve four queues, worker i the queues i and i+2, on one
+        # UMEM its two sockets share (XDP_SHARED_UMEM). A client steered to
+        # each queue in turn is served, by the worker owning that queue.
+        size = 1024 * 1024
+        with Topology(queues=4) as topo:
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native", "--queues", "0-3", host=topo.srv_ip, netns=topo.srv_ns,
+                        workers=2) as srv:
+                self.assertIn("queues 0,2 shared UMEM", srv.output())
+                self.assertIn("queues 1,3 shared UMEM", srv.output())
+                rc, out, err = xdpqctl(srv, "status", json_out=True)
+                self.assertEqual(rc, 0, err)
+                workers = json.loads(out)["workers"]
+                self.assertEqual([w["queues"] for w in workers], [[0, 2], [1, 3]], out)
+                ports = topo.client_ports_by_queue(4433)
+                before = topo.xdp_packets_per_queue()
+                runs = []
+                for q in range(4):
+                    topo.restrict_client_ports([ports[q]])
+                    runs.append(gtlsclient(srv, [f"/bytes/{size + q}"], quiet=True, timeout=60,
+                                           netns=topo.cli_ns))
+                after = topo.xdp_packets_per_queue()
+                stats = srv.stop()
+                per_worker = [line for line in srv.output().splitlines()
+                              if "handshakes_completed=" in line and "worker " in line]
+        for q, r in enumerate(runs):
+            self.assertEqual(sha256(r.file(str(size + q))), sha256(pattern(size + q)),
+                             r.output[-2000:] + "\n" + srv.output()[-2000:])
+        for q in range(4):
+            self.assertGreaterEqual(after[q] - before[q], 10, (q, before, after))
+        self.assertEqual(stats["handshakes_completed"], 4, stats)
+        self.assertEqual(stats["xdp_pass_no_socket"], 0, stats)
+        self.assertEqual(stats["stateless_resets_sent"], 0, stats)
+        self.assertEqual(stats["datagrams_handed_off"], 0, stats)
+        # Each worker completed the handshakes of its own two queues.
+        self.assertEqual(len(per_worker), 2, srv.output()[-2000:])
+        for line in per_worker:
+            self.assertIn("handshakes_completed=2", line, "\n".join(per_worker))
 
     def test_client_moving_to_another_queue_keeps_its_connection(self):
         # Issue 12 (cross-queue routing): a client whose packets start

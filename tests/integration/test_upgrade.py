@@ -329,12 +329,13 @@ class Upgrade(TimedTestCase):
 
     # --- AF_XDP: the queues change hands, the XDP link changes program ---
 
-    def afxdp_config(self, topo, h2c_ports, extra="", queues="0"):
+    def afxdp_config(self, topo, h2c_ports, extra="", queues="0", workers=0):
         h2c = ", ".join(f'"{topo.srv_ip}:{p}"' for p in h2c_ports)
         with open(self.config, "w") as f:
             f.write(f"""[server]
 listen = ["{topo.srv_ip}:4433"]
 control_socket = "{self.sock}"
+{f"workers = {workers}" if workers else ""}
 # h2load does not come back after GOAWAY (sent at half of this): it
 # must finish before, even under the sanitizers.
 drain_timeout_ms = 60000
@@ -350,8 +351,8 @@ h2c_listen = [{h2c}]
 {extra}
 """)
 
-    def afxdp_server(self, topo, queues="0"):
-        self.afxdp_config(topo, self.h2c[:1], queues=queues)
+    def afxdp_server(self, topo, queues="0", workers=0):
+        self.afxdp_config(topo, self.h2c[:1], queues=queues, workers=workers)
         return Server("--config", self.config, host=topo.srv_ip, port=4433, workers=0,
                       listen=[], netns=topo.srv_ns)
 
@@ -420,12 +421,16 @@ h2c_listen = [{h2c}]
         self.assertEqual(old["stateless_resets_sent"], 0, old)
 
     def test_afxdp_failed_upgrade_goes_back_to_af_xdp(self):
-        with Topology() as topo, self.afxdp_server(topo) as srv:
+        # One worker on two queues (their sockets share a UMEM): going back
+        # binds both again.
+        conf = dict(queues="0,1", workers=1)
+        with Topology(queues=2) as topo, self.afxdp_server(topo, **conf) as srv:
+            self.assertIn("queues 0,1 shared UMEM", srv.output())
             pid = srv.proc.pid
             prog = self.prog_id(topo)
-            # The new process fails after the old one let go of the queue:
+            # The new process fails after the old one let go of the queues:
             # its cleartext listener cannot bind (not an address of ours).
-            self.afxdp_config(topo, self.h2c[:1], extra='')
+            self.afxdp_config(topo, self.h2c[:1], extra='', **conf)
             with open(self.config) as f:
                 text = f.read().replace("h2c_listen = [", 'h2c_listen = ["10.99.99.99:80", ')
             with open(self.config, "w") as f:
@@ -441,8 +446,8 @@ h2c_listen = [{h2c}]
             self.assertEqual(r.file("4321"), pattern(4321), srv.output()[-3000:])
             self.assertGreater(self.redirected(), before)
             # Fixed: the upgrade goes through; then the new process dies and
-            # the old one takes the queue back.
-            self.afxdp_config(topo, self.h2c[:1])
+            # the old one takes the queues back.
+            self.afxdp_config(topo, self.h2c[:1], **conf)
             keep = self.spawn(["ip", "netns", "exec", topo.cli_ns, "python3", "-c",
                                      "import socket,sys,time; s=socket.create_connection("
                                      f"('{topo.srv_ip}', {self.h2c[0]})); "

@@ -30,6 +30,10 @@ TEST(Options, AfXdpFlags) {
   EXPECT_TRUE(o.busy_poll);
   auto d = parse({"--dataplane", "afxdp", "--interface", "veth0"});
   EXPECT_EQ(d.queues, std::vector<int>{0});
+  // Fewer workers than queues: they share them out.
+  auto w = parse({"--dataplane", "afxdp", "--interface", "veth0", "--queues", "0-3", "--workers",
+                  "2"});
+  EXPECT_EQ(w.workers, 2);
 }
 
 TEST(Options, ParsesFlags) {
@@ -57,7 +61,10 @@ TEST(Options, ErrorsNameTheFlag) {
             std::string::npos);
   EXPECT_NE(error_of({"--dataplane", "afxdp", "--interface", "eth0", "--queues", "0-1",
                       "--workers", "3"})
-                .find("one worker per queue"),
+                .find("more workers than the 2 queues"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--dataplane", "afxdp", "--interface", "eth0", "--queues", "0-2,1"})
+                .find("queue 1 is listed twice"),
             std::string::npos);
   EXPECT_NE(error_of({"--log-level", "loud"}).find("--log-level"), std::string::npos);
 }
