@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -136,14 +137,21 @@ void AfXdpPort::bind_queue(Queue &q, bool first) {
   // work queue. Until then binding says EBUSY.
   const auto give_up = std::chrono::steady_clock::now() + opts_.busy_wait;
   int err = 0;
+  // Zero-copy binds with XDP_USE_NEED_WAKEUP, so the driver is kicked only
+  // when it asks. Copy mode transmits only when kicked, and every flush
+  // kicks it; with need_wakeup set, each poll of the socket (every epoll
+  // pass that finds it ready) would also run a transmit attempt under the
+  // socket's mutex. So copy mode binds without it. (Sockets sharing the
+  // UMEM get the first one's mode and flags from the kernel.)
+  constexpr uint16_t ZC = XDP_ZEROCOPY | XDP_USE_NEED_WAKEUP;
+  constexpr uint16_t COPY = XDP_COPY;
   for (;;) {
-    scfg.bind_flags = XDP_USE_NEED_WAKEUP;
-    if (opts_.zerocopy == ZeroCopy::on) scfg.bind_flags |= XDP_ZEROCOPY;
-    if (opts_.zerocopy == ZeroCopy::off) scfg.bind_flags |= XDP_COPY;
+    scfg.bind_flags = opts_.zerocopy == ZeroCopy::off ? COPY : ZC;
     err = create();
     if (err && err != -EBUSY && opts_.zerocopy == ZeroCopy::automatic) {
-      // Some drivers refuse the default bind; copy mode always works.
-      scfg.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
+      // No zero-copy here (the driver lacks it, or refuses the queue);
+      // copy mode always works.
+      scfg.bind_flags = COPY;
       err = create();
     }
     if (err != -EBUSY || std::chrono::steady_clock::now() >= give_up) break;
@@ -192,13 +200,19 @@ AfXdpPort::~AfXdpPort() {
 void AfXdpPort::refill() {
   // Keep frames for TX: at least a ring's worth stays on the free list
   // unless RX would otherwise starve completely. The rest is shared out
-  // over the queues' fill rings.
-  size_t reserve_for_tx = opts_.num_frames / 4;
-  if (free_.size() <= reserve_for_tx) return;
-  size_t left = free_.size() - reserve_for_tx;
-  for (size_t k = 0; k < queues_.size() && left > 0; ++k) {
+  // over the fill rings that have room for a quarter ring or more.
+  const uint32_t low = opts_.ring_size - opts_.ring_size / 4;
+  const size_t reserve_for_tx = opts_.num_frames / 4;
+  for (size_t k = 0; k < queues_.size(); ++k) {
     Queue &q = *queues_[k];
-    uint32_t want = static_cast<uint32_t>((left + (queues_.size() - k) - 1) / (queues_.size() - k));
+    if (q.in_fill >= low) continue;
+    if (free_.size() <= reserve_for_tx) {
+      xdp_stats_.fill_starved += 1;
+      return;
+    }
+    const size_t left = free_.size() - reserve_for_tx;
+    const uint32_t want = static_cast<uint32_t>(
+        std::min<size_t>(opts_.ring_size, (left + (queues_.size() - k) - 1) / (queues_.size() - k)));
     uint32_t idx = 0;
     uint32_t n = xsk_prod_nb_free(&q.fill, want);
     if (n > want) n = want;
@@ -208,7 +222,7 @@ void AfXdpPort::refill() {
       free_.pop_back();
     }
     xsk_ring_prod__submit(&q.fill, n);
-    left -= n;
+    q.in_fill += n;
   }
 }
 
@@ -243,6 +257,13 @@ size_t AfXdpPort::receive(std::span<RxDatagram> out) {
         recvfrom(q.fd, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
       }
       continue;
+    }
+    q.in_fill = q.in_fill > n ? q.in_fill - n : 0;
+    // Every frame's headers at once: each is a cache miss (the kernel wrote
+    // it on another core), and they can overlap.
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint64_t addr = xsk_ring_cons__rx_desc(&q.rx, idx + i)->addr;
+      __builtin_prefetch(frame(xsk_umem__add_offset_to_addr(addr)));
     }
     for (uint32_t i = 0; i < n; ++i) {
       const xdp_desc *d = xsk_ring_cons__rx_desc(&q.rx, idx + i);

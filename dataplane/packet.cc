@@ -192,34 +192,44 @@ size_t build_headers(uint8_t *payload, size_t payload_len, const Path &path, uin
                      const Mac &src_mac, const Mac &dst_mac, uint16_t vlan_tci) {
   const bool v4 = path.local.family() == AF_INET;
   const size_t hlen = header_length(path.local.family(), vlan_tci != 0);
-  uint8_t *f = payload - hlen;
-  std::memcpy(f, dst_mac.data(), 6);
-  std::memcpy(f + 6, src_mac.data(), 6);
+  // The headers are put together here and copied in front of the payload
+  // at the end: the frame's header bytes are written once and never read
+  // back. (Summing bytes just stored one by one defeats store forwarding,
+  // and the load waits for the frame's cache line to arrive; that read was
+  // nine tenths of this function's samples.) The checksums are summed from
+  // the values, in host order, as checksum_add() keeps them.
+  alignas(8) uint8_t h[ETH_LEN + VLAN_LEN + IP6_LEN + UDP_LEN];
+  std::memcpy(h, dst_mac.data(), 6);
+  std::memcpy(h + 6, src_mac.data(), 6);
   size_t off = 12;
   if (vlan_tci) {
-    wr16(f + off, ETH_P_8021Q);
-    wr16(f + off + 2, vlan_tci);
+    wr16(h + off, ETH_P_8021Q);
+    wr16(h + off + 2, vlan_tci);
     off += 4;
   }
-  wr16(f + off, v4 ? ETH_P_IP : ETH_P_IPV6);
+  wr16(h + off, v4 ? ETH_P_IP : ETH_P_IPV6);
   off += 2;
-  uint8_t *ip = f + off;
+  uint8_t *ip = h + off;
   uint8_t *udp;
-  const size_t ulen = UDP_LEN + payload_len;
+  const uint32_t ulen = static_cast<uint32_t>(UDP_LEN + payload_len);
   uint32_t pseudo;
   if (v4) {
+    const uint32_t src = ntohl(path.local.u.in.sin_addr.s_addr);
+    const uint32_t dst = ntohl(path.remote.u.in.sin_addr.s_addr);
+    const uint32_t addrs = (src >> 16) + (src & 0xffff) + (dst >> 16) + (dst & 0xffff);
+    const uint32_t tos = ecn & 0x3u;
     ip[0] = 0x45;
-    ip[1] = ecn & 0x3;
+    ip[1] = static_cast<uint8_t>(tos);
     wr16(ip + 2, static_cast<uint16_t>(IP4_LEN + ulen));
     wr16(ip + 4, 0);      // id: DF is set, so no fragment ever needs it
     wr16(ip + 6, 0x4000); // DF
     ip[8] = 64;
     ip[9] = IPPROTO_UDP;
-    wr16(ip + 10, 0);
     std::memcpy(ip + 12, &path.local.u.in.sin_addr, 4);
     std::memcpy(ip + 16, &path.remote.u.in.sin_addr, 4);
-    wr16(ip + 10, checksum_fold(checksum_add(ip, IP4_LEN)));
-    pseudo = checksum_add(ip + 12, 8);
+    wr16(ip + 10, checksum_fold((0x45u << 8 | tos) + static_cast<uint32_t>(IP4_LEN) + ulen +
+                                0x4000u + (64u << 8 | IPPROTO_UDP) + addrs));
+    pseudo = addrs;
     udp = ip + IP4_LEN;
   } else {
     uint32_t vtf = 6u << 28 | static_cast<uint32_t>(ecn & 0x3) << 20;
@@ -230,18 +240,23 @@ size_t build_headers(uint8_t *payload, size_t payload_len, const Path &path, uin
     ip[7] = 64;
     std::memcpy(ip + 8, &path.local.u.in6.sin6_addr, 16);
     std::memcpy(ip + 24, &path.remote.u.in6.sin6_addr, 16);
-    pseudo = checksum_add(ip + 8, 32);
+    pseudo = checksum_add(reinterpret_cast<const uint8_t *>(&path.local.u.in6.sin6_addr), 16);
+    pseudo = checksum_add(reinterpret_cast<const uint8_t *>(&path.remote.u.in6.sin6_addr), 16,
+                          pseudo);
     udp = ip + IP6_LEN;
   }
-  std::memcpy(udp, &path.local.u.in.sin_port, 2);
-  std::memcpy(udp + 2, &path.remote.u.in.sin_port, 2);
+  const uint16_t sport = ntohs(path.local.u.in.sin_port);
+  const uint16_t dport = ntohs(path.remote.u.in.sin_port);
+  wr16(udp, sport);
+  wr16(udp + 2, dport);
   wr16(udp + 4, static_cast<uint16_t>(ulen));
-  wr16(udp + 6, 0);
-  pseudo += IPPROTO_UDP + static_cast<uint32_t>(ulen);
-  uint32_t sum = checksum_add(udp, UDP_LEN, pseudo);
+  // Pseudo-header (addresses, protocol, length), then the UDP header with
+  // a zero checksum (the length counts twice), then the payload.
+  uint32_t sum = pseudo + IPPROTO_UDP + ulen + sport + dport + ulen;
   sum = checksum_add(payload, payload_len, sum);
-  uint16_t c = checksum_fold(sum);
+  const uint16_t c = checksum_fold(sum);
   wr16(udp + 6, c == 0 ? 0xffff : c); // 0 means "no checksum" in UDP
+  std::memcpy(payload - hlen, h, hlen);
   return hlen;
 }
 
