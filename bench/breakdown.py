@@ -113,7 +113,8 @@ def run_one(args, dataplane, out):
             data = os.path.join(out, f"perf-{dataplane}.data")
             t0, w0 = machine_ticks(), time.time()
             subprocess.run(["perf", "record", "-q", "-a", "-C", f"{CLIENT_CPU},{SERVER_CPU}",
-                            "-F", "999", "-o", data, "--", "sleep", str(args.seconds)],
+                            "-F", "999", *(["--call-graph", "dwarf,16384"] if args.call_graph else []), "-o", data, "--",
+                            "sleep", str(args.seconds)],
                            capture_output=True, check=True)
             ticks, wall = machine_ticks() - t0, time.time() - w0
             result = json.loads(load.communicate()[0])
@@ -178,6 +179,9 @@ def main():
     p.add_argument("--seconds", type=float, default=4)
     p.add_argument("--rounds", type=int, default=3, help="alternating afxdp/socket rounds; medians")
     p.add_argument("--out", default="/tmp/xdpq-breakdown")
+    p.add_argument("--call-graph", action="store_true",
+                   help="record call chains too (perf record --call-graph dwarf), for perf report -G on "
+                        "OUT/perf-*.data; the layer split stays by leaf symbol")
     p.add_argument("--server-args", nargs=argparse.REMAINDER, default=[],
                    help="extra xdpqd flags for both runs (last on the line)")
     args = p.parse_args()

@@ -340,9 +340,16 @@ void AfXdpPort::tx_commit(const Path &path, uint8_t ecn, size_t len) {
 }
 
 uint64_t AfXdpPort::link_for(const Address &dst) {
+  // By host, not port: where a packet goes on the link depends on the
+  // address only, and many connections share one (a NAT, a busy client).
+  auto same_host = [](const Address &a, const Address &b) {
+    if (a.family() != b.family()) return false;
+    if (a.family() == AF_INET) return a.u.in.sin_addr.s_addr == b.u.in.sin_addr.s_addr;
+    return std::memcmp(&a.u.in6.sin6_addr, &b.u.in6.sin6_addr, 16) == 0 &&
+           a.u.in6.sin6_scope_id == b.u.in6.sin6_scope_id;
+  };
   uint64_t generation = next_hops_ ? next_hops_->generation() : 0;
-  if (!(last_link_ != 0 && generation == last_generation_ && dst.family() == last_peer_.family() &&
-        std::memcmp(&dst.u, &last_peer_.u, dst.len) == 0)) {
+  if (!(last_link_ != 0 && generation == last_generation_ && same_host(dst, last_peer_))) {
     last_peer_ = dst;
     last_link_ = resolve_link(dst);
     last_generation_ = next_hops_ ? next_hops_->generation() : 0;
@@ -433,17 +440,16 @@ uint64_t AfXdpPort::resolve_link(const Address &dst) {
   // The kernel's MAC with the VLAN tag the peer's packets carried.
   constexpr uint64_t MAC_BITS = (uint64_t{1} << 48) - 1;
   auto tagged = [&](uint64_t mac) { return mac ? (mac & MAC_BITS) | (learned & ~MAC_BITS) : 0; };
-  const uint64_t now = monotonic_ns();
-  auto hop = next_hops_->route(dst, now);
+  auto hop = next_hops_->route(dst);
   switch (hop.kind) {
   case KernelNextHops::Hop::Kind::onlink:
     // On the link: the peer's own MAC, as its authenticated packets showed
     // it (the fast path), else the kernel's.
-    return learned ? learned : tagged(next_hops_->neighbor(dst, now));
+    return learned ? learned : tagged(next_hops_->neighbor(dst));
   case KernelNextHops::Hop::Kind::gateway: {
     // Behind a gateway: the route decides, not the router the peer's
     // packets came through (asymmetric paths, ECMP, a new MAC).
-    uint64_t gw = tagged(next_hops_->neighbor(hop.via, now));
+    uint64_t gw = tagged(next_hops_->neighbor(hop.via));
     return gw ? gw : learned;
   }
   case KernelNextHops::Hop::Kind::unknown:   // asked; meanwhile what we learned

@@ -1,5 +1,7 @@
 #include "dataplane/kernel_next_hops.h"
 
+#include "base/clock.h"
+
 #include "dataplane/neighbor_cache.h"
 
 #include <linux/neighbour.h>
@@ -182,7 +184,7 @@ void KernelNextHops::ask_resolution(const Address &ip) {
   stats_.nh_solicits += 1;
 }
 
-KernelNextHops::Hop KernelNextHops::route(const Address &dst, uint64_t now_ns) {
+KernelNextHops::Hop KernelNextHops::route(const Address &dst) {
   stats_.nh_lookups += 1;
   Address k = key_of(dst);
   auto it = routes_.find(k);
@@ -193,6 +195,7 @@ KernelNextHops::Hop KernelNextHops::route(const Address &dst, uint64_t now_ns) {
   Route &r = it->second;
   if (r.hop.kind == Hop::Kind::unknown) {
     stats_.nh_route_misses += 1;
+    const uint64_t now_ns = monotonic_ns();
     if (r.asked_at == 0 || now_ns - r.asked_at >= ASK_INTERVAL_NS) {
       r.asked_at = now_ns;
       ask_route(k);
@@ -203,7 +206,7 @@ KernelNextHops::Hop KernelNextHops::route(const Address &dst, uint64_t now_ns) {
   return r.hop;
 }
 
-uint64_t KernelNextHops::neighbor(const Address &ip, uint64_t now_ns) {
+uint64_t KernelNextHops::neighbor(const Address &ip) {
   Address k = key_of(ip);
   auto it = neigh_.find(k);
   if (it == neigh_.end()) {
@@ -213,6 +216,7 @@ uint64_t KernelNextHops::neighbor(const Address &ip, uint64_t now_ns) {
   Neigh &n = it->second;
   if (n.link == 0) {
     stats_.nh_neigh_misses += 1;
+    const uint64_t now_ns = monotonic_ns();
     if (n.solicited_at == 0 || now_ns - n.solicited_at >= ASK_INTERVAL_NS) {
       n.solicited_at = now_ns;
       ask_resolution(k);

@@ -65,12 +65,13 @@ public:
   void on_readable();
 
   // The next hop towards dst, if the kernel has told us; otherwise unknown,
-  // and the kernel is asked (at most once per second per destination).
-  Hop route(const Address &dst, uint64_t now_ns);
+  // and the kernel is asked (at most once per second per destination; the
+  // clock is read only then).
+  Hop route(const Address &dst);
   // The next hop's MAC (packed as by pack_link, VLAN 0) from the kernel's
   // neighbour table, or 0: then the kernel is asked to resolve it (at most
   // once per second per address).
-  uint64_t neighbor(const Address &ip, uint64_t now_ns);
+  uint64_t neighbor(const Address &ip);
 
   // Rises whenever an answer or a change arrives: a caller caching the
   // result of route()/neighbor() drops its cache when this moves.
