@@ -40,6 +40,20 @@ protected:
     return client_->responses[sid];
   }
   const quic::EndpointStats &stats() { return server_->endpoint->stats(); }
+  // One step on the wire, no timers: the client's datagrams go to the
+  // server after a gap of gap_ns, the server's replies straight back.
+  // Returns how many datagrams the server sent back.
+  size_t exchange(uint64_t gap_ns) {
+    clock_.set(clock_.now() + gap_ns);
+    size_t replies = 0;
+    for (auto &dg : client_->write()) {
+      for (auto &back : server_->deliver(dg)) {
+        ++replies;
+        client_->read(back);
+      }
+    }
+    return replies;
+  }
   // The client's connection belongs to worker 1; its datagrams arrive at
   // another worker (another queue's, or with other_generation the same
   // worker id of the next process of a binary upgrade), which hands them
@@ -119,16 +133,9 @@ TEST_F(QuicPipe, ResponsesCarryTheAckAndTheStreamCredit) {
     SCOPED_TRACE(i);
     int64_t sid = client_->request("GET", "/bytes/3");
     ASSERT_GE(sid, 0);
-    size_t replies = 0;
     // A moment between requests, as on a wire (the pacer counts time),
     // well inside the stream credit's deadline.
-    clock_.set(clock_.now() + 100'000);
-    for (auto &dg : client_->write()) {
-      for (auto &back : server_->deliver(dg)) {
-        ++replies;
-        client_->read(back);
-      }
-    }
+    size_t replies = exchange(100'000);
     ASSERT_TRUE(client_->responses[sid].done);
     EXPECT_EQ(replies, 1u);
     ngtcp2_conn_info ci;
@@ -163,16 +170,8 @@ TEST_F(QuicPipe, AResponseSentWholeArmsNoPacingTimer) {
     SCOPED_TRACE(i);
     int64_t sid = client_->request("GET", "/bytes/3");
     ASSERT_GE(sid, 0);
-    clock_.set(clock_.now() + 100'000);
-    size_t replies = 0;
-    for (auto &dg : client_->write()) {
-      for (auto &back : server_->deliver(dg)) {
-        ++replies;
-        client_->read(back);
-      }
-    }
+    ASSERT_GT(exchange(100'000), 0u);
     ASSERT_TRUE(client_->responses[sid].done);
-    ASSERT_GT(replies, 0u);
     // The next deadline is a real one (stream credit, loss detection, idle),
     // not the pacer's instant a fraction of a microsecond away.
     EXPECT_GE(server_->wheel.next_expiry(), clock_.now() + 500'000);
