@@ -36,7 +36,11 @@ Listening and dataplane:
   --xdp-mode MODE         AF_XDP: native, generic or auto (default: native,
                           falling back to generic with the reason logged).
   --zerocopy MODE         AF_XDP: auto (default), on or off.
-  --busy-poll             AF_XDP: SO_PREFER_BUSY_POLL on the sockets.
+  --busy-poll             AF_XDP: preferred busy polling (SO_PREFER_BUSY_POLL,
+                          SO_BUSY_POLL_BUDGET): while it spins (at least
+                          50 us after its last work, --spin-us for more)
+                          each worker runs its queues' NAPI through
+                          recvfrom() instead of waiting for interrupts.
   --xdp-replace           AF_XDP: replace an XDP program someone else
                           attached (default: refuse, naming it).
   --kernel-trains N       AF_XDP hybrid TX: a train of N or more datagrams

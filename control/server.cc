@@ -39,6 +39,9 @@ namespace xdpq::control {
 
 namespace {
 
+// The least spin of a busy-polling worker (--busy-poll), in microseconds.
+constexpr uint64_t BUSY_POLL_SPIN_US = 50;
+
 std::string read_file(const std::string &flag, const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -309,9 +312,15 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   // reaches that worker through its hand-off ring.
   std::vector<Worker *> all;
   for (auto &w : workers_) all.push_back(w.get());
+  // Busy polling brings packets in only while the worker polls: it spins
+  // at least BUSY_POLL_SPIN_US after its last work.
+  uint64_t spin_us = opts_.spin_us;
+  if (opts_.busy_poll && opts_.dataplane == "afxdp" && spin_us < BUSY_POLL_SPIN_US) {
+    spin_us = BUSY_POLL_SPIN_US;
+  }
   for (auto &w : workers_) {
     w->connect_peers(all);
-    w->set_spin(opts_.spin_us * 1000);
+    w->set_spin(spin_us * 1000);
   }
   if (inherited_) {
     // The previous process's connections: one ring from each of our

@@ -328,11 +328,16 @@ public:
 #endif
 
   // --- dataplane::FdHandler: the port's descriptors ------------------------
-  void on_io(uint32_t) override {
-    // Bounded work per wakeup so timers and writes get their turn.
+  void on_io(uint32_t) override { receive_batches(); }
+
+  // Returns how many datagrams came in. Bounded work per wakeup so timers
+  // and writes get their turn.
+  size_t receive_batches() {
+    size_t total = 0;
     for (int round = 0; round < 16; ++round) {
       size_t n = port_->receive(batch_);
       if (n == 0) break;
+      total += n;
       if (echo_) {
         echo(n);
         continue;
@@ -344,6 +349,7 @@ public:
         endpoint_.on_datagram(dg);
       }
     }
+    return total;
   }
 
   // --- dataplane::TxSink: the endpoint writes through us -------------------
@@ -397,6 +403,9 @@ public:
   // --- dataplane::LoopHandler ----------------------------------------------
   void on_iteration_end() override {
     beats_.fetch_add(1, std::memory_order_relaxed);
+    // Busy polling: while spinning, the port is asked on every pass, since
+    // its packets come in through the receive call, not as events.
+    if (port_->polled() && loop_.spinning() && receive_batches() > 0) loop_.extend_spin();
     if (any_wake_pending_) wake_owners();
     if (tcp_) tcp_->end_of_pass();
     if (draining_) check_drain();

@@ -252,11 +252,18 @@ size_t AfXdpPort::receive(std::span<RxDatagram> out) {
     uint32_t idx = 0;
     uint32_t n = xsk_ring_cons__peek(&q.rx, static_cast<uint32_t>(want - rx_held_.size()), &idx);
     if (n == 0) {
-      if (xsk_ring_prod__needs_wakeup(&q.fill)) {
+      if (opts_.busy_poll) {
+        // Busy polling: the call runs the queue's NAPI in this thread (the
+        // kernel defers the queue's interrupts while we do); then look
+        // again.
+        xdp_stats_.rx_busy_polls += 1;
+        recvfrom(q.fd, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+        n = xsk_ring_cons__peek(&q.rx, static_cast<uint32_t>(want - rx_held_.size()), &idx);
+      } else if (xsk_ring_prod__needs_wakeup(&q.fill)) {
         xdp_stats_.rx_wakeups += 1;
         recvfrom(q.fd, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
       }
-      continue;
+      if (n == 0) continue;
     }
     q.in_fill = q.in_fill > n ? q.in_fill - n : 0;
     // Every frame's headers at once: each is a cache miss (the kernel wrote
@@ -518,8 +525,11 @@ void AfXdpPort::submit_ring() {
   }
   // Copy mode transmits only when kicked, at most 32 frames a kick
   // (EAGAIN: more queued); with need_wakeup the kernel says when zero-copy
-  // needs a kick too. Bounded, so a stuck queue cannot spin the worker.
-  if (outstanding_tx_ > 0 && (!zerocopy_ || xsk_ring_prod__needs_wakeup(&tx))) {
+  // needs a kick too, and a busy-polling socket is always kicked (its
+  // interrupts are deferred). Bounded, so a stuck queue cannot spin the
+  // worker.
+  if (outstanding_tx_ > 0 &&
+      (!zerocopy_ || opts_.busy_poll || xsk_ring_prod__needs_wakeup(&tx))) {
     for (uint32_t k = 0; k < opts_.ring_size / 32 + 1; ++k) {
       xdp_stats_.tx_kicks += 1;
       if (sendto(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) break;

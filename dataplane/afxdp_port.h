@@ -78,6 +78,7 @@ struct AfXdpOptions {
   X(tx_ring_full, "flushes that left datagrams pending (TX ring full)")                \
   X(tx_kicks, "sendto() wakeups of the TX ring")                                       \
   X(rx_wakeups, "recvfrom() wakeups of the fill ring (need_wakeup)")                    \
+  X(rx_busy_polls, "recvfrom() calls that ran the queue's NAPI (busy polling)")           \
   X(tx_kernel_trains, "trains sent through the kernel's UDP socket with GSO (hybrid TX)") \
   X(tx_kernel_datagrams, "datagrams in those trains")                                  \
   X(tx_kernel_refused, "trains the kernel refused, sent on the TX ring instead")        \
@@ -113,6 +114,7 @@ public:
   bool flush() override;
   std::span<const int> fds() const override { return fds_; }
   bool sends_through(int fd) const override { return fd == fds_[0]; }
+  bool polled() const override { return opts_.busy_poll; }
   const PortStats &stats() const override { return stats_; }
 
   const AfXdpStats &xdp_stats(); // refreshes the kernel's XDP_STATISTICS

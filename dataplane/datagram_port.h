@@ -98,6 +98,10 @@ public:
   // Whether writability of fd (one of fds()) can unblock a flush(): a port
   // that sends through only some of its descriptors says which.
   virtual bool sends_through(int /*fd*/) const { return true; }
+  // Whether receive() should run on every pass while the worker spins, not
+  // only when a descriptor is readable (busy polling: the receive call
+  // itself brings packets in).
+  virtual bool polled() const { return false; }
   virtual const PortStats &stats() const = 0;
 };
 

@@ -77,6 +77,12 @@ public:
   // sleeping for up to ns (0: always sleep when idle). Trades a core's
   // idle time for the latency of a wakeup.
   void set_spin(uint64_t ns) { spin_ns_ = ns; }
+  // Within the spin budget of the last work (set_spin).
+  bool spinning() const { return now_ < spin_until_; }
+  // Work found without an event (busy polling): spin on from now.
+  void extend_spin() {
+    if (spin_ns_ != 0) spin_until_ = now_ + spin_ns_;
+  }
   const LoopStats &stats() const { return stats_; }
 
 private:
