@@ -1,5 +1,6 @@
 #include "control/options.h"
 
+#include "bpf/xdpq_shared.h"
 #include "control/config.h"
 #include "base/hex.h"
 #include "base/log.h"
@@ -438,7 +439,13 @@ Options parse_options(int argc, const char *const *argv) {
   if (o.dataplane == "afxdp") {
     if (o.interface.empty()) throw UsageError("--dataplane afxdp needs --interface IF");
     if (o.queues.empty()) o.queues.push_back(0);
-    if (o.queues.size() > 1024) throw UsageError("--queues: at most 1024 queues");
+    for (int q : o.queues) {
+      if (q >= XDPQ_MAX_QUEUES) {
+        throw UsageError("--queues: queue " + std::to_string(q) + " is past the XDP program's " +
+                         std::to_string(XDPQ_MAX_QUEUES) + " queues (0-" +
+                         std::to_string(XDPQ_MAX_QUEUES - 1) + ")");
+      }
+    }
     auto sorted = o.queues;
     std::sort(sorted.begin(), sorted.end());
     if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end()) {

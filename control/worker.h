@@ -328,7 +328,15 @@ public:
 #endif
 
   // --- dataplane::FdHandler: the port's descriptors ------------------------
-  void on_io(uint32_t) override { receive_batches(); }
+  void on_io(uint32_t) override {
+    // A polled port's receive() takes from all its queues (and busy-polls
+    // each empty one): once a pass, whichever of its descriptors woke us.
+    if (port_->polled()) {
+      if (polled_this_pass_) return;
+      polled_this_pass_ = true;
+    }
+    receive_batches();
+  }
 
   // Returns how many datagrams came in. Bounded work per wakeup so timers
   // and writes get their turn.
@@ -405,7 +413,10 @@ public:
     beats_.fetch_add(1, std::memory_order_relaxed);
     // Busy polling: while spinning, the port is asked on every pass, since
     // its packets come in through the receive call, not as events.
-    if (port_->polled() && loop_.spinning() && receive_batches() > 0) loop_.extend_spin();
+    if (port_->polled()) {
+      if (!polled_this_pass_ && loop_.spinning() && receive_batches() > 0) loop_.extend_spin();
+      polled_this_pass_ = false;
+    }
     if (any_wake_pending_) wake_owners();
     if (tcp_) tcp_->end_of_pass();
     if (draining_) check_drain();
@@ -767,6 +778,7 @@ private:
     Worker &worker;
   } next_hop_events_{*this};
 #endif
+  bool polled_this_pass_ = false; // a polled port was asked this pass
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> drain_requested_{false};
   std::atomic<uint64_t> drain_deadline_{0};

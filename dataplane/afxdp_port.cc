@@ -102,7 +102,14 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
   rx_held_.reserve(opts_.batch);
   pending_.reserve(opts_.ring_size);
   refill();
-  for (const auto &q : queues_) program_.set_socket(q->id, q->fd);
+  try {
+    for (const auto &q : queues_) program_.set_socket(q->id, q->fd);
+  } catch (...) {
+    for (const auto &q : queues_) program_.set_socket(q->id, -1);
+    close_sockets();
+    munmap(umem_area_, umem_size_);
+    throw;
+  }
 }
 
 void AfXdpPort::bind_queue(Queue &q, bool first) {
@@ -125,33 +132,31 @@ void AfXdpPort::bind_queue(Queue &q, bool first) {
   scfg.tx_size = opts_.ring_size;
   scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD; // our own program steers
   // The first socket of a UMEM binds with the rings given to
-  // xsk_umem__create; the others share it with rings of their own.
+  // xsk_umem__create; the others share it with fill, completion and RX
+  // rings of their own, and no TX ring (everything leaves through the
+  // first; an unused TX ring would still cost a transmit attempt on every
+  // poll of the socket in copy mode).
   auto create = [&] {
     return first ? xsk_socket__create(&q.xsk, opts_.ifname.c_str(), q.id, umem_, &q.rx, &q.tx,
                                       &scfg)
                  : xsk_socket__create_shared(&q.xsk, opts_.ifname.c_str(), q.id, umem_, &q.rx,
-                                             &q.tx, &q.fill, &q.comp, &scfg);
+                                             nullptr, &q.fill, &q.comp, &scfg);
   };
   // The queue's previous socket (another process's, in a binary upgrade)
   // lets go of it a moment after it is closed: the kernel frees it from a
   // work queue. Until then binding says EBUSY.
   const auto give_up = std::chrono::steady_clock::now() + opts_.busy_wait;
   int err = 0;
-  // Zero-copy binds with XDP_USE_NEED_WAKEUP, so the driver is kicked only
-  // when it asks. Copy mode transmits only when kicked, and every flush
-  // kicks it; with need_wakeup set, each poll of the socket (every epoll
-  // pass that finds it ready) would also run a transmit attempt under the
-  // socket's mutex. So copy mode binds without it. (Sockets sharing the
-  // UMEM get the first one's mode and flags from the kernel.)
-  constexpr uint16_t ZC = XDP_ZEROCOPY | XDP_USE_NEED_WAKEUP;
-  constexpr uint16_t COPY = XDP_COPY;
   for (;;) {
-    scfg.bind_flags = opts_.zerocopy == ZeroCopy::off ? COPY : ZC;
+    scfg.bind_flags = XDP_USE_NEED_WAKEUP;
+    if (opts_.zerocopy == ZeroCopy::on) scfg.bind_flags |= XDP_ZEROCOPY;
+    if (opts_.zerocopy == ZeroCopy::off) scfg.bind_flags |= XDP_COPY;
     err = create();
     if (err && err != -EBUSY && opts_.zerocopy == ZeroCopy::automatic) {
-      // No zero-copy here (the driver lacks it, or refuses the queue);
-      // copy mode always works.
-      scfg.bind_flags = COPY;
+      // Some drivers refuse the default bind; copy mode always works.
+      // (Only for the first socket: the others get its mode from the
+      // kernel, so with a shared UMEM it is all zero-copy or all copy.)
+      scfg.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
       err = create();
     }
     if (err != -EBUSY || std::chrono::steady_clock::now() >= give_up) break;
@@ -205,7 +210,11 @@ void AfXdpPort::refill() {
   const size_t reserve_for_tx = opts_.num_frames / 4;
   for (size_t k = 0; k < queues_.size(); ++k) {
     Queue &q = *queues_[k];
-    if (q.in_fill >= low) continue;
+    // Frames the last look at the RX ring saw there, not yet read, have
+    // left the fill ring already.
+    const uint32_t unread = q.rx.cached_prod - q.rx.cached_cons;
+    const uint32_t filled = q.in_fill > unread ? q.in_fill - unread : 0;
+    if (filled >= low) continue;
     if (free_.size() <= reserve_for_tx) {
       xdp_stats_.fill_starved += 1;
       return;

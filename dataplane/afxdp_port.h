@@ -154,11 +154,12 @@ private:
     xsk_ring_cons comp{};
     xsk_ring_cons rx{};
     xsk_ring_prod tx{};
-    // Frames given to the fill ring and not seen back on the RX ring: in
-    // the fill ring, held by the driver, or received and not read yet.
-    // refill() tops the ring up only when this falls below 3/4 of it, so
-    // it reads the kernel's consumer index (a cache line the other side
-    // writes) once per quarter ring, not on every receive.
+    // Frames given to the fill ring and not read back from the RX ring:
+    // in the fill ring, held by the driver, or received and not read yet.
+    // refill() tops the ring up only when this, less what the RX ring was
+    // last seen to hold, falls below 3/4 of it, so it reads the kernel's
+    // consumer index (a cache line the other side writes) about once per
+    // quarter ring, not on every receive.
     uint32_t in_fill = 0;
   };
 

@@ -336,7 +336,6 @@ bool Connection::write() {
   std::span<uint8_t> buf;
   size_t written = 0;
   bool ok = true;
-  bool sent_all = false; // the loop ended with nothing left to write
   for (;;) {
     int64_t stream_id = -1;
     int fin = 0;
@@ -389,12 +388,7 @@ bool Connection::write() {
     if (ndatalen >= 0 && app_) {
       app_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
     }
-    if (nwrite == 0) { // nothing more, or congestion/pacing limited
-      // Packets went out (so pacing let this batch through) and nobody
-      // offered more.
-      sent_all = written > 0 && stream_id < 0;
-      break;
-    }
+    if (nwrite == 0) break; // nothing more, or congestion/pacing limited
     tx.tx_commit(from_ngtcp2(ps.path), static_cast<uint8_t>(pi.ecn),
                  static_cast<size_t>(nwrite));
     bytes_out_ += static_cast<uint64_t>(nwrite);
@@ -402,15 +396,8 @@ bool Connection::write() {
     ep_.mutable_stats().packets_out += 1;
     if (++written >= max_pkts) break;
   }
-  // Pacing: after each batch ngtcp2 times the next packet, and its expiry
-  // includes that instant even when nothing waits to go. Armed, it cost a
-  // loop pass and an empty write per response (about one timer per small
-  // request). When this batch sent everything, the timer follows the other
-  // deadlines only (read before the pacing instant is set); a later write
-  // that pacing holds back sends nothing, and then the timer includes it.
-  const uint64_t unpaced = sent_all ? ngtcp2_conn_get_expiry(conn_) : UINT64_MAX;
   ngtcp2_conn_update_pkt_tx_time(conn_, ts);
-  update_timer(sent_all ? unpaced : ngtcp2_conn_get_expiry(conn_));
+  update_timer();
   return ok;
 }
 
@@ -525,9 +512,9 @@ void Connection::on_timer() {
   ep_.want_write(this);
 }
 
-void Connection::update_timer(uint64_t ngtcp2_expiry) {
+void Connection::update_timer() {
   if (state_ != State::active) return;
-  ngtcp2_tstamp expiry = std::min<uint64_t>(ngtcp2_expiry, credit_deadline_);
+  ngtcp2_tstamp expiry = std::min<uint64_t>(ngtcp2_conn_get_expiry(conn_), credit_deadline_);
   if (expiry == UINT64_MAX) {
     ep_.timers().cancel(timer_);
   } else {

@@ -91,9 +91,7 @@ private:
 
   static void timer_fired(dataplane::Timer &t);
   void on_timer();
-  // Arms the timer for the earlier of ngtcp2's expiry and the stream-credit
-  // deadline.
-  void update_timer(uint64_t ngtcp2_expiry);
+  void update_timer();
   int setup_app();
   // Enters the closing period with last_error_ (or retires silently for an
   // idle close). Returns false: the caller's "connection finished" value.

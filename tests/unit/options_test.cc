@@ -63,6 +63,9 @@ TEST(Options, ErrorsNameTheFlag) {
                       "--workers", "3"})
                 .find("more workers than the 2 queues"),
             std::string::npos);
+  EXPECT_NE(error_of({"--dataplane", "afxdp", "--interface", "eth0", "--queues", "255-256"})
+                .find("queue 256 is past"),
+            std::string::npos);
   EXPECT_NE(error_of({"--dataplane", "afxdp", "--interface", "eth0", "--queues", "0-2,1"})
                 .find("queue 1 is listed twice"),
             std::string::npos);

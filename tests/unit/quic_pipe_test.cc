@@ -160,24 +160,6 @@ TEST_F(QuicPipe, ResponsesCarryTheAckAndTheStreamCredit) {
   EXPECT_GT(ngtcp2_conn_get_streams_bidi_left(client_->conn()), left);
 }
 
-// ngtcp2 times the next packet after every batch (pacing). A response that
-// went out whole leaves nothing to pace, so that instant must not arm the
-// connection's timer: it cost a loop pass and an empty write per request.
-TEST_F(QuicPipe, AResponseSentWholeArmsNoPacingTimer) {
-  start();
-  ASSERT_EQ(fetch("GET", "/bytes/3").status, 200);
-  for (int i = 0; i < 3; ++i) {
-    SCOPED_TRACE(i);
-    int64_t sid = client_->request("GET", "/bytes/3");
-    ASSERT_GE(sid, 0);
-    ASSERT_GT(exchange(100'000), 0u);
-    ASSERT_TRUE(client_->responses[sid].done);
-    // The next deadline is a real one (stream credit, loss detection, idle),
-    // not the pacer's instant a fraction of a microsecond away.
-    EXPECT_GE(server_->wheel.next_expiry(), clock_.now() + 500'000);
-  }
-}
-
 // A client that has opened every stream it may gets a finished one back at
 // once, not after the credit's deadline, even when no response is left to
 // carry it.
