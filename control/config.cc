@@ -60,6 +60,8 @@ constexpr Key KEYS[] = {
     {"quic", "retry_rate", Kind::integer, "--retry-rate", "handshakes per second"},
     {"server", "per_source_connections", Kind::integer, "--per-source-connections", "an integer"},
     {"server", "per_source_rate", Kind::integer, "--per-source-rate", "connections per second"},
+    {"server", "per_source_validated_rate", Kind::integer, "--per-source-validated-rate",
+     "connections per second"},
     {"quic", "idle_timeout_ms", Kind::integer, "--idle-timeout", "milliseconds"},
     {"quic", "handshake_timeout_ms", Kind::integer, "--handshake-timeout", "milliseconds"},
     {"quic", "max_streams", Kind::integer, "--max-streams", "an integer"},
@@ -211,7 +213,8 @@ log_level = "info"                       # error, warn, info, debug
 # metrics = "127.0.0.1:9464"             # Prometheus text format
 drain_timeout_ms = 10000                 # SIGTERM: in-flight requests get this long
 per_source_connections = 256             # per IPv4 address or IPv6 /64, per worker; 0: no cap
-per_source_rate = 200                    # new connections/s per source, per worker; 0: no cap
+per_source_rate = 200                    # new QUIC connections/s per source, per worker, before Retry; 0: no cap
+per_source_validated_rate = 5000         # ... from a proven source (token, TCP); over it: refused; 0: no cap
 
 [dataplane]
 mode = "socket"                          # socket or afxdp

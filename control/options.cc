@@ -115,9 +115,20 @@ QUIC behaviour and limits:
                           Connections one source (an IPv4 address or an
                           IPv6 /64) may hold per worker, QUIC and TCP each
                           (default 256; 0: no cap).
-  --per-source-rate N     New connections per second one source may open per
-                          worker, QUIC and TCP each (default 200, bursts of
-                          twice that; 0: no cap).
+  --per-source-rate N     New QUIC connections per second one source may open
+                          per worker before it must prove its address: past
+                          it (bursts of twice that) an Initial without a
+                          token gets a Retry, which costs the server one
+                          packet and a forged source its flood (default 200;
+                          0: no cap).
+  --per-source-validated-rate N
+                          New connections per second a proven source (a
+                          Retry or NEW_TOKEN token, or a TCP handshake) may
+                          open per worker; past it QUIC answers
+                          CONNECTION_REFUSED and TCP closes the connection
+                          (default 5000, above one core's handshake rate,
+                          so one load-generating host is not throttled;
+                          0: no cap).
   --idle-timeout MS       Idle timeout in milliseconds (default 30000).
   --handshake-timeout MS  A QUIC handshake not complete after MS is dropped
                           (default 10000). On very lossy paths (30 % each
@@ -377,6 +388,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.per_source_connections = parse_number(arg, need(), 0, 1u << 24);
     } else if (arg == "--per-source-rate") {
       o.per_source_rate = parse_number(arg, need(), 0, 1u << 24);
+    } else if (arg == "--per-source-validated-rate") {
+      o.per_source_validated_rate = parse_number(arg, need(), 0, 1u << 24);
     } else if (arg == "--log-level") {
       auto v = need();
       if (!log::parse_level(v)) {

@@ -52,7 +52,9 @@ struct Options {
   size_t retry_threshold = 128;
   uint64_t retry_rate = 1000;          // new handshakes/s per worker that turn auto Retry on
   uint64_t per_source_connections = 256; // QUIC and TCP, each, per worker; 0: no cap
-  uint64_t per_source_rate = 200;      // new connections/s per source per worker; 0: no cap
+  uint64_t per_source_rate = 200;      // unvalidated new connections/s per source per worker
+                                       // before Retry; 0: no cap
+  uint64_t per_source_validated_rate = 5000; // proven sources (Retry token, NEW_TOKEN, TCP)
   std::string log_level = "info";
   uint64_t idle_timeout_ms = 30000;
   uint64_t handshake_timeout_ms = 10000;

@@ -246,7 +246,8 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   ecfg.retry_threshold = opts_.retry_threshold;
   ecfg.retry_rate = opts_.retry_rate ? static_cast<double>(opts_.retry_rate) : 1e300;
   ecfg.per_source = dataplane::SourceLimits{static_cast<uint32_t>(opts_.per_source_connections),
-                                            static_cast<double>(opts_.per_source_rate), 0};
+                                            static_cast<double>(opts_.per_source_rate), 0,
+                                            static_cast<double>(opts_.per_source_validated_rate)};
   ecfg.worker_count = static_cast<uint8_t>(opts_.dataplane == "afxdp" ? afxdp_workers()
                                                                        : nworkers);
   ecfg.idle_timeout = opts_.idle_timeout_ms * 1'000'000ull;
@@ -400,8 +401,10 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
   cfg.header_timeout = opts_.tcp_header_timeout_ms * 1'000'000ull;
   cfg.idle_timeout = opts_.tcp_idle_timeout_ms * 1'000'000ull;
   cfg.write_timeout = opts_.tcp_write_timeout_ms * 1'000'000ull;
+  // A TCP peer has proven its address: only the validated rate applies.
   cfg.per_source = dataplane::SourceLimits{static_cast<uint32_t>(opts_.per_source_connections),
-                                           static_cast<double>(opts_.per_source_rate), 0};
+                                           0, 0,
+                                           static_cast<double>(opts_.per_source_validated_rate)};
   for (size_t i = 0; i < workers_.size(); ++i) {
     cfg.check_in_use = i == 0 && !inherited_;
     cfg.inherited_tls.clear();

@@ -6,6 +6,7 @@ namespace xdpq::dataplane {
 
 SourceLimiter::SourceLimiter(const SourceLimits &limits, size_t slots) : limits_(limits) {
   if (limits_.burst <= 0) limits_.burst = (limits_.rate > 1 ? limits_.rate : 1) * 2;
+  validated_burst_ = (limits_.validated_rate > 1 ? limits_.validated_rate : 1) * 2;
   if (enabled()) slots_.resize(slots ? slots : 1);
 }
 
@@ -27,7 +28,21 @@ uint32_t SourceLimiter::index(const Address &src) const {
   return static_cast<uint32_t>(hash_(key) % slots_.size());
 }
 
-SourceLimiter::Verdict SourceLimiter::admit(const Address &src, uint64_t now_ns, uint32_t *slot) {
+bool SourceLimiter::Bucket::take(double rate, double burst, uint64_t now_ns) {
+  if (refill_ns == 0) {
+    tokens = burst;
+  } else if (now_ns > refill_ns) {
+    tokens += static_cast<double>(now_ns - refill_ns) * 1e-9 * rate;
+    if (tokens > burst) tokens = burst;
+  }
+  refill_ns = now_ns ? now_ns : 1;
+  if (tokens < 1.0) return false;
+  tokens -= 1.0;
+  return true;
+}
+
+SourceLimiter::Verdict SourceLimiter::admit(const Address &src, uint64_t now_ns, uint32_t *slot,
+                                            Proof proof) {
   *slot = NONE;
   if (!enabled()) return Verdict::ok;
   uint32_t i = index(src);
@@ -35,16 +50,13 @@ SourceLimiter::Verdict SourceLimiter::admit(const Address &src, uint64_t now_ns,
   if (limits_.max_connections > 0 && s.connections >= limits_.max_connections) {
     return Verdict::too_many_connections;
   }
-  if (limits_.rate > 0) {
-    if (s.refill_ns == 0) {
-      s.tokens = limits_.burst;
-    } else if (now_ns > s.refill_ns) {
-      s.tokens += static_cast<double>(now_ns - s.refill_ns) * 1e-9 * limits_.rate;
-      if (s.tokens > limits_.burst) s.tokens = limits_.burst;
+  if (proof == Proof::validated) {
+    if (limits_.validated_rate > 0 &&
+        !s.validated.take(limits_.validated_rate, validated_burst_, now_ns)) {
+      return Verdict::too_fast;
     }
-    s.refill_ns = now_ns ? now_ns : 1;
-    if (s.tokens < 1.0) return Verdict::too_fast;
-    s.tokens -= 1.0;
+  } else if (limits_.rate > 0 && !s.unvalidated.take(limits_.rate, limits_.burst, now_ns)) {
+    return Verdict::too_fast;
   }
   s.connections += 1;
   *slot = i;

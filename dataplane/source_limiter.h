@@ -17,24 +17,38 @@
 
 namespace xdpq::dataplane {
 
+// Two rates, because a source is two different things before and after it
+// has proven its address. Before (a QUIC Initial without a valid token),
+// the address may be forged: over `rate` the caller answers with something
+// that costs it one packet and asks the source to prove itself (a Retry).
+// After (a Retry or NEW_TOKEN token, or a TCP handshake), the source is
+// real and only `validated_rate` holds it back, which the default sets
+// above one core's handshake rate: one load-generating host is never
+// throttled, a host that opens connections faster than a core can finish
+// them is refused.
 struct SourceLimits {
   uint32_t max_connections = 0; // per source; 0: no cap
-  double rate = 0;              // new connections per second per source; 0: no cap
+  double rate = 0;              // unvalidated new connections/s per source; 0: no cap
   double burst = 0;             // bucket depth (0: max(rate, 1) * 2)
+  double validated_rate = 0;    // new connections/s per proven source; 0: no cap
 };
 
 class SourceLimiter {
 public:
   static constexpr uint32_t NONE = UINT32_MAX;
   enum class Verdict { ok, too_many_connections, too_fast };
+  enum class Proof { none, validated };
 
   explicit SourceLimiter(const SourceLimits &limits, size_t slots = 16384);
 
-  bool enabled() const { return limits_.max_connections > 0 || limits_.rate > 0; }
+  bool enabled() const {
+    return limits_.max_connections > 0 || limits_.rate > 0 || limits_.validated_rate > 0;
+  }
 
-  // A new connection from src. On ok, *slot names what release() gives
-  // back (NONE when the limiter is off).
-  Verdict admit(const Address &src, uint64_t now_ns, uint32_t *slot);
+  // A new connection from src, which has (validated) or has not proven its
+  // address; each kind draws on its own bucket (SourceLimits). On ok,
+  // *slot names what release() gives back (NONE when the limiter is off).
+  Verdict admit(const Address &src, uint64_t now_ns, uint32_t *slot, Proof proof = Proof::none);
   // The connection admitted with slot ended.
   void release(uint32_t slot);
 
@@ -42,14 +56,21 @@ public:
   uint32_t connections(const Address &src) const;
 
 private:
-  struct Slot {
-    uint32_t connections = 0;
+  struct Bucket {
     double tokens = 0;
     uint64_t refill_ns = 0; // 0: never used (full bucket)
+    // Takes one token if there is one, after refilling at rate up to burst.
+    bool take(double rate, double burst, uint64_t now_ns);
+  };
+  struct Slot {
+    uint32_t connections = 0;
+    Bucket unvalidated;
+    Bucket validated;
   };
   uint32_t index(const Address &src) const;
 
   SourceLimits limits_;
+  double validated_burst_ = 2;
   KeyedHash hash_;
   std::vector<Slot> slots_;
 };

@@ -140,7 +140,8 @@ void TcpServer::accept_all(Listener &l) {
     }
     uint32_t slot = dataplane::SourceLimiter::NONE;
     auto peer = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
-    switch (sources_.admit(peer, loop_.now(), &slot)) {
+    // The TCP handshake has proven the address: the validated rate holds.
+    switch (sources_.admit(peer, loop_.now(), &slot, dataplane::SourceLimiter::Proof::validated)) {
     case dataplane::SourceLimiter::Verdict::ok: break;
     case dataplane::SourceLimiter::Verdict::too_many_connections:
       stats_.refused_source_limit += 1;

@@ -261,13 +261,27 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
     return;
   }
   uint32_t slot;
-  switch (sources_.admit(dg.path.remote, now, &slot)) {
+  switch (sources_.admit(dg.path.remote, now, &slot,
+                         validated ? dataplane::SourceLimiter::Proof::validated
+                                   : dataplane::SourceLimiter::Proof::none)) {
   case dataplane::SourceLimiter::Verdict::ok: break;
   case dataplane::SourceLimiter::Verdict::too_many_connections:
     stats_.drop_source_limit += 1;
     return;
   case dataplane::SourceLimiter::Verdict::too_fast:
-    stats_.drop_source_rate += 1;
+    if (validated) {
+      // A proven address over its validated rate: refused outright, so the
+      // client stops instead of retransmitting into a silent server.
+      stats_.refused_source_rate += 1;
+      send_close_without_state(dg, hd, NGTCP2_CONNECTION_REFUSED);
+    } else if (cfg_.retry != RetryMode::off) {
+      // Possibly forged: one Retry packet (smaller than the Initial, no
+      // state) and the client comes back with a token, or never does.
+      stats_.retries_source_rate += 1;
+      send_retry(dg, hd);
+    } else {
+      stats_.drop_source_rate += 1;
+    }
     return;
   }
   recent_handshakes_ += 1;

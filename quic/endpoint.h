@@ -69,8 +69,10 @@ struct EndpointConfig {
   // ...or while new handshakes arrive faster than this per second (a flood
   // of junk Initials fails fast and is never "in progress").
   double retry_rate = 1000;
-  // Per-source caps on connections and on new handshakes per second.
-  dataplane::SourceLimits per_source{256, 200, 400};
+  // Per-source caps on connections and on new handshakes per second: over
+  // the unvalidated rate a source gets a Retry, over the validated rate
+  // (after a Retry or with a NEW_TOKEN) CONNECTION_REFUSED.
+  dataplane::SourceLimits per_source{256, 200, 400, 5000};
   uint64_t idle_timeout = 30'000'000'000ull;
   uint64_t handshake_timeout = 10'000'000'000ull;
   uint64_t retry_token_lifetime = 10'000'000'000ull;
@@ -106,7 +108,9 @@ struct EndpointConfig {
   X(drop_tx_full, "stateless replies not sent: no room to transmit")                               \
   X(drop_other_worker, "dropped: another worker's connection ID, and no room to hand it off")      \
   X(drop_source_limit, "dropped Initials: the source holds its connection cap")                    \
-  X(drop_source_rate, "dropped Initials: the source opens connections too fast")                   \
+  X(drop_source_rate, "dropped Initials: the source opens connections too fast (Retry is off)")     \
+  X(retries_source_rate, "Retries sent: an unvalidated source over its new-connection rate")        \
+  X(refused_source_rate, "Initials refused: a validated source over its new-connection rate")       \
   X(version_negotiations, "Version Negotiation packets sent")                                      \
   X(retries_sent, "Retry packets sent")                                                            \
   X(stateless_resets_sent, "stateless resets sent")                                                \

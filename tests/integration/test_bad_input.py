@@ -19,6 +19,7 @@ UNROUTED_BUCKETS = ("handshakes_started", "retries_sent", "version_negotiations"
                     "drop_unknown_packet", "drop_bad_token", "drop_conn_limit",
                     "drop_amplification", "drop_reset_rate", "drop_tx_full",
                     "drop_other_worker", "drop_source_limit", "drop_source_rate",
+                    "refused_source_rate",
                     "drop_reflection")
 
 

@@ -95,6 +95,20 @@ class HostileQuicTest(TimedTestCase):
         self.assertGreater(stats["retries_sent"], 500, stats)
         self.assertLess(stats["handshakes_started"], 500, stats)
 
+    def test_source_over_its_rate_gets_a_retry_not_silence(self):
+        # One connection per second before a source must prove its address:
+        # the rest get a Retry and connect at once, none is dropped.
+        with Server("--dataplane", "socket", "--per-source-rate", "1") as srv:
+            results = [gtlsclient(srv, ["/bytes/100"], timeout=30)
+                       for _ in range(6)]
+            stats = srv.stop()
+        for r in results:
+            self.assertEqual(r.statuses, {0: 200}, r.output[-2000:])
+        self.assertGreaterEqual(stats["retries_source_rate"], 3, stats)
+        self.assertEqual(stats["drop_source_rate"], 0, stats)
+        self.assertEqual(stats["refused_source_rate"], 0, stats)
+        self.assertEqual(stats["handshakes_completed"], 6, stats)
+
 
 class HostileTcpTest(TimedTestCase):
     @classmethod
@@ -181,6 +195,21 @@ class HostileTcpTest(TimedTestCase):
                 s.close()
         self.assertLess(took, 3.0, f"SIGTERM took {took:.2f} s")
         self.assertEqual(srv.proc.returncode, 0)
+
+    def test_default_rates_let_one_host_connect_fast(self):
+        # A load generator on one host opens TCP connections far faster than
+        # the unvalidated QUIC rate (200/s, bursts of 400): a TCP peer has
+        # proven its address, so only the validated rate applies.
+        with Server("--dataplane", "socket") as srv:
+            for _ in range(700):
+                s = socket.create_connection((srv.host, srv.port), timeout=5)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+            time.sleep(0.3)
+            status = curl_status(srv)
+            stats = srv.stop()
+        self.assertEqual(stats["tcp_refused_source_rate"], 0, stats)
+        self.assertEqual(status, "200")
 
     def test_per_source_connection_cap(self):
         with Server("--dataplane", "socket", "--per-source-connections", "5") as srv:

@@ -621,6 +621,64 @@ TEST_F(QuicPipe, PerSourceConnectionCap) {
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
 
+// A source over its new-connection rate is asked to prove its address with
+// a Retry (one packet, no state) instead of being dropped into a
+// retransmission timeout, and then connects at once.
+TEST_F(QuicPipe, SourceOverItsRateGetsARetryAndConnects) {
+  quic::EndpointConfig cfg;
+  cfg.per_source = {0, 1, 1, 0}; // one unvalidated connection per second
+  start(cfg);                    // the fixture's client took it
+  EXPECT_EQ(stats().retries_sent, 0u);
+  TestClient second(clock_, make_test_path(50001));
+  size_t replies = 0;
+  for (auto &dg : second.write()) {
+    for (auto &back : server_->deliver(dg)) {
+      ++replies;
+      second.read(back);
+    }
+  }
+  EXPECT_EQ(replies, 1u); // the Retry, at once
+  EXPECT_EQ(stats().retries_source_rate, 1u);
+  EXPECT_EQ(stats().drop_source_rate, 0u);
+  const uint64_t before = clock_.now();
+  ASSERT_TRUE(run_until(second, *server_, clock_, [&] {
+    return second.handshake_completed() && stats().handshakes_completed == 2;
+  }));
+  EXPECT_LT(clock_.now() - before, 100'000'000u); // no retransmission timeout waited out
+}
+
+// With Retry off an over-rate Initial is still dropped and counted.
+TEST_F(QuicPipe, SourceOverItsRateIsDroppedWhenRetryIsOff) {
+  quic::EndpointConfig cfg;
+  cfg.retry = quic::RetryMode::off;
+  cfg.per_source = {0, 1, 1, 0};
+  start(cfg);
+  TestClient second(clock_, make_test_path(50001));
+  for (auto &dg : second.write()) EXPECT_TRUE(server_->deliver(dg).empty());
+  EXPECT_EQ(stats().drop_source_rate, 1u);
+  EXPECT_EQ(stats().retries_sent, 0u);
+}
+
+// A proven source that keeps opening connections faster than the validated
+// rate is refused with CONNECTION_REFUSED, not left to retransmit.
+TEST_F(QuicPipe, ValidatedSourceOverItsRateIsRefused) {
+  quic::EndpointConfig cfg;
+  cfg.retry = quic::RetryMode::on; // every handshake arrives with a Retry token
+  cfg.per_source = {0, 0, 0, 1};   // validated: 1/s, bursts of 2
+  start(cfg);
+  TestClient second(clock_, make_test_path(50001));
+  ASSERT_TRUE(run_until(second, *server_, clock_, [&] {
+    return second.handshake_completed() && stats().handshakes_completed == 2;
+  }));
+  TestClient third(clock_, make_test_path(50002));
+  ASSERT_TRUE(run_until(third, *server_, clock_, [&] { return third.closed(); }, 20));
+  EXPECT_FALSE(third.handshake_completed());
+  EXPECT_EQ(stats().refused_source_rate, 1u);
+  EXPECT_EQ(stats().handshakes_completed, 2u);
+  // The others are unharmed.
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
 // Regression (issue 10, neighbour spoofing): where replies go is learned
 // only from packets that decrypted; a forged packet carrying a live
 // connection's CID from another link address changes nothing.

@@ -57,6 +57,25 @@ TEST(SourceLimiter, RateLimitsNewConnectionsWithABurst) {
   EXPECT_EQ(lim.admit(addr("203.0.113.6:1"), SEC, &s), SourceLimiter::Verdict::ok);
 }
 
+TEST(SourceLimiter, ProvenSourcesDrawOnTheirOwnRate) {
+  SourceLimiter lim({0, 1, 1, 10});
+  using P = SourceLimiter::Proof;
+  uint32_t s;
+  auto src = addr("203.0.113.5:1");
+  EXPECT_EQ(lim.admit(src, SEC, &s), SourceLimiter::Verdict::ok);
+  EXPECT_EQ(lim.admit(src, SEC, &s), SourceLimiter::Verdict::too_fast);
+  // The unvalidated bucket is empty; the validated one is full (twice the rate).
+  int ok = 0;
+  for (int i = 0; i < 100; ++i) ok += lim.admit(src, SEC, &s, P::validated) == SourceLimiter::Verdict::ok;
+  EXPECT_EQ(ok, 20);
+  EXPECT_EQ(lim.admit(src, SEC, &s), SourceLimiter::Verdict::too_fast);
+  // Validated connections alone: no unvalidated limit applies.
+  SourceLimiter tcp({0, 0, 0, 5});
+  ok = 0;
+  for (int i = 0; i < 100; ++i) ok += tcp.admit(src, SEC, &s, P::validated) == SourceLimiter::Verdict::ok;
+  EXPECT_EQ(ok, 10);
+}
+
 TEST(SourceLimiter, OffByDefault) {
   SourceLimiter lim({});
   uint32_t s;
