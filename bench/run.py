@@ -2,7 +2,8 @@
 """xdpq's side-by-side benchmark: the same server on AF_XDP and on kernel UDP
 sockets, against ngtcp2's gtlsserver, Caddy, nginx 1.26 and HAProxy 3.0
 (HTTP/3; the last two from a Debian 13 chroot, bench/peers.sh) and nginx
-(HTTP/2 over TLS), under identical load, alternating A B A B, reporting medians and ratios.
+(HTTP/2 over TLS), under identical load, alternating A B A B, reporting
+medians and ratios.
 
 Topology: two network namespaces joined by a veth pair (GRO off on the
 server side, which AF_XDP copy mode needs; the same for every variant).
@@ -132,9 +133,6 @@ class ChrootPeers:
 
     def close(self):
         shutil.rmtree(self.outside, ignore_errors=True)
-
-    def serves(self, variant, body):
-        return body in PEER_BODIES.get(variant, BODIES)
 
     def cmd(self, variant, ip, port=4433):
         """The command (to run inside the server namespace) and writes its
