@@ -14,6 +14,14 @@ counters.
 
     bench/breakdown.py --build build/release                 # /bytes/65536 c=10 m=1
     bench/breakdown.py --body 3 -c 100 -m 32 --out /tmp/bd   # any cell
+    bench/breakdown.py --body 3 --variants socket,haproxy-h3 # against a peer
+
+The peers (haproxy-h3, nginx-h3: Debian 13's, from the chroot that
+bench/peers.sh makes, configured as in bench/run.py) have no debug symbols:
+their samples split by shared object and kernel symbol only, their own QUIC
+and HTTP/3 code lumped as "peer binary"; OpenSSL counts as crypto; the
+chroot's libc has no symbols for malloc's internals, so their allocator time
+lands in "other".
 
 Writes OUT/breakdown.md and OUT/breakdown.json. Measures; asserts nothing.
 """
@@ -30,11 +38,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from netns import Topology  # noqa: E402
+sys.path.insert(0, HERE)
+from run import (BODIES, CHROOT_PEERS, DEFAULT_CHROOT, PEER_BODIES, ChrootPeers,  # noqa: E402
+                 make_files)
 
 SERVER_CPU, CLIENT_CPU = "1", "0"
 
 LAYERS = ("dataplane", "kernel AF_XDP", "kernel net stack", "kernel other", "QUIC", "crypto",
-          "HTTP/3", "allocator", "other")
+          "HTTP/3", "allocator", "peer binary", "other")
 
 KERNEL_NET = re.compile(r"^(veth|udp|__udp|ip_|__ip|ip6|__ip6|inet|__inet|sock_|__sock|sk_|__sk_|"
                         r"skb|__skb|kfree_skb|consume_skb|napi|__napi|net_|__net|netif|__netif|"
@@ -58,13 +69,15 @@ def layer_of(dso, sym):
             return "kernel net stack"
         return "kernel other"
     base = os.path.basename(dso)
-    if base.startswith("libngtcp2_crypto") or re.match(r"lib(gnutls|nettle|hogweed|gmp|crypto)",
-                                                        base):
+    if base.startswith("libngtcp2_crypto") or re.match(
+            r"lib(gnutls|nettle|hogweed|gmp|crypto|ssl)", base):
         return "crypto"
     if base.startswith("libngtcp2"):
         return "QUIC"
     if base.startswith("libnghttp3"):
         return "HTTP/3"
+    if base in ("haproxy", "nginx"):
+        return "peer binary"  # stripped: its QUIC, HTTP/3 and the rest in one
     if base.startswith("libc.so") or base.startswith("ld-linux"):
         if re.search(r"malloc|free|calloc|realloc|_int_|tcache|arena|sysmalloc", sym):
             return "allocator"
@@ -86,23 +99,31 @@ def machine_ticks():
     return sum(v) - v[3] - v[4]
 
 
-def run_one(args, dataplane, out):
+def run_one(args, dataplane, out, peers=None):
     with Topology() as topo:
-        srv_log = os.path.join(out, f"xdpqd-{dataplane}.log")
-        cmd = ["ip", "netns", "exec", topo.srv_ns, "taskset", "-c", SERVER_CPU,
-               os.path.join(args.build, "xdpqd"), "--listen", f"{topo.srv_ip}:4433",
-               "--workers", "1", "--no-tcp", "--per-source-connections", "0",
-               "--per-source-rate", "0", "--retry-rate", "0"]
-        if dataplane == "afxdp":
-            cmd += ["--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode", "native"]
-        cmd += args.server_args
+        srv_log = os.path.join(out, f"server-{dataplane}.log")
+        if dataplane in CHROOT_PEERS:
+            cmd = ["ip", "netns", "exec", topo.srv_ns, *peers.cmd(dataplane, topo.srv_ip)]
+        else:
+            cmd = ["ip", "netns", "exec", topo.srv_ns, "taskset", "-c", SERVER_CPU,
+                   os.path.join(args.build, "xdpqd"), "--listen", f"{topo.srv_ip}:4433",
+                   "--workers", "1", "--no-tcp", "--per-source-connections", "0",
+                   "--per-source-rate", "0", "--retry-rate", "0"]
+            if dataplane == "afxdp":
+                cmd += ["--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native"]
+            cmd += args.server_args
         with open(srv_log, "w") as log:
             srv = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             deadline = time.time() + 10
-            while "ready:" not in open(srv_log).read():
+            if dataplane in CHROOT_PEERS:
+                time.sleep(1.0)  # neither says when it is ready
+            while dataplane not in CHROOT_PEERS and "ready:" not in open(srv_log).read():
                 if time.time() > deadline or srv.poll() is not None:
                     raise SystemExit(f"xdpqd did not start:\n{open(srv_log).read()}")
                 time.sleep(0.05)
+            if srv.poll() is not None:
+                raise SystemExit(f"{dataplane} did not start:\n{open(srv_log).read()}")
             url = f"https://{topo.srv_ip}:4433/bytes/{args.body}"
             load = subprocess.Popen(
                 ["ip", "netns", "exec", topo.cli_ns, "taskset", "-c", CLIENT_CPU,
@@ -139,7 +160,7 @@ def run_one(args, dataplane, out):
         if comm == "swapper" or (dso.startswith("[kernel") and IDLE.search(sym)):
             continue  # the idle task: /proc/stat does not count it either
         by_layer[layer_of(dso, sym)] += pct
-        who = ("server" if comm.startswith("xdpqd") or comm.startswith("worker")
+        who = ("server" if comm.startswith(("xdpqd", "worker", "haproxy", "nginx"))
                else "client" if comm.startswith("h3load") else "kernel threads")
         by_comm[who] = by_comm.get(who, 0.0) + pct
     cpu_us = ticks / os.sysconf("SC_CLK_TCK") * 1e6 / requests if requests else 0.0
@@ -184,35 +205,66 @@ def main():
                         "OUT/perf-*.data; the layer split stays by leaf symbol")
     p.add_argument("--server-args", nargs=argparse.REMAINDER, default=[],
                    help="extra xdpqd flags for both runs (last on the line)")
+    p.add_argument("--variants", default="afxdp,socket",
+                   help="comma list, run alternately: afxdp and socket (xdpqd's dataplanes), "
+                        "haproxy-h3, nginx-h3 (from the chroot bench/peers.sh makes)")
+    p.add_argument("--chroot", default=DEFAULT_CHROOT, help="bench/peers.sh's chroot")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    variants = args.variants.split(",")
+    for v in variants:
+        if v not in ("afxdp", "socket") + CHROOT_PEERS:
+            p.error(f"unknown variant {v}")
+        sizes = [str(BODIES[b]) for b in PEER_BODIES.get(v, BODIES)]
+        if args.body not in sizes:
+            p.error(f"{v} serves /bytes/N for N in {', '.join(sizes)} only")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    rounds = [[run_one(args, d, args.out) for d in ("afxdp", "socket")]
-              for _ in range(args.rounds)]
-    runs = [median_run([r[i] for r in rounds]) for i in range(2)]
+    peers = None
+    if any(v in CHROOT_PEERS for v in variants):
+        work = os.path.join(args.out, "peer-files")
+        os.makedirs(work, exist_ok=True)
+        peers = ChrootPeers(args.chroot, *make_files(work))
+    try:
+        rounds = [[run_one(args, d, args.out, peers) for d in variants]
+                  for _ in range(args.rounds)]
+    finally:
+        if peers:
+            peers.close()
+    runs = [median_run([r[i] for r in rounds]) for i in range(len(variants))]
     cell = f"/bytes/{args.body} c={args.c} m={args.m}"
     lines = [f"# Per-layer CPU breakdown: {cell}", "",
              f"Commit `{commit}`; command: `bench/breakdown.py {' '.join(sys.argv[1:])}`; "
              f"{args.rounds} alternating rounds of {args.seconds:g} s of `perf record -a` on CPUs "
-             f"{CLIENT_CPU},{SERVER_CPU} per dataplane, medians. Machine CPU microseconds per "
+             f"{CLIENT_CPU},{SERVER_CPU} per variant, medians. Machine CPU microseconds per "
              "request (idle excluded), by layer; QUIC, crypto and HTTP/3 include the client's "
-             "share (h3load runs the same libraries).", "",
-             "| layer | afxdp | socket | afxdp/socket |", "|---|---:|---:|---:|"]
-    a, s = runs
+             "share (h3load runs the same libraries).", ""]
+    # Ratios: afxdp over socket, and each xdpq dataplane over each peer.
+    ratios = [(a, b) for a in ("afxdp", "socket") for b in ("socket",) + CHROOT_PEERS
+              if a != b and a in variants and b in variants]
+    by = dict(zip(variants, runs))
+    lines += ["| layer | " + " | ".join(variants + [f"{a}/{b}" for a, b in ratios]) + " |",
+              "|---|" + "---:|" * (len(variants) + len(ratios))]
+
+    def value(r, k):
+        return r["machine_cpu_us_per_req"] if k == "total" else r["layers_us_per_req"][k]
     for k in LAYERS + ("total",):
-        va = a["machine_cpu_us_per_req"] if k == "total" else a["layers_us_per_req"][k]
-        vs = s["machine_cpu_us_per_req"] if k == "total" else s["layers_us_per_req"][k]
-        ratio = f"{va / vs:.2f}" if vs > 0.05 else "-"
-        lines.append(f"| {k} | {va:.1f} | {vs:.1f} | {ratio} |")
-    lines += ["", "| | afxdp | socket |", "|---|---:|---:|"]
+        if k == "peer binary" and not any(v in CHROOT_PEERS for v in variants):
+            continue
+        cols = [f"{value(r, k):.1f}" for r in runs]
+        cols += [f"{value(by[a], k) / value(by[b], k):.2f}"
+                 if min(value(by[a], k), value(by[b], k)) > 0.05 else "-" for a, b in ratios]
+        lines.append(f"| {k} | " + " | ".join(cols) + " |")
+    lines += ["", "| | " + " | ".join(variants) + " |", "|---|" + "---:|" * len(variants)]
     for k, label in (("req_per_s", "req/s"), ("datagrams_out_per_req", "datagrams out / req"),
                      ("datagrams_in_per_req", "datagrams in / req"),
                      ("tx_sends_per_req", "TX syscalls or kicks / req")):
-        lines.append(f"| {label} | {a[k]:.2f} | {s[k]:.2f} |")
+        lines.append(f"| {label} | " + " | ".join(
+            f"{r[k]:.2f}" if r["dataplane"] not in CHROOT_PEERS or k == "req_per_s" else "-"
+            for r in runs) + " |")
     for who in ("server", "client", "kernel threads"):
-        lines.append(f"| share of samples: {who} | {a['process_share_pct'].get(who, 0):.1f} % | "
-                     f"{s['process_share_pct'].get(who, 0):.1f} % |")
+        lines.append(f"| share of samples: {who} | " + " | ".join(
+            f"{r['process_share_pct'].get(who, 0):.1f} %" for r in runs) + " |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "breakdown.md"), "w") as f:
         f.write(text)

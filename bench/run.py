@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """xdpq's side-by-side benchmark: the same server on AF_XDP and on kernel UDP
-sockets, against ngtcp2's gtlsserver (HTTP/3) and nginx (HTTP/2 over TLS),
-under identical load, alternating A B A B, reporting medians and ratios.
+sockets, against ngtcp2's gtlsserver, Caddy, nginx 1.26 and HAProxy 3.0
+(HTTP/3; the last two from a Debian 13 chroot, bench/peers.sh) and nginx
+(HTTP/2 over TLS), under identical load, alternating A B A B, reporting
+medians and ratios.
 
 Topology: two network namespaces joined by a veth pair (GRO off on the
 server side, which AF_XDP copy mode needs; the same for every variant).
@@ -13,6 +15,9 @@ static files from one document root.
     bench/run.py --smoke          # one short cell: CI keeps the harness alive
     bench/run.py --compare OLD/build/release --variants xdpq-socket,base-socket \
         --cells '3B c=100'        # before/after a change, same client, alternating
+    bench/peers.sh && bench/run.py --cells peers
+                                  # xdpq (both dataplanes) against HAProxy 3.0 and
+                                  # nginx 1.26 over HTTP/3, from a Debian 13 chroot
 
 Writes OUT/results.json (raw runs, git commit, machine, exact commands),
 OUT/report.md (medians, ratios) and OUT/*.png (plots). Benchmarks measure;
@@ -40,6 +45,21 @@ from netns import Topology, sh  # noqa: E402
 
 BODIES = {"3": 3, "16k": 16384, "64k": 65536, "1m": 1048576}
 SERVER_CPU, CLIENT_CPU = "1", "0"
+# nginx 1.26 and HAProxy 3.0 with HTTP/3 run from the Debian 13 chroot that
+# bench/peers.sh makes (Debian 12 has neither HTTP/3 build).
+CHROOT_PEERS = ("haproxy-h3", "nginx-h3")
+DEFAULT_CHROOT = os.environ.get("XDPQ_TRIXIE", "/var/lib/xdpq-bench/trixie")
+CHROOT_MARKER = ".xdpq-bench-complete"
+# HAProxy answers from memory (`http-request return ... file`): the whole
+# response must fit one buffer (tune.bufsize, raised to 32 KiB below), so it
+# serves the 3 B and 16 KiB bodies only.
+PEER_BODIES = {"haproxy-h3": ("3", "16k")}
+# The peer comparison (--cells peers): the cells the product quotes, on the
+# static files every server serves, and a handshake per request.
+PEER_CELLS = [dict(body="3", c=c, m=m, handshake=False) for c, m in
+              ((1, 1), (10, 1), (100, 1), (100, 32))]
+PEER_CELLS += [dict(body="16k", c=10, m=1, handshake=False),
+               dict(body="3", c=16, m=1, handshake=True)]
 
 
 def cpu_times():
@@ -68,6 +88,117 @@ def descendants(pid):
     return result
 
 
+def make_files(work):
+    """The document root (BODIES as b3, b16k, ...) and a P-256 certificate
+    under work: the same for every server. Returns (docroot, cert, key)."""
+    docroot = os.path.join(work, "www")
+    os.makedirs(docroot, exist_ok=True)
+    for name, size in BODIES.items():
+        with open(os.path.join(docroot, f"b{name}"), "wb") as f:
+            f.write(b"x" * size)
+    key = os.path.join(work, "key.pem")
+    cert = os.path.join(work, "cert.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out",
+                    cert, "-days", "2", "-subj", "/CN=localhost"], check=True,
+                   capture_output=True)
+    return docroot, cert, key
+
+
+def chroot_ready(chroot):
+    return os.path.exists(os.path.join(chroot, CHROOT_MARKER))
+
+
+class ChrootPeers:
+    """nginx-h3 and haproxy-h3: Debian 13's nginx and HAProxy in the chroot
+    from bench/peers.sh, given copies of the certificate, key and document
+    root (under /xdpq-bench/RUN inside it, removed by close()), one worker or
+    thread, pinned to the server CPU like every other variant."""
+
+    def __init__(self, chroot, docroot, cert, key):
+        if not chroot_ready(chroot):
+            raise RuntimeError(f"no finished Debian 13 chroot at {chroot}: run bench/peers.sh "
+                               f"{chroot} first (nginx-h3 and haproxy-h3 run from it)")
+        self.chroot = chroot
+        self.inside = f"/xdpq-bench/run-{os.getpid()}-{int(time.time())}"
+        self.outside = chroot + self.inside
+        os.makedirs(self.outside)
+        os.chmod(self.outside, 0o755)  # nginx's worker runs as nobody
+        shutil.copytree(docroot, self.outside + "/www")
+        shutil.copy(cert, self.outside + "/cert.pem")
+        shutil.copy(key, self.outside + "/key.pem")
+        with open(self.outside + "/cert+key.pem", "w") as f:  # HAProxy's crt
+            f.write(open(cert).read() + open(key).read())
+        self.configs = {}
+
+    def close(self):
+        shutil.rmtree(self.outside, ignore_errors=True)
+
+    def cmd(self, variant, ip, port=4433):
+        """The command (to run inside the server namespace) and writes its
+        configuration. Both answer /bN (the docroot's files) and /bytes/N
+        (the same bodies, as xdpq's generated route)."""
+        d = self.inside
+        if variant == "nginx-h3":
+            exact = "".join(f"    location = /bytes/{size} {{ alias {d}/www/b{name}; }}\n"
+                            for name, size in BODIES.items())
+            conf = f"""worker_processes 1;
+worker_cpu_affinity {'10' if SERVER_CPU == '1' else '01'};
+daemon off; master_process on; pid {d}/nginx.pid; error_log stderr warn;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000; default_type text/plain;
+  # Small files from memory-resident descriptors, like xdpq's file cache.
+  open_file_cache max=64 inactive=600s; open_file_cache_valid 600s;
+  server {{
+    listen {ip}:{port} quic reuseport;
+    http3 on; quic_gso on;
+    ssl_protocols TLSv1.3;
+    ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;
+    root {d}/www;
+{exact}  }}
+}}
+"""
+            path, argv = "nginx.conf", ["nginx", "-c", f"{d}/nginx.conf"]
+        elif variant == "haproxy-h3":
+            ret = "".join(f"  http-request return status 200 content-type text/plain file "
+                          f"{d}/www/b{name} if {{ path /b{name} /bytes/{BODIES[name]} }}\n"
+                          for name in PEER_BODIES["haproxy-h3"])
+            conf = f"""global
+  # Debian's HAProxy 3.0 is built on OpenSSL's QUIC compatibility layer.
+  limited-quic
+  # Its descriptor need must fit the limit (5000 does).
+  maxconn 5000
+  nbthread 1
+  cpu-map 1/1 {SERVER_CPU}
+  # http-request return builds the whole response in one buffer.
+  tune.bufsize 32768
+defaults
+  mode http
+  timeout client 30s
+  timeout connect 5s
+  timeout server 30s
+frontend h3
+  bind quic4@{ip}:{port} ssl crt {d}/cert+key.pem alpn h3
+{ret}  http-request return status 404
+"""
+            path, argv = "haproxy.cfg", ["haproxy", "-db", "-f", f"{d}/haproxy.cfg"]
+        else:
+            raise ValueError(variant)
+        with open(os.path.join(self.outside, path), "w") as f:
+            f.write(conf)
+        self.configs[variant] = conf
+        return ["taskset", "-c", SERVER_CPU, "chroot", self.chroot, *argv]
+
+    def curl(self, ns, ip, path="/b3", port=4433):
+        """One request with the chroot's curl (OpenSSL 3.5's QUIC stack), HTTP/3
+        only: an independent client. Returns (status, body length)."""
+        r = subprocess.run(["ip", "netns", "exec", ns, "chroot", self.chroot, "curl", "-sk",
+                            "--http3-only", "--max-time", "5", "-o", "/dev/null", "-w",
+                            "%{http_version} %{http_code} %{size_download}",
+                            f"https://{ip}:{port}{path}"], capture_output=True, text=True)
+        return r.stdout.strip() or r.stderr.strip()
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -82,17 +213,9 @@ class Bench:
         os.makedirs(self.out, exist_ok=True)
         self.work = tempfile.mkdtemp(prefix="xdpq-bench-")
         os.chmod(self.work, 0o755)  # nginx's workers run as nobody
-        self.docroot = os.path.join(self.work, "www")
-        os.makedirs(self.docroot)
-        for name, size in BODIES.items():
-            with open(os.path.join(self.docroot, f"b{name}"), "wb") as f:
-                f.write(b"x" * size)
-        self.key = os.path.join(self.work, "key.pem")
-        self.cert = os.path.join(self.work, "cert.pem")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:P-256", "-nodes", "-keyout", self.key, "-out",
-                        self.cert, "-days", "2", "-subj", "/CN=localhost"], check=True,
-                       capture_output=True)
+        self.docroot, self.cert, self.key = make_files(self.work)
+        self.peers = None  # ChrootPeers, made when a chroot variant first runs
+        self.curl_checks = {}
         self.runs = []
         self.helps = {}
         self.commands = {}
@@ -150,6 +273,10 @@ https://{topo.srv_ip}:4433 {{
             return pin + ["env", f"HOME={self.work}", f"XDG_DATA_HOME={self.work}",
                           f"XDG_CONFIG_HOME={self.work}", "GOMAXPROCS=1", "caddy", "run",
                           "--config", conf, "--adapter", "caddyfile"]
+        if variant in CHROOT_PEERS:
+            if self.peers is None:
+                self.peers = ChrootPeers(self.args.chroot, self.docroot, self.cert, self.key)
+            return self.peers.cmd(variant, topo.srv_ip)
         if variant == "nginx-h2":
             conf = os.path.join(self.work, "nginx.conf")
             with open(conf, "w") as f:
@@ -197,7 +324,7 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                 env["LD_PRELOAD"] = shim
         proc = subprocess.Popen(["ip", "netns", "exec", topo.srv_ns, *cmd], stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
-        time.sleep(0.8 if variant != "nginx-h2" else 1.0)
+        time.sleep(1.0 if variant.startswith("nginx") or variant in CHROOT_PEERS else 0.8)
         if proc.poll() is not None:
             raise RuntimeError(f"{variant} exited: " + open(log.name).read()[-2000:])
         return proc, log
@@ -317,6 +444,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         # gen: /bytes/N (generated in memory, xdpq only: isolates the dataplane
         # from file serving); otherwise the same static file for every server.
         echo_cells = [dict(body=b, c=4, m=32, handshake=False, echo=True) for b in ("64", "1200")]
+        if a.preset == "peers":
+            return [dict(c) for c in PEER_CELLS], [], []
         if a.smoke:
             h3_cells = [dict(body="3", c=2, m=4, handshake=False, gen=True)]
             h2_cells = []
@@ -360,6 +489,16 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             else:
                 print("caddy not installed (bench/run.sh installs it): no Caddy column",
                       flush=True)
+            asked = [v for v in CHROOT_PEERS if self.args.variants
+                     and v in self.args.variants.split(",")]
+            if chroot_ready(self.args.chroot):
+                h3_variants += list(CHROOT_PEERS)
+            elif asked:
+                sys.exit(f"{', '.join(asked)}: no Debian 13 chroot at {self.args.chroot}; "
+                         f"make it with: bench/peers.sh {self.args.chroot}")
+            else:
+                print(f"no Debian 13 chroot at {self.args.chroot} (bench/peers.sh makes it): "
+                      "no nginx-h3 or haproxy-h3 columns", flush=True)
         h2_variants = ["xdpq-h2", "nginx-h2"]
         echo_variants = ["xdpq-afxdp", "xdpq-socket"]
         if self.base_xdpqd:
@@ -380,9 +519,30 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                         for v in variants[k:] + variants[:k]:
                             if cell.get("gen") and not is_xdpq(v):
                                 continue  # /bytes/N is xdpq's own route
+                            if v in PEER_BODIES and cell["body"] not in PEER_BODIES[v]:
+                                continue  # HAProxy answers small bodies only
                             if self.wanted(v, cell):
                                 self.run_cell(v, proto, cell, topo)
+                if rnd == 0 and self.peers and self.args.rounds:
+                    self.check_peers(topo)
+        if self.peers:
+            self.peers.close()
         self.report()
+
+    def check_peers(self, topo):
+        """Once: the chroot's curl (an independent HTTP/3 client) fetches
+        /b3 from each chroot peer that ran; the answers go in the report."""
+        for v in self.peers.configs:
+            try:
+                proc, log = self.start_server(v, topo)
+            except RuntimeError as e:
+                self.curl_checks[v] = f"did not start: {e}"[:300]
+                continue
+            try:
+                self.curl_checks[v] = self.peers.curl(topo.cli_ns, topo.srv_ip)
+            finally:
+                self.stop_server(proc, log, v)
+            print(f"  {v:12s} curl --http3-only /b3: {self.curl_checks[v]}", flush=True)
 
     # --- report --------------------------------------------------------------
 
@@ -398,6 +558,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                         "cpu_model": cpu_model()},
             "command": " ".join(sys.argv),
             "server_commands": self.commands,
+            "server_configs": self.peers.configs if self.peers else {},
+            "curl_http3_checks": self.curl_checks,
             "seconds_per_run": self.args.seconds, "rounds": self.args.rounds,
             "topology": "two netns, veth pair, GRO off on the server side; server on CPU "
                         f"{SERVER_CPU}, client on CPU {CLIENT_CPU}",
@@ -552,7 +714,9 @@ def summarize(runs):
 PAIRS = (("xdpq-afxdp", "xdpq-socket"), ("xdpq-afxdp", "gtlsserver"),
          ("xdpq-socket", "gtlsserver"), ("xdpq-socket", "caddy"), ("xdpq-h2", "nginx-h2"),
          ("xdpq-afxdp", "base-afxdp"), ("xdpq-socket", "base-socket"), ("xdpq-h2", "base-h2"),
-         ("xdpq-afxdp", "xdpq-afxdp-ring"), ("xdpq-afxdp-ring", "xdpq-socket"))
+         ("xdpq-afxdp", "xdpq-afxdp-ring"), ("xdpq-afxdp-ring", "xdpq-socket"),
+         ("xdpq-afxdp", "haproxy-h3"), ("xdpq-socket", "haproxy-h3"),
+         ("xdpq-afxdp", "nginx-h3"), ("xdpq-socket", "nginx-h3"))
 
 
 def paired_ratios(runs):
@@ -644,8 +808,18 @@ def main():
                    help="also run the xdpq variants from this build dir (base-afxdp, "
                         "base-socket, base-h2): before/after figures in one run")
     p.add_argument("--variants", help="comma list: run only these variants")
-    p.add_argument("--cells", help="regex: run only cells whose name matches")
+    p.add_argument("--cells", help="regex: run only cells whose name matches; 'peers': the "
+                   "peer comparison (3 B at c=1, 10, 100 m=1 and c=100 m=32, 16 KiB c=10 m=1, "
+                   "a new connection per request at c=16; by default on xdpq-afxdp, "
+                   "xdpq-socket, haproxy-h3, nginx-h3)")
+    p.add_argument("--chroot", default=DEFAULT_CHROOT,
+                   help="the Debian 13 chroot made by bench/peers.sh (nginx-h3, haproxy-h3)")
     a = p.parse_args()
+    a.preset = None
+    if a.cells == "peers":
+        a.preset, a.cells = "peers", None
+        if not a.variants:
+            a.variants = "xdpq-afxdp,xdpq-socket,haproxy-h3,nginx-h3"
     if a.rounds is None:
         a.rounds = 1 if a.smoke else 3
     if a.seconds is None:

@@ -2,7 +2,7 @@
 # One command for the benchmark report: installs what it needs, builds the
 # release preset (xdpqd and h3load), runs the side-by-side harness as root
 # and the micro-benchmarks, and writes bench/results/latest/.
-#   bench/run.sh            # full matrix and micro-benchmarks (~25 minutes on 2 cores)
+#   bench/run.sh            # full matrix and micro-benchmarks (~30 minutes on 2 cores)
 #   bench/run.sh --quick    # a small matrix, under 5 minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,9 @@ if ! command -v caddy >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends caddy
   systemctl disable --now caddy 2>/dev/null || true
 fi
+# nginx 1.26 and HAProxy 3.0 with HTTP/3 (peers nginx-h3, haproxy-h3) come
+# from a Debian 13 chroot, made once (~40 MB from the Debian archive).
+bash bench/peers.sh >/dev/null || echo "no Debian 13 chroot: no nginx-h3 or haproxy-h3 columns" >&2
 cmake --preset release >/dev/null
 cmake --build --preset release
 OUT=bench/results/latest
