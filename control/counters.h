@@ -34,5 +34,7 @@ std::string counters_line(const Counters &c);
 std::string counters_table(const std::vector<WorkerSnapshot> &snaps, const Counters &xdp);
 // Prometheus text exposition of counters, gauges and latency histograms.
 std::string prometheus_text(const std::vector<WorkerSnapshot> &snaps, const Counters &xdp);
+// This thread's malloc calls, when the counting shim is preloaded.
+uint64_t thread_malloc_count();
 
 } // namespace xdpq::control

@@ -63,7 +63,7 @@ public:
 
 private:
   struct ControlLoop;
-  // control_plane.cc
+  // control_socket.cc
   void open_control();
   void close_control();
   std::string command(const std::vector<std::string> &args, bool json);
@@ -71,6 +71,7 @@ private:
   std::string status_text(bool json);
   std::string stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
   std::string conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
+  // control_plane.cc
   std::string reload();
   void begin_drain(const char *why, bool notify_systemd = true);
   // Binary upgrade (control thread): starts the new process, hands it the

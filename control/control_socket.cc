@@ -1,0 +1,367 @@
+// The control socket (xdpqctl) and the metrics port: their listeners,
+// the commands and the status, counter and connection pages they answer.
+//
+// Control protocol (documented in README "Control socket"): the client
+// sends one line, fields separated by TAB: FORMAT TAB COMMAND [TAB ARG...]
+// where FORMAT is "json" or "text"; the server answers with one document in
+// that format and closes. Errors: {"error": "..."} (json) or "error: ...".
+
+#include "control/admin.h"
+#include "control/config.h"
+#include "control/counters.h"
+#include "base/log.h"
+#include "control/self_signed.h"
+#include "control/server.h"
+#include "control/systemd.h"
+#include "control/worker.h"
+#include "dataplane/xdp_program.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "xdpq_version.h"
+
+namespace xdpq::control {
+
+namespace {
+
+std::string json_escape(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+    case '"': o += "\\\""; break;
+    case '\\': o += "\\\\"; break;
+    case '\n': o += "\\n"; break;
+    case '\t': o += "\\t"; break;
+    default:
+      if (static_cast<unsigned char>(c) < 0x20) {
+        char b[8];
+        snprintf(b, sizeof(b), "\\u%04x", c);
+        o += b;
+      } else {
+        o += c;
+      }
+    }
+  }
+  return o;
+}
+
+std::string default_control_path() {
+  // Root, and the service user the unit gives /run/xdpq to (RuntimeDirectory=).
+  if (geteuid() == 0 || access("/run/xdpq", W_OK) == 0)
+    return "/run/xdpq/xdpqd.sock";
+  const char *rt = getenv("XDG_RUNTIME_DIR");
+  if (rt && *rt) return std::string(rt) + "/xdpqd.sock";
+  return "/tmp/xdpqd-" + std::to_string(geteuid()) + ".sock";
+}
+
+} // namespace
+
+std::string control_socket_path(const Options &o) {
+  return o.control_socket.empty() ? default_control_path() : o.control_socket;
+}
+
+namespace {
+
+// The control socket at path, created 0600; a stale one from a crashed run
+// is replaced, a live one refused.
+int bind_control_socket(const std::string &path) {
+  auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    mkdir(path.substr(0, slash).c_str(), 0700); // may exist
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    throw UsageError("--control-socket " + path + ": path too long");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (connect(probe, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0) {
+    close(probe);
+    throw UsageError("--control-socket " + path +
+                     ": another xdpqd is listening there (use another path)");
+  }
+  close(probe);
+  unlink(path.c_str());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  mode_t old = umask(0177); // the socket file is created 0600: owner only
+  int rv = bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
+  umask(old);
+  if (rv != 0 || listen(fd, 16) != 0) {
+    std::string why = strerror(errno);
+    close(fd);
+    throw UsageError("--control-socket " + path + ": " + why);
+  }
+  return fd;
+}
+
+} // namespace
+
+void Server::open_control() {
+  started_at_ = dataplane::monotonic_ns();
+  control_path_ = control_socket_path(opts_);
+  if (inherited_) {
+    // The previous process's listening sockets: xdpqctl and scrapers see
+    // no gap. (A changed path or metrics address takes a restart.)
+    for (size_t k = 0; k < inherited_->sockets.size(); ++k) {
+      const auto &s = inherited_->sockets[k];
+      if (s.kind == Inheritance::Kind::control && control_fd_ < 0) {
+        control_fd_ = s.fd;
+        adopted_.push_back(k);
+      } else if (s.kind == Inheritance::Kind::metrics && opts_.metrics && metrics_fd_ < 0) {
+        metrics_fd_ = s.fd;
+        adopted_.push_back(k);
+      }
+    }
+  }
+  if (control_fd_ < 0) control_fd_ = bind_control_socket(control_path_);
+  if (opts_.metrics && metrics_fd_ < 0) {
+    const auto &a = *opts_.metrics;
+    metrics_fd_ = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(metrics_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(metrics_fd_, &a.u.sa, a.len) != 0 || listen(metrics_fd_, 16) != 0) {
+      std::string why = strerror(errno);
+      close(metrics_fd_);
+      metrics_fd_ = -1;
+      throw UsageError("--metrics " + a.to_string() + ": " + why);
+    }
+  }
+}
+
+void Server::close_control() {
+  if (control_fd_ >= 0) {
+    close(control_fd_);
+    // After a binary upgrade the path is the new process's socket; a new
+    // process that never became ready leaves it to the old one.
+    if (!handed_over_ && (!inherited_ || reported_ready_)) unlink(control_path_.c_str());
+    control_fd_ = -1;
+  }
+  if (metrics_fd_ >= 0) {
+    close(metrics_fd_);
+    metrics_fd_ = -1;
+  }
+}
+
+std::vector<WorkerSnapshot> Server::snapshots(bool with_conns) {
+  std::vector<WorkerSnapshot> v;
+  for (auto &w : workers_) {
+    WorkerSnapshot s;
+    if (w->snapshot(s, with_conns, std::chrono::milliseconds(500))) v.push_back(std::move(s));
+  }
+  return v;
+}
+
+std::string Server::status_text(bool json) {
+  uint64_t up = (dataplane::monotonic_ns() - started_at_) / 1'000'000'000ull;
+  auto snaps = snapshots(false);
+  std::string listen;
+  for (const auto &a : listen_) listen += (listen.empty() ? "" : " ") + a.to_string();
+  std::string xdp_mode, prog;
+#ifdef XDPQ_HAVE_AFXDP
+  if (program_) {
+    xdp_mode = program_->mode();
+    prog = std::to_string(program_->prog_id());
+  }
+#endif
+  if (json) {
+    std::string j = "{\"version\":\"" XDPQ_VERSION "\",\"pid\":" + std::to_string(getpid()) +
+                    ",\"uptime_s\":" + std::to_string(up) + ",\"state\":\"" +
+                    (draining_ ? "draining" : "running") + "\",\"dataplane\":\"" +
+                    opts_.dataplane + "\",\"interface\":\"" + json_escape(opts_.interface) +
+                    "\",\"xdp_mode\":\"" + xdp_mode + "\",\"prog_id\":" +
+                    (prog.empty() ? "null" : prog) + ",\"listen\":\"" + listen +
+                    "\",\"description\":\"" + json_escape(dataplane_info_) + "\",\"workers\":[";
+    for (size_t i = 0; i < snaps.size(); ++i) {
+      const auto &s = snaps[i];
+      j += (i ? "," : "") + std::string("{\"id\":") + std::to_string(s.id) + ",\"cpu\":" +
+           std::to_string(s.cpu);
+#ifdef XDPQ_HAVE_AFXDP
+      if (s.has_afxdp) {
+        j += ",\"queue\":" + std::to_string(s.queues.empty() ? 0 : s.queues[0]) +
+             ",\"queues\":[" + dataplane::queue_list(s.queues) +
+             "],\"zerocopy\":" + (s.zerocopy ? "true" : "false");
+      }
+#endif
+      j += ",\"quic_connections\":" + std::to_string(s.gauges.quic_connections) +
+           ",\"tcp_connections\":" + std::to_string(s.gauges.tcp_connections) + "}";
+    }
+    return j + "]}";
+  }
+  std::ostringstream t;
+  t << "xdpqd " XDPQ_VERSION " (pid " << getpid() << "), up " << up << " s, "
+    << (draining_ ? "draining" : "running") << "\n"
+    << "listen:     " << listen << "\n"
+    << "dataplane:  "
+    << (dataplane_info_.starts_with("dataplane ") ? dataplane_info_.substr(10) : dataplane_info_)
+    << "\n";
+  if (!xdp_mode.empty()) {
+    t << "xdp:        " << opts_.interface << ", " << xdp_mode << " mode, program id " << prog
+      << "\n";
+  }
+  t << "worker  cpu  queue  zero-copy  quic-conns  tcp-conns\n";
+  for (const auto &s : snaps) {
+    char line[128];
+    std::string queue = "-", zc = "-";
+#ifdef XDPQ_HAVE_AFXDP
+    if (s.has_afxdp) {
+      queue = dataplane::queue_list(s.queues);
+      zc = s.zerocopy ? "yes" : "no";
+    }
+#endif
+    snprintf(line, sizeof(line), "%6d  %3d  %5s  %9s  %10zu  %9zu\n", s.id, s.cpu, queue.c_str(),
+             zc.c_str(), static_cast<size_t>(s.gauges.quic_connections),
+             static_cast<size_t>(s.gauges.tcp_connections));
+    t << line;
+  }
+  return t.str();
+}
+
+std::string Server::stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const {
+  Counters xdp = xdp_counters(program_.get());
+  if (!json) return counters_table(snaps, xdp);
+  Counters all = sum(snaps);
+  all.insert(all.end(), xdp.begin(), xdp.end());
+  std::string j = "{\"total\":" + counters_json(all) + ",\"workers\":[";
+  for (size_t i = 0; i < snaps.size(); ++i) {
+    j += (i ? "," : "") + std::string("{\"id\":") + std::to_string(snaps[i].id) +
+         ",\"counters\":" + counters_json(counters_of(snaps[i])) + "}";
+  }
+  return j + "]}";
+}
+
+std::string Server::conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const {
+  std::ostringstream t;
+  if (json) {
+    t << "{\"connections\":[";
+    bool first = true;
+    for (const auto &s : snaps) {
+      for (const auto &c : s.quic_conns) {
+        t << (first ? "" : ",") << "{\"worker\":" << s.id << ",\"proto\":\"h3\",\"peer\":\""
+          << c.peer << "\",\"state\":\"" << c.state << "\",\"age_ms\":" << c.age_ms
+          << ",\"rtt_us\":" << c.rtt_us << ",\"bytes_in\":" << c.bytes_in
+          << ",\"bytes_out\":" << c.bytes_out << ",\"streams\":" << c.streams << "}";
+        first = false;
+      }
+      for (const auto &c : s.tcp_conns) {
+        t << (first ? "" : ",") << "{\"worker\":" << s.id << ",\"proto\":\"" << c.proto
+          << "\",\"peer\":\"" << c.peer << "\",\"state\":\"" << (c.busy ? "busy" : "idle")
+          << "\",\"age_ms\":" << c.age_ms << ",\"rtt_us\":null,\"bytes_in\":" << c.bytes_in
+          << ",\"bytes_out\":" << c.bytes_out << ",\"streams\":null}";
+        first = false;
+      }
+    }
+    t << "]}";
+    return t.str();
+  }
+  t << "worker  proto      peer                                      state        age_ms"
+       "    rtt_us    bytes_in   bytes_out  streams\n";
+  for (const auto &s : snaps) {
+    for (const auto &c : s.quic_conns) {
+      char line[256];
+      snprintf(line, sizeof(line), "%6d  %-9s  %-40s  %-11s %7llu %9llu %11llu %11llu %8zu\n",
+               s.id, "h3", c.peer.c_str(), c.state.c_str(),
+               static_cast<unsigned long long>(c.age_ms), static_cast<unsigned long long>(c.rtt_us),
+               static_cast<unsigned long long>(c.bytes_in),
+               static_cast<unsigned long long>(c.bytes_out), c.streams);
+      t << line;
+    }
+    for (const auto &c : s.tcp_conns) {
+      char line[256];
+      snprintf(line, sizeof(line), "%6d  %-9s  %-40s  %-11s %7llu %9s %11llu %11llu %8s\n", s.id,
+               c.proto.c_str(), c.peer.c_str(), c.busy ? "busy" : "idle",
+               static_cast<unsigned long long>(c.age_ms), "-",
+               static_cast<unsigned long long>(c.bytes_in),
+               static_cast<unsigned long long>(c.bytes_out), "-");
+      t << line;
+    }
+  }
+  return t.str();
+}
+
+bool Server::metrics_page(std::string_view path, std::string &body) {
+  if (path != "/metrics" && path != "/") return false;
+  body = prometheus_text(snapshots(false), xdp_counters(program_.get()));
+  return true;
+}
+
+std::string Server::command(const std::vector<std::string> &args, bool json) {
+  auto err = [json](const std::string &m) {
+    return json ? "{\"error\":\"" + json_escape(m) + "\"}" : "error: " + m + "\n";
+  };
+  auto ok = [json](const std::string &m) {
+    return json ? "{\"ok\":true,\"message\":\"" + json_escape(m) + "\"}" : m + "\n";
+  };
+  if (args.empty()) return err("empty command");
+  const std::string &cmd = args[0];
+  if (cmd == "status") return status_text(json);
+  if (cmd == "stats") return stats_text(snapshots(false), json);
+  if (cmd == "conns") return conns_text(snapshots(true), json);
+  if (cmd == "reload") {
+    std::string r = reload();
+    return r.starts_with("error: ") ? err(r.substr(7)) : ok(r);
+  }
+  if (cmd == "drain") {
+    begin_drain("xdpqctl drain");
+    return ok("draining");
+  }
+  if (cmd == "upgrade") {
+    std::string r = upgrade();
+    return r.starts_with("error: ") ? err(r.substr(7)) : ok(r);
+  }
+  if (cmd == "capture" && args.size() >= 2 && args[1] == "start" && args.size() >= 3) {
+    std::string filter = args.size() >= 4 ? args[3] : "";
+    uint64_t count = args.size() >= 5 ? std::strtoull(args[4].c_str(), nullptr, 10) : 0;
+    std::string why = capture_.start(args[2], filter, count);
+    return why.empty() ? ok("capturing to " + args[2]) : err(why);
+  }
+  if (cmd == "capture" && args.size() == 2 && args[1] == "stop") {
+    uint64_t n = capture_.stop();
+    return ok("capture stopped, " + std::to_string(n) + " packets written");
+  }
+  if (cmd == "keylog" && args.size() == 3 && args[1] == "start") {
+    std::string why = KeyLog::instance().start(args[2]);
+    return why.empty() ? ok("logging TLS secrets to " + args[2]) : err(why);
+  }
+  if (cmd == "keylog" && args.size() == 2 && args[1] == "stop") {
+    KeyLog::instance().stop();
+    return ok("key logging stopped");
+  }
+  return err("unknown command '" + cmd +
+             "' (status, stats, conns, reload, drain, upgrade, capture start|stop, keylog "
+             "start|stop)");
+}
+
+std::string Server::control_request(const std::string &line) {
+  std::vector<std::string> fields;
+  size_t pos = 0;
+  while (pos <= line.size()) {
+    auto tab = line.find('\t', pos);
+    if (tab == std::string::npos) tab = line.size();
+    fields.push_back(line.substr(pos, tab - pos));
+    pos = tab + 1;
+  }
+  if (fields.size() < 2 || (fields[0] != "json" && fields[0] != "text")) {
+    return "error: expected FORMAT (json or text) TAB COMMAND\n";
+  }
+  bool json = fields[0] == "json";
+  std::vector<std::string> args(fields.begin() + 1, fields.end());
+  std::string out = command(args, json);
+  if (json && (out.empty() || out.back() != '\n')) out += "\n";
+  return out;
+}
+
+} // namespace xdpq::control
