@@ -160,7 +160,7 @@ class AfXdpCases:
         self.assertGreater(stats["path_validations_ok"], 0)
 
     def test_spoofed_source_mac_does_not_redirect_replies(self):
-        # Regression (issue 10): the AF_XDP path learned the peer's MAC from
+        # Regression: the AF_XDP path learned the peer's MAC from
         # any packet, so one forged frame with the client's IP and another
         # MAC redirected the client's replies. Now only packets that
         # decrypted teach it; forged ones get (rate-limited) resets sent

@@ -107,7 +107,7 @@ class BadInputTest(TimedTestCase):
         self.assertEqual(stats["stateless_resets_sent"], 1)
 
     def test_reflection_source_ports_are_dropped(self):
-        # Regression (issue 10): the socket dataplane answered datagrams from
+        # Regression: the socket dataplane answered datagrams from
         # amplifier ports (the XDP program already dropped them): a Version
         # Negotiation to a spoofed memcached or SSDP source is a reflection.
         with Server("--dataplane", "socket") as srv:

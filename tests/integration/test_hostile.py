@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hostile clients against a real xdpqd (issue 10): each case is an attack
+"""Hostile clients against a real xdpqd: each case is an attack
 that broke or exhausted an earlier build. The server must survive it with
 its memory bounded, count it, and keep serving a well-behaved client."""
 
@@ -235,7 +235,7 @@ class HostileTcpTest(TimedTestCase):
 
 
 class HostileFilesTest(TimedTestCase):
-    """The document root changing under the server (issue 10)."""
+    """The document root changing under the server."""
 
     @classmethod
     def setUpClass(cls):

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Scale-out with QUIC-LB (issue 13): two xdpqd nodes, one on kernel sockets
+"""Scale-out with QUIC-LB: two xdpqd nodes, one on kernel sockets
 and one on AF_XDP, share a service address behind a router that routes QUIC
 by the server ID in the connection ID (netns.BalancerTopology) and
 everything else by an ECMP hash of the 4-tuple. A client that migrates to a

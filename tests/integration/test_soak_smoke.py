@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The 2-minute version of bench/soak.py (issue 10): good HTTP/3 and HTTP/2
+"""The 2-minute version of bench/soak.py: good HTTP/3 and HTTP/2
 clients alongside every hostile client we know, on both dataplanes, a
 minute each. Passes when no good request failed, xdpqd exited cleanly, the
 body bytes it held stayed within its budget, its descriptors stayed

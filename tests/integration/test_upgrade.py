@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Zero-downtime binary upgrade (issue 13): `xdpqctl upgrade` (or SIGUSR2)
+"""Zero-downtime binary upgrade: `xdpqctl upgrade` (or SIGUSR2)
 starts the binary at xdpqd's path with the configuration as it is now and
 hands it the sockets; h3load and h2load running through it finish with no
 failed request, the old process finishes its own connections (the new one

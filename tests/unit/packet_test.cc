@@ -104,7 +104,7 @@ TEST(Packet, BuildThenParseRoundTripsWithValidChecksums) {
   }
 }
 
-// Regression (issue 10): replies must only ever go to a unicast host, and a
+// Regression: replies must only ever go to a unicast host, and a
 // packet to a group address is not a QUIC client talking to us.
 TEST(Packet, RejectsNonUnicastSourcesAndGroupDestinations) {
   ParsedFrame pf;

@@ -26,7 +26,7 @@ protected:
 };
 } // namespace
 
-// Regression (issue 10): keylog and capture files followed symlinks and
+// Regression: keylog and capture files followed symlinks and
 // were created 0644.
 TEST_F(PrivateFile, CreatedOwnerOnly) {
   std::string why;
@@ -72,7 +72,7 @@ TEST_F(PrivateFile, ExistingFileMustBePrivateAndIsNotTruncatedWhenRefused) {
   EXPECT_EQ(open_private_output((dir_ / "fifo").string(), false, &why), -1);
 }
 
-// Regression (issue 10): the OpenSSL ticket key's AES half repeated the key
+// Regression: the OpenSSL ticket key's AES half repeated the key
 // name, which every ticket carries in the clear.
 TEST(TicketKeys, NameSharesNoBytesWithTheKeys) {
   std::array<uint8_t, 64> secret{};
@@ -93,7 +93,7 @@ TEST(TicketKeys, NameSharesNoBytesWithTheKeys) {
 
 #include "quic/secrets.h"
 
-// Regression (issue 10): the secrets file's owner was not checked: whoever
+// Regression: the secrets file's owner was not checked: whoever
 // owns it can swap the keys.
 TEST_F(PrivateFile, SecretsFileMustBeOursOrRoots) {
   auto p = (dir_ / "secrets").string();

@@ -354,7 +354,7 @@ TEST_F(QuicPipe, StatelessResetsAreRateLimited) {
   EXPECT_GE(stats().drop_reset_rate, 40u);
 }
 
-// Regression (issue 10, pre-authentication use-after-free): an Initial whose
+// Regression (pre-authentication use-after-free): an Initial whose
 // Length runs past the datagram creates a connection that ngtcp2 rejects
 // before it records the client's DCID. The endpoint's route for that DCID
 // must die with the connection, or a second copy reaches freed memory.
@@ -390,7 +390,7 @@ TEST_F(QuicPipe, RejectedInitialLeavesNoDanglingRoute) {
   EXPECT_EQ(srv.endpoint->route_count(), 0u);
 }
 
-// Regression (issue 10, body hoarding): streams that send body bytes and
+// Regression (body hoarding): streams that send body bytes and
 // never end them hold at most the connection's budget; the rest are refused
 // with H3_REQUEST_REJECTED, and everything is given back when they close.
 TEST_F(QuicPipe, RequestBodiesAreBudgetedPerConnectionAndWorker) {
@@ -432,7 +432,7 @@ TEST_F(QuicPipe, RequestBodiesAreBudgetedPerConnectionAndWorker) {
   EXPECT_EQ(worker.held(), 0u);
 }
 
-// Regression (issue 10): a short-header packet carrying another worker's CID
+// Regression: a short-header packet carrying another worker's CID
 // (multi-queue AF_XDP: a migrated client RSS-hashed to our queue) must not
 // be answered with a stateless reset, which would kill a healthy connection.
 TEST_F(QuicPipe, OtherWorkersConnectionIdsAreNotReset) {
@@ -605,7 +605,7 @@ TEST_F(QuicPipe, GenerationBitRoutesOrResets) {
   EXPECT_EQ(srv.deliver(raw(short_packet(0x81))).size(), 1u);
 }
 
-// Regression (issue 10): one source may not hold every connection slot.
+// Regression: one source may not hold every connection slot.
 TEST_F(QuicPipe, PerSourceConnectionCap) {
   quic::EndpointConfig cfg;
   cfg.per_source = {2, 0, 0};
@@ -679,7 +679,7 @@ TEST_F(QuicPipe, ValidatedSourceOverItsRateIsRefused) {
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
 
-// Regression (issue 10, neighbour spoofing): where replies go is learned
+// Regression (neighbour spoofing): where replies go is learned
 // only from packets that decrypted; a forged packet carrying a live
 // connection's CID from another link address changes nothing.
 TEST_F(QuicPipe, LinkAddressIsLearnedOnlyFromAuthenticatedPackets) {

@@ -126,7 +126,7 @@ TEST(StaticFilesCtor, MissingRootThrows) {
   EXPECT_THROW(StaticFiles("/nonexistent/xdpq-root"), std::runtime_error);
 }
 
-// --- the open-file cache (issue 11 section 2; issue 10 static files) -------
+// --- the open-file cache and hostile static files -------
 
 TEST_F(StaticFilesTest, CacheHitsNeedNoFileSystem) {
   FileCacheLimits l;
@@ -215,7 +215,7 @@ TEST_F(StaticFilesTest, CacheIsBoundedByEntriesAndBytes) {
   EXPECT_EQ(cache_stats().bytes, 0u);
 }
 
-// Regression (issue 10): a FIFO in the docroot blocked a worker in open();
+// Regression: a FIFO in the docroot blocked a worker in open();
 // dotfiles (.git/, .env) were served.
 TEST_F(StaticFilesTest, FifosAndDevicesAreRefusedWithoutBlocking) {
   ASSERT_EQ(mkfifo((base_ / "root" / "pipe").c_str(), 0644), 0);

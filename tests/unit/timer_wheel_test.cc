@@ -94,7 +94,7 @@ TEST(TimerWheel, DestroyedTimerUnlinks) {
   w.run(10 * MS);
 }
 
-// Regression (issue 10): far timers (every connection's idle timeout) sat in
+// Regression: far timers (every connection's idle timeout) sat in
 // the level-0 slots, and next_expiry() walked them on every loop turn.
 TEST(TimerWheel, FarTimersAreNeverWalkedAndFireOnTime) {
   const uint64_t t0 = 7'000 * MS;
