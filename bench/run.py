@@ -10,6 +10,10 @@ server side, which AF_XDP copy mode needs; the same for every variant).
 Server pinned to one CPU, client to the other. All servers serve the same
 static files from one document root.
 
+One script (about 840 lines): the variants' launch recipes, the matrix and
+the report share one run's state; bench/summary.py and bench/breakdown.py
+are the separate tools.
+
     bench/run.py --quick          # ~2 minutes
     bench/run.py                  # the full matrix, ~15 minutes
     bench/run.py --smoke          # one short cell: CI keeps the harness alive

@@ -1,3 +1,8 @@
+// One QUIC connection: ngtcp2 and its TLS session, the C callbacks that
+// trampoline into it, its timer, and its write loop. Longer than the house's
+// ~600 lines because ngtcp2's callback table and the members they call read
+// best side by side; splitting them would only add a header between them.
+
 #include "quic/connection.h"
 
 #include "base/guard.h"

@@ -1,5 +1,7 @@
 // Endpoint and connection tests without sockets: an in-memory ngtcp2 client
 // talks to a server Endpoint through MemorySinks, on a ManualClock.
+// One fixture, many short cases: long because every endpoint behaviour has
+// its case here, not because any case is.
 
 #include "quic_pipe.h"
 
