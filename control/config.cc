@@ -123,6 +123,136 @@ const char *type_name(const toml::node &v) {
   return "?";
 }
 
+// Inputs toml++ 3.3 cannot be trusted with, refused before it sees them:
+// - It recurses once per level of nesting when it finishes and when it
+//   frees a document, so a key of some thousands of dotted parts overflows
+//   the stack. Every level opens with a '.', '[' or '{' outside strings and
+//   comments; capping those bounds the depth far above anything the
+//   configuration needs (it uses a dozen or so).
+// - Its test for Unicode whitespace reaches __builtin_unreachable() for
+//   most non-ASCII code points (U+00A1 to U+0499 among them: 'é'), and it
+//   asks that question of any character where whitespace could be: outside
+//   strings and comments (where TOML allows only ASCII anyway), after a
+//   backslash in a """ string, and after a line-ending backslash there.
+constexpr int MAX_STRUCTURE = 1024;
+
+struct Refusal {
+  int line = 0; // 0: none
+  std::string why;
+};
+
+// Tells strings and comments from the rest as the parser will, or more
+// strictly: a quote opens a string only where one may start (after '=',
+// '[', '{', ',' or '.', or first on its line), and never inside a number,
+// date or time, which the parser reads ahead through up to the next blank,
+// ',', ']', '}' or '#' whatever the characters in between. Elsewhere the
+// text is not valid TOML and the parser stops at that point.
+Refusal refuse_before_parsing(std::string_view text) {
+  enum class In { code, comment, basic, literal, multi_basic, multi_literal };
+  In in = In::code;
+  bool in_number = false;
+  bool after_line_end_backslash = false; // in a """ string: skipping whitespace
+  char before = '\0';                    // the last non-blank code character on the line
+  int line = 1;
+  int structure = 0;
+  auto non_ascii = [](char c) { return static_cast<unsigned char>(c) >= 0x80; };
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  auto key_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  };
+  // A closing triple quote may be followed by up to two more quotes, which
+  // belong to the string.
+  auto close_triple = [&](size_t &i, char q) {
+    i += 2;
+    for (int k = 0; k < 2 && i + 1 < text.size() && text[i + 1] == q; ++k)
+      ++i;
+    in = In::code;
+    before = q;
+  };
+  size_t i = text.starts_with("\xef\xbb\xbf") ? 3 : 0; // a byte order mark
+  for (; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+      if (in != In::multi_basic && in != In::multi_literal)
+        in = In::code;
+      in_number = false;
+      before = '\0';
+      continue;
+    }
+    switch (in) {
+    case In::code: {
+      char prev = i > 0 ? text[i - 1] : '\0';
+      if (blank(c) || c == ',' || c == ']' || c == '}' || c == '#')
+        in_number = false;
+      else if (((c >= '0' && c <= '9') || c == '+' || c == '-') && !key_char(prev))
+        in_number = true;
+      if (c == '#') {
+        in = In::comment;
+      } else if ((c == '"' || c == '\'') && !in_number &&
+                 (before == '\0' ||
+                  std::string_view("=[{,.").find(before) != std::string_view::npos)) {
+        bool triple = text.substr(i, 3) == std::string(3, c);
+        in = c == '"' ? (triple ? In::multi_basic : In::basic)
+                      : (triple ? In::multi_literal : In::literal);
+        if (triple)
+          i += 2;
+      } else if ((c == '.' || c == '[' || c == '{') && ++structure > MAX_STRUCTURE) {
+        return {line, "more than " + std::to_string(MAX_STRUCTURE) +
+                          " '.', '[' and '{' outside strings and comments"};
+      } else if (non_ascii(c)) {
+        return {line, "a non-ASCII character outside strings and comments"};
+      }
+      if (!blank(c))
+        before = c;
+      break;
+    }
+    case In::comment:
+      break;
+    case In::basic:
+      if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
+        ++i;
+      } else if (c == '"') {
+        in = In::code;
+        before = c;
+      }
+      break;
+    case In::multi_basic:
+      if (after_line_end_backslash) {
+        if (blank(c))
+          break;
+        after_line_end_backslash = false;
+        if (non_ascii(c))
+          return {line, "a non-ASCII character after a line-ending backslash"};
+      }
+      if (c == '\\' && i + 1 < text.size()) {
+        char next = text[i + 1];
+        if (non_ascii(next))
+          return {line, "a non-ASCII character after a backslash"};
+        if (blank(next) || next == '\n')
+          after_line_end_backslash = true;
+        else
+          ++i;
+      } else if (c == '"' && text.substr(i, 3) == R"(""")") {
+        close_triple(i, '"');
+      }
+      break;
+    case In::literal:
+      if (c == '\'') {
+        in = In::code;
+        before = c;
+      }
+      break;
+    case In::multi_literal:
+      if (text.substr(i, 3) == "'''")
+        close_triple(i, '\'');
+      break;
+    }
+  }
+  return {};
+}
+
 // One key = value of a section, with where its key sits in the file.
 struct Entry {
   std::string section;
@@ -145,6 +275,8 @@ std::vector<std::string> config_file_flags(const std::string &path) {
     if (text.size() > (1u << 20))
       throw UsageError("--config " + path + ": larger than 1 MiB");
   }
+  if (Refusal r = refuse_before_parsing(text); r.line)
+    throw UsageError(path + ":" + std::to_string(r.line) + ": syntax error: " + r.why);
   toml::table doc;
   try {
     doc = toml::parse(text);

@@ -105,6 +105,7 @@ class CliTest(TimedTestCase):
             ("[quic]\n\nmax_streams = \"many\"\n",
              ":3: quic.max_streams: expected an integer, got a string"),
             ("[server\nlisten = 1\n", ":1:"),
+            ("a" + ".a" * 200000 + " = 1\n", ":1: syntax error"),
         ]
         for text, needle in cases:
             with open(path, "w") as f:

@@ -223,3 +223,67 @@ TEST(Config, ErrorsComeInFileOrder) {
   e = error_of({"--config", path});
   EXPECT_NE(e.find(path + ":1: [zzz]: unknown section"), std::string::npos) << e;
 }
+
+// Regression: toml++ recurses once per level of nesting, and a key of
+// thousands of dotted parts (or a header like it) overflowed the stack.
+// Such files are refused before parsing; dots in strings and comments do
+// not count.
+TEST(Config, DeepNestingIsRefusedBeforeParsing) {
+  std::string key = "a";
+  for (int i = 0; i < 200000; ++i)
+    key += ".a";
+  for (const std::string &text : {"\n" + key + " = 1\n", "\n[" + key + "]\n"}) {
+    auto path = write_config(text);
+    auto e = error_of({"--config", path});
+    EXPECT_NE(e.find(path + ":2: syntax error: more than 1024"), std::string::npos) << e;
+  }
+  std::string dots(5000, '.');
+  auto path = write_config("# " + dots + "\n[server]\ncontrol_socket = \"" + dots + "\"\n" +
+                           "[tls]\ncert = '" + dots + "'\nkey = \"\"\"\n" + dots + "\"\"\"\"\n" +
+                           "secrets = '''" + dots + "''''\n");
+  auto o = parse({"--config", path});
+  EXPECT_EQ(o.control_socket, dots);
+  EXPECT_EQ(o.cert_file, dots);
+  EXPECT_EQ(o.key_file, dots + "\"");
+  EXPECT_EQ(o.secrets_file, dots + "'");
+}
+
+// Regression (found by fuzz_config): toml++ 3.3's Unicode whitespace test
+// reaches __builtin_unreachable() on most non-ASCII characters where
+// whitespace could be. Those places are refused before parsing; non-ASCII
+// text in strings and comments is fine.
+TEST(Config, NonAsciiOnlyInStringsAndComments) {
+  struct Case {
+    const char *text;
+    const char *line;
+    const char *message;
+  } cases[] = {
+      {"[server]\n\xc3\xa9 = 1\n", ":2:", "outside strings and comments"},
+      {"[server]\nlis999\xc7\x80 = 1\n", ":2:", "outside strings and comments"},
+      {"[server]\nworkers = 1 \xc2\xa7\n", ":2:", "outside strings and comments"},
+      // The parser reads a number, date or time ahead to the next blank,
+      // quotes and all.
+      {"[server]\nworkers = 8x\"\xd0\x8b\"\n", ":2:", "outside strings and comments"},
+      {"[server]\nworkers = 1.\"\xc3\xa9\"\n", ":2:", "outside strings and comments"},
+      {"[server]\nworkers = 1979-05-27 0=\"\xc3\xa9\"\n", ":2:", "outside strings and comments"},
+      {"[server]\ncpus = \"\"\"\\\xc2\xa7\"\"\"\n", ":2:", "after a backslash"},
+      {"[server]\ncpus = \"\"\"\\\n  \xc2\xa7\"\"\"\n", ":3:", "after a line-ending backslash"},
+      {"[server]\ncpus = \"\"\"\\  \xc2\xa7\"\"\"\n", ":2:", "after a line-ending backslash"},
+  };
+  for (const auto &c : cases) {
+    auto path = write_config(c.text);
+    std::string e = error_of({"--config", path});
+    EXPECT_NE(e.find(path + c.line + " syntax error: a non-ASCII character"), std::string::npos)
+        << c.text << " -> " << e;
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.text << " -> " << e;
+  }
+  auto path = write_config("\xef\xbb\xbf# caf\xc3\xa9 \xe3\x80\x81\n[server]\n"
+                           "control_socket = \"/run/caf\xc3\xa9\"  # \xc2\xa7\n[tls]\n"
+                           "cert = '\xc2\xa7'\nkey = \"\"\"\n\xc2\xa7\\\n  x\"\"\"\n"
+                           "secrets = '''\xc2\xa7\n'''\n");
+  auto o = parse({"--config", path});
+  EXPECT_EQ(o.control_socket, "/run/caf\xc3\xa9");
+  EXPECT_EQ(o.cert_file, "\xc2\xa7");
+  EXPECT_EQ(o.key_file, "\xc2\xa7x");
+  EXPECT_EQ(o.secrets_file, "\xc2\xa7\n");
+}
