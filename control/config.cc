@@ -1,7 +1,15 @@
 #include "control/config.h"
 
-#include "control/toml_lite.h"
+// toml++ is compiled into this file alone (it is heavy to compile), from
+// its headers rather than against Debian's libtomlplusplus.so, so that the
+// sanitizer and fuzzer builds instrument the parser too. Formatters are not
+// needed; parse errors arrive as exceptions (configuration is start-up only).
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 1
+#define TOML_ENABLE_FORMATTERS 0
+#include <toml++/toml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -87,19 +95,173 @@ constexpr Key KEYS[] = {
   throw UsageError(path + ":" + std::to_string(line) + ": " + key + ": " + what);
 }
 
-const char *type_name(const TomlValue &v) {
-  switch (v.type) {
-  case TomlValue::Type::string:
+int line_of(const toml::source_region &where) {
+  return static_cast<int>(where.begin.line);
+}
+
+const char *type_name(const toml::node &v) {
+  switch (v.type()) {
+  case toml::node_type::string:
     return "a string";
-  case TomlValue::Type::integer:
+  case toml::node_type::integer:
     return "an integer";
-  case TomlValue::Type::boolean:
+  case toml::node_type::boolean:
     return "a boolean";
-  case TomlValue::Type::array:
+  case toml::node_type::array:
     return "an array";
+  case toml::node_type::table:
+    return "a table";
+  case toml::node_type::floating_point:
+    return "a float";
+  case toml::node_type::date:
+    return "a date";
+  case toml::node_type::time:
+    return "a time";
+  case toml::node_type::date_time:
+    return "a date-time";
+  case toml::node_type::none:
+    break;
   }
   return "?";
 }
+
+// Inputs toml++ 3.3 cannot be trusted with, refused before it sees them:
+// - It recurses once per level of nesting when it finishes and when it
+//   frees a document, so a key of some thousands of dotted parts overflows
+//   the stack. Every level opens with a '.', '[' or '{' outside strings and
+//   comments; capping those bounds the depth far above anything the
+//   configuration needs (it uses a dozen or so).
+// - Its test for Unicode whitespace reaches __builtin_unreachable() for
+//   most non-ASCII code points (U+00A1 to U+0499 among them: 'é'), and it
+//   asks that question of any character where whitespace could be: outside
+//   strings and comments (where TOML allows only ASCII anyway), after a
+//   backslash in a """ string, and after a line-ending backslash there.
+constexpr int MAX_STRUCTURE = 1024;
+
+struct Refusal {
+  int line = 0; // 0: none
+  std::string why;
+};
+
+// Tells strings and comments from the rest as the parser will, or more
+// strictly: a quote opens a string only where one may start (after '=',
+// '[', '{', ',' or '.', or first on its line), and never inside a number,
+// date or time, which the parser reads ahead through up to the next blank,
+// ',', ']', '}' or '#' whatever the characters in between. Elsewhere the
+// text is not valid TOML and the parser stops at that point.
+Refusal refuse_before_parsing(std::string_view text) {
+  enum class In { code, comment, basic, literal, multi_basic, multi_literal };
+  In in = In::code;
+  bool in_number = false;
+  bool after_line_end_backslash = false; // in a """ string: skipping whitespace
+  char before = '\0';                    // the last non-blank code character on the line
+  int line = 1;
+  int structure = 0;
+  auto non_ascii = [](char c) { return static_cast<unsigned char>(c) >= 0x80; };
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  auto key_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  };
+  // A closing triple quote may be followed by up to two more quotes, which
+  // belong to the string.
+  auto close_triple = [&](size_t &i, char q) {
+    i += 2;
+    for (int k = 0; k < 2 && i + 1 < text.size() && text[i + 1] == q; ++k)
+      ++i;
+    in = In::code;
+    before = q;
+  };
+  size_t i = text.starts_with("\xef\xbb\xbf") ? 3 : 0; // a byte order mark
+  for (; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+      if (in != In::multi_basic && in != In::multi_literal)
+        in = In::code;
+      in_number = false;
+      before = '\0';
+      continue;
+    }
+    switch (in) {
+    case In::code: {
+      char prev = i > 0 ? text[i - 1] : '\0';
+      if (blank(c) || c == ',' || c == ']' || c == '}' || c == '#')
+        in_number = false;
+      else if (((c >= '0' && c <= '9') || c == '+' || c == '-') && !key_char(prev))
+        in_number = true;
+      if (c == '#') {
+        in = In::comment;
+      } else if ((c == '"' || c == '\'') && !in_number &&
+                 (before == '\0' ||
+                  std::string_view("=[{,.").find(before) != std::string_view::npos)) {
+        bool triple = text.substr(i, 3) == std::string(3, c);
+        in = c == '"' ? (triple ? In::multi_basic : In::basic)
+                      : (triple ? In::multi_literal : In::literal);
+        if (triple)
+          i += 2;
+      } else if ((c == '.' || c == '[' || c == '{') && ++structure > MAX_STRUCTURE) {
+        return {line, "more than " + std::to_string(MAX_STRUCTURE) +
+                          " '.', '[' and '{' outside strings and comments"};
+      } else if (non_ascii(c)) {
+        return {line, "a non-ASCII character outside strings and comments"};
+      }
+      if (!blank(c))
+        before = c;
+      break;
+    }
+    case In::comment:
+      break;
+    case In::basic:
+      if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
+        ++i;
+      } else if (c == '"') {
+        in = In::code;
+        before = c;
+      }
+      break;
+    case In::multi_basic:
+      if (after_line_end_backslash) {
+        if (blank(c))
+          break;
+        after_line_end_backslash = false;
+        if (non_ascii(c))
+          return {line, "a non-ASCII character after a line-ending backslash"};
+      }
+      if (c == '\\' && i + 1 < text.size()) {
+        char next = text[i + 1];
+        if (non_ascii(next))
+          return {line, "a non-ASCII character after a backslash"};
+        if (blank(next) || next == '\n')
+          after_line_end_backslash = true;
+        else
+          ++i;
+      } else if (c == '"' && text.substr(i, 3) == R"(""")") {
+        close_triple(i, '"');
+      }
+      break;
+    case In::literal:
+      if (c == '\'') {
+        in = In::code;
+        before = c;
+      }
+      break;
+    case In::multi_literal:
+      if (text.substr(i, 3) == "'''")
+        close_triple(i, '\'');
+      break;
+    }
+  }
+  return {};
+}
+
+// One key = value of a section, with where its key sits in the file.
+struct Entry {
+  std::string section;
+  std::string key;
+  const toml::node *value;
+  toml::source_position at;
+};
 
 } // namespace
 
@@ -115,28 +277,60 @@ std::vector<std::string> config_file_flags(const std::string &path) {
     if (text.size() > (1u << 20))
       throw UsageError("--config " + path + ": larger than 1 MiB");
   }
-  TomlDocument doc;
+  if (Refusal r = refuse_before_parsing(text); r.line)
+    throw UsageError(path + ":" + std::to_string(r.line) + ": syntax error: " + r.why);
+  toml::table doc;
   try {
-    doc = parse_toml(text);
-  } catch (const TomlError &e) {
-    throw UsageError("--config " + path + ": syntax error at " + e.what());
+    doc = toml::parse(text);
+  } catch (const toml::parse_error &e) {
+    // toml++ words its errors "Error while parsing <what>: <why>".
+    std::string_view what = e.description();
+    std::string_view prefix = "Error while parsing ";
+    std::string message = what.starts_with(prefix)
+                              ? "syntax error in " + std::string(what.substr(prefix.size()))
+                              : "syntax error: " + std::string(what);
+    throw UsageError(path + ":" + std::to_string(e.source().begin.line) + ":" +
+                     std::to_string(e.source().begin.column) + ": " + message);
   }
-  for (const auto &sec : doc.sections) {
+  // toml++ keeps keys sorted; messages and flags go in file order.
+  auto by_place = [](const auto &a, const auto &b) {
+    return a.at.line != b.at.line ? a.at.line < b.at.line : a.at.column < b.at.column;
+  };
+  struct Section {
+    std::string name;
+    const toml::node *node;
+    toml::source_position at;
+  };
+  std::vector<Section> sections;
+  for (const auto &[name, node] : doc)
+    sections.push_back(Section{std::string(name.str()), &node, name.source().begin});
+  std::sort(sections.begin(), sections.end(), by_place);
+  std::vector<Entry> entries;
+  for (const auto &sec : sections) {
+    int line = static_cast<int>(sec.at.line);
+    if (sec.node->is_array_of_tables()) {
+      fail(path, line, "[[" + sec.name + "]]",
+           "arrays of tables are not used; expected a [section]");
+    }
+    if (!sec.node->is_table()) {
+      fail(path, line, sec.name,
+           "keys belong in a [section] (server, dataplane, tls, http, quic, quic_lb, tcp)");
+    }
     bool known = false;
     for (const auto &k : KEYS)
       known |= sec.name == k.section;
     if (!known) {
-      fail(path, sec.line, "[" + sec.name + "]",
+      fail(path, line, "[" + sec.name + "]",
            "unknown section; expected server, dataplane, tls, http, quic, quic_lb or tcp");
     }
+    for (const auto &[name, node] : *sec.node->as_table())
+      entries.push_back(Entry{sec.name, std::string(name.str()), &node, name.source().begin});
   }
+  std::sort(entries.begin(), entries.end(), by_place);
   std::vector<std::string> flags;
-  for (const auto &e : doc.entries) {
-    const TomlValue &v = e.value;
-    if (e.section.empty()) {
-      fail(path, e.line, e.key,
-           "keys belong in a [section] (server, dataplane, tls, http, quic, quic_lb, tcp)");
-    }
+  for (const auto &e : entries) {
+    const toml::node &v = *e.value;
+    int line = static_cast<int>(e.at.line);
     const Key *key = nullptr;
     for (const auto &k : KEYS) {
       if (e.section == k.section && e.key == k.name)
@@ -149,50 +343,53 @@ std::vector<std::string> config_file_flags(const std::string &path) {
         if (e.section == k.section)
           known += std::string(known.empty() ? "" : ", ") + k.name;
       }
-      fail(path, e.line, full, "unknown key; [" + e.section + "] takes " + known);
+      fail(path, line, full, "unknown key; [" + e.section + "] takes " + known);
     }
     // Where the flags below came from, for messages from the validator.
-    flags.push_back("\x01" + path + ":" + std::to_string(e.line) + ": " + full);
+    flags.push_back("\x01" + path + ":" + std::to_string(line) + ": " + full);
     auto expect = [&](bool ok) {
       if (!ok) {
-        fail(path, e.line, full, std::string("expected ") + key->expect + ", got " + type_name(v));
+        fail(path, line, full, std::string("expected ") + key->expect + ", got " + type_name(v));
       }
     };
     switch (key->kind) {
     case Kind::string:
-      expect(v.type == TomlValue::Type::string);
+      expect(v.is_string());
       flags.push_back(key->flag);
-      flags.push_back(v.str);
+      flags.push_back(v.as_string()->get());
       break;
-    case Kind::integer:
-      expect(v.type == TomlValue::Type::integer);
-      if (v.integer < 0) {
-        fail(path, e.line, full, std::string("expected ") + key->expect + " (not negative)");
+    case Kind::integer: {
+      expect(v.is_integer());
+      int64_t n = v.as_integer()->get();
+      if (n < 0) {
+        fail(path, line, full, std::string("expected ") + key->expect + " (not negative)");
       }
       flags.push_back(key->flag);
-      flags.push_back(std::to_string(v.integer));
+      flags.push_back(std::to_string(n));
       break;
+    }
     case Kind::boolean:
-      expect(v.type == TomlValue::Type::boolean);
+      expect(v.is_boolean());
       break;
     case Kind::flag_if_true:
-      expect(v.type == TomlValue::Type::boolean);
-      if (v.boolean)
+      expect(v.is_boolean());
+      if (v.as_boolean()->get())
         flags.push_back(key->flag);
       break;
     case Kind::flag_if_false:
-      expect(v.type == TomlValue::Type::boolean);
-      if (!v.boolean)
+      expect(v.is_boolean());
+      if (!v.as_boolean()->get())
         flags.push_back(key->flag);
       break;
     case Kind::strings:
-      expect(v.type == TomlValue::Type::array);
-      for (const auto &item : v.array) {
-        if (item.type != TomlValue::Type::string) {
-          fail(path, item.line, full, std::string("expected ") + key->expect);
+      expect(v.is_array());
+      for (const auto &item : *v.as_array()) {
+        if (!item.is_string()) {
+          fail(path, line_of(item.source()), full,
+               std::string("expected ") + key->expect + ", got " + type_name(item) + " in it");
         }
         flags.push_back(key->flag);
-        flags.push_back(item.str);
+        flags.push_back(item.as_string()->get());
       }
       break;
     }

@@ -12,7 +12,7 @@ PACKAGES=(
   # build
   build-essential cmake ninja-build ccache pkg-config git
   # TLS, HTTP/2, HTTP/1.1, config
-  libgnutls28-dev nettle-dev libssl-dev libnghttp2-dev libhttp-parser-dev
+  libgnutls28-dev nettle-dev libssl-dev libnghttp2-dev libhttp-parser-dev libtomlplusplus-dev
   # XDP and capture
   libxdp-dev libpcap-dev clang llvm libclang-rt-14-dev
   # tests

@@ -96,6 +96,27 @@ class CliTest(TimedTestCase):
         self.assertIn("missing-dir", r.stderr)
         os.rmdir(d)
 
+    def test_bad_config_file_exits_2_naming_file_and_line(self):
+        d = tempfile.mkdtemp(prefix="xdpq-config-")
+        path = os.path.join(d, "xdpq.toml")
+        cases = [
+            ("[server]\nlisten = [\"127.0.0.1:1\"]\nlisen = 3\n",
+             ":3: server.lisen: unknown key; [server] takes listen, workers, cpus,"),
+            ("[quic]\n\nmax_streams = \"many\"\n",
+             ":3: quic.max_streams: expected an integer, got a string"),
+            ("[server\nlisten = 1\n", ":1:"),
+            ("a" + ".a" * 200000 + " = 1\n", ":1: syntax error"),
+        ]
+        for text, needle in cases:
+            with open(path, "w") as f:
+                f.write(text)
+            for args in (["--check-config", path], ["--config", path]):
+                r = run(*args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(path + needle, r.stderr)
+        os.remove(path)
+        os.rmdir(d)
+
     def test_self_signed_fingerprint_logged_and_sigint_clean(self):
         with Server("--dataplane", "socket") as srv:
             self.assertRegex(srv.output(), r"self-signed certificate, SHA-256 fingerprint "
