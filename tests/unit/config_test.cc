@@ -180,6 +180,10 @@ TEST(Config, BadFilesNameFileAndLine) {
       // Regression (found by fuzz_config): Debian's toml11 read past a heap
       // buffer on these 4 bytes.
       {"'\xbc'[", ":1:", "syntax error"},
+      // Regression (found by fuzz_config): toml++ asserts (or, with NDEBUG
+      // under clang, assumes) what these break.
+      {"[{", ":1:", "syntax error"},
+      {"[server]\nlisten = [}\n", ":2:", "syntax error"},
       {"[server]\nworkers = 1\nworkers = 2\n", ":3:", "syntax error"},
       {"[server]\n[tcp]\n[server]\n", ":3:", "syntax error"},
       {"[server]\nworkers = 99999999999999999999\n", ":2:", "syntax error"},
