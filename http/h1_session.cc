@@ -21,9 +21,10 @@ struct Queued {
   uint64_t body_off = 0;
   bool close_after = false;
   size_t charged = 0; // body budget held until the response is written
+  ProxyExchange *ex = nullptr; // a proxied response (owned by body); head empty until it arrives
 };
 
-class H1Session final : public TcpSession {
+class H1Session final : public TcpSession, public ProxyListener {
 public:
   explicit H1Session(const SessionEnv &env)
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
@@ -87,6 +88,10 @@ public:
   void produce(std::vector<uint8_t> &out, size_t limit) override {
     while (out.size() < limit && !queue_.empty()) {
       Queued &q = queue_.front();
+      if (q.ex && q.head.empty()) {
+        if (!q.ex->head_ready()) return; // the upstream has not answered yet
+        proxy_head(q);
+      }
       if (q.head_off < q.head.size()) {
         size_t take = std::min(q.head.size() - q.head_off, limit - out.size());
         out.insert(out.end(), q.head.begin() + static_cast<long>(q.head_off),
@@ -94,7 +99,25 @@ public:
         q.head_off += take;
         continue;
       }
-      if (q.body && q.body_off < q.body->size()) {
+      if (q.ex) {
+        if (q.ex->has_body()) {
+          auto c = q.ex->chunk(q.body_off);
+          if (!c.empty()) {
+            size_t take = std::min(c.size(), limit - out.size());
+            out.insert(out.end(), c.data(), c.data() + take);
+            q.body_off += take;
+            q.ex->release(q.body_off);
+            continue;
+          }
+          if (q.ex->failed()) {
+            // The upstream broke off: closing the connection is the only
+            // way HTTP/1.1 has to say the body is not complete.
+            abort_output();
+            return;
+          }
+          if (!q.ex->ended()) return; // more is on its way
+        }
+      } else if (q.body && q.body_off < q.body->size()) {
         auto c = q.body->chunk(q.body_off);
         if (c.empty()) {
           // The content went away (a file truncated under us): the length
@@ -126,6 +149,10 @@ public:
   }
 
   bool finished() const override { return closing_ && queue_.empty(); }
+
+  void proxy_progress(void *) override {
+    if (host_) host_->session_wake();
+  }
   bool has_buffered_input() const override { return !buffered_.empty() && !paused_ && !closing_; }
   bool input_paused() const override { return paused_ || closing_; }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
@@ -237,9 +264,19 @@ private:
   int message_complete() {
     in_message_ = false;
     if (closing_) return 0;
-    Response resp;
-    env_.router->route(req_, resp);
-    enqueue(resp, !keep_alive_);
+    int route = env_.proxy ? env_.proxy->match(path_only(req_.path)) : -1;
+    if (route >= 0) {
+      Queued q;
+      q.close_after = !keep_alive_;
+      auto ex = start_proxy(route, req_, this, nullptr, budget_, env_);
+      q.ex = ex.get();
+      q.body = std::move(ex);
+      queue_.push_back(std::move(q));
+    } else {
+      Response resp;
+      env_.router->route(req_, resp);
+      enqueue(resp, !keep_alive_);
+    }
     // The body (or the response made from it) stays charged until written.
     queue_.back().charged = charged_;
     charged_ = 0;
@@ -264,6 +301,17 @@ private:
     // Debian's http-parser keeps its asserts: one malformed request aborted
     // the whole daemon.)
     closing_ = true;
+  }
+
+  // The proxied response's head, once it arrived. Without a length from
+  // the upstream the body ends with the connection.
+  void proxy_head(Queued &q) {
+    const Response &r = q.ex->head();
+    env_.stats->count_response(r.status);
+    head_.build(r, env_.alt_svc);
+    q.close_after = q.close_after || (r.length_unknown && q.ex->has_body());
+    q.head.reserve(256);
+    head_.append_http1(q.head, q.close_after);
   }
 
   void enqueue(Response &resp, bool close) {
