@@ -8,6 +8,7 @@
 
 #include <http_parser.h>
 
+#include <cstdio>
 #include <deque>
 
 namespace xdpq::http {
@@ -22,6 +23,7 @@ struct Queued {
   bool close_after = false;
   size_t charged = 0; // body budget held until the response is written
   ProxyExchange *ex = nullptr; // a proxied response (owned by body); head empty until it arrives
+  bool chunked = false;        // ... of unknown length, sent chunked
 };
 
 class H1Session final : public TcpSession, public ProxyListener {
@@ -103,19 +105,28 @@ public:
         if (q.ex->has_body()) {
           auto c = q.ex->chunk(q.body_off);
           if (!c.empty()) {
-            size_t take = std::min(c.size(), limit - out.size());
+            size_t room = limit - out.size();
+            if (q.chunked && room <= CHUNK_FRAMING) return; // next time
+            size_t take = std::min(c.size(), q.chunked ? room - CHUNK_FRAMING : room);
+            if (q.chunked) append_chunk_size(out, take);
             out.insert(out.end(), c.data(), c.data() + take);
+            if (q.chunked) out.insert(out.end(), {'\r', '\n'});
             q.body_off += take;
             q.ex->release(q.body_off);
             continue;
           }
           if (q.ex->failed()) {
-            // The upstream broke off: closing the connection is the only
-            // way HTTP/1.1 has to say the body is not complete.
+            // The upstream broke off: closing the connection (before the
+            // last chunk, or short of the length) is how HTTP/1.1 says
+            // the body is not complete.
             abort_output();
             return;
           }
           if (!q.ex->ended()) return; // more is on its way
+          if (q.chunked) {
+            static constexpr std::string_view LAST = "0\r\n\r\n";
+            out.insert(out.end(), LAST.begin(), LAST.end());
+          }
         }
       } else if (q.body && q.body_off < q.body->size()) {
         auto c = q.body->chunk(q.body_off);
@@ -303,15 +314,25 @@ private:
     closing_ = true;
   }
 
+  static constexpr size_t CHUNK_FRAMING = 16 + 4; // hex size, CRLF, CRLF
+
+  static void append_chunk_size(std::vector<uint8_t> &out, size_t n) {
+    char hex[20];
+    int len = std::snprintf(hex, sizeof(hex), "%zx\r\n", n);
+    out.insert(out.end(), hex, hex + len);
+  }
+
   // The proxied response's head, once it arrived. Without a length from
-  // the upstream the body ends with the connection.
+  // the upstream the body goes chunked, so that a body the upstream cut
+  // short can never look complete.
   void proxy_head(Queued &q) {
     const Response &r = q.ex->head();
     env_.stats->count_response(r.status);
     head_.build(r, env_.alt_svc);
-    q.close_after = q.close_after || (r.length_unknown && q.ex->has_body());
+    q.chunked = r.length_unknown && q.ex->has_body();
     q.head.reserve(256);
     head_.append_http1(q.head, q.close_after);
+    if (q.chunked) q.head.insert(q.head.size() - 2, "transfer-encoding: chunked\r\n");
   }
 
   void enqueue(Response &resp, bool close) {

@@ -125,6 +125,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class App(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # bursts of connects must not overflow the backlog
+
+    def handle_error(self, request, client_address):
+        pass  # clients (the proxy) going away mid-response are part of the tests
 
     def __init__(self, name, address=("127.0.0.1", 0), family=socket.AF_INET):
         self.address_family = family
