@@ -227,6 +227,34 @@ std::string Server::status_text(bool json) {
              static_cast<size_t>(s.gauges.tcp_connections));
     t << line;
   }
+  auto names = http::Proxy::upstream_names(opts_.proxy);
+  if (!names.empty()) {
+    t << "upstream    state  requests  errors  idle  busy  route=url\n";
+    for (size_t i = 0; i < names.size(); ++i) {
+      http::UpstreamStats u;
+      size_t down_in = 0;
+      for (const auto &s : snaps) {
+        if (i >= s.upstreams.size()) continue;
+        const auto &w = s.upstreams[i];
+        u.requests += w.requests;
+        u.connect_failures += w.connect_failures;
+        u.timeouts += w.timeouts;
+        u.resets += w.resets;
+        u.bad_responses += w.bad_responses;
+        u.idle_connections += w.idle_connections;
+        u.busy_connections += w.busy_connections;
+        down_in += w.down;
+      }
+      char line[160];
+      snprintf(line, sizeof(line), "upstream%-3zu %5s  %8llu  %6llu  %4llu  %4llu  ", i,
+               down_in ? "down" : "up", static_cast<unsigned long long>(u.requests),
+               static_cast<unsigned long long>(u.connect_failures + u.timeouts + u.resets +
+                                               u.bad_responses),
+               static_cast<unsigned long long>(u.idle_connections),
+               static_cast<unsigned long long>(u.busy_connections));
+      t << line << names[i] << "\n";
+    }
+  }
   return t.str();
 }
 

@@ -45,6 +45,16 @@ Counters counters_of(const WorkerSnapshot &s) {
   // Groups a worker may lack are still listed (as zeros), so every worker
   // exports the same names in the same order.
   add_group(c, s.tcp, "tcp_");
+  add_group(c, s.proxy, "");
+  // Upstreams by position in the configuration (`xdpqctl status` names
+  // them); every worker has the same list.
+  for (size_t i = 0; i < s.upstreams.size(); ++i) {
+    const std::string prefix = "upstream" + std::to_string(i) + "_";
+    add_group(c, s.upstreams[i], prefix.c_str());
+    s.upstreams[i].visit_gauges([&](const char *name, const char *help, uint64_t v) {
+      c.push_back(Counter{prefix + name, v, help, true});
+    });
+  }
 #ifdef XDPQ_HAVE_AFXDP
   add_group(c, s.afxdp, "afxdp_");
   add_group(c, s.next_hops, "");

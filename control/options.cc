@@ -165,6 +165,40 @@ TCP side (HTTP/2 and HTTP/1.1 over TLS, advertising HTTP/3 with Alt-Svc):
   --tcp-write-timeout MS      output pending without progress (a client
                               that stopped reading; default 30000).
 
+Reverse proxy (see docs/proxy.md):
+  --proxy PREFIX=URL[,URL...]
+                          Requests whose path starts with PREFIX go to
+                          these upstreams (plain HTTP/1.1: http://HOST:PORT
+                          or unix:/path), the path unchanged; repeatable,
+                          the longest prefix wins; the rest is served as
+                          before. Several URLs are balanced, skipping ones
+                          that refused a connection (for a back-off of 2 s,
+                          doubling to 64 s while they keep refusing).
+  --proxy-connect-timeout MS
+                          A connect to an upstream not done within MS
+                          fails (the next upstream is tried, else 502;
+                          default 1000).
+  --proxy-timeout MS      No response head within MS of the request being
+                          sent: 504 (default 30000).
+  --proxy-idle-timeout MS Pooled keep-alive connections unused for MS are
+                          closed (default 30000).
+  --proxy-max-idle N      Keep-alive connections pooled per upstream and
+                          worker (default 32).
+  --proxy-max-connections N
+                          Connections per upstream and worker; over it: 503
+                          (default 512).
+  --proxy-balancing round-robin|least-outstanding
+                          How a route picks among its upstreams (default
+                          round-robin).
+  --proxy-trusted CIDR    Clients in CIDR (other proxies) may send their own
+                          X-Forwarded-For/-Proto/-Host, which are kept and
+                          appended to; repeatable. From anyone else they
+                          are removed and replaced. Default: nobody.
+  --proxy-via             Add "via: 1.1 xdpq" to proxied requests.
+  --no-proxy-forwarded-headers
+                          Pass requests without adding X-Forwarded-* (the
+                          client's own are still removed unless trusted).
+
 Operation:
   --config FILE           Read a TOML configuration file (see
                           --print-default-config); flags override it.
@@ -185,8 +219,9 @@ Operation:
   --help                  This text.
   --version               Version.
 
-Built-in routes on every protocol: /healthz, /bytes/N (N bytes, up to
-64 MiB), POST /echo; everything else from the document root.
+Routes on every protocol: --proxy prefixes first, then the built-in
+/healthz, /bytes/N (N bytes, up to 64 MiB) and POST /echo; everything else
+from the document root.
 
 Exit status: 0 on clean shutdown (SIGINT/SIGTERM), 1 on a runtime failure,
 2 for a usage or configuration error (the reason on stderr).
@@ -215,6 +250,8 @@ namespace {
 void apply_flags(Options &o, const std::vector<std::string> &args) {
   bool listen_given = false;
   bool h2c_given = false;
+  bool proxy_given = false;
+  bool trusted_given = false;
   std::string origin; // "file:line: key" for flags that came from a file
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].empty() && args[i][0] == '\x01') {
@@ -255,6 +292,46 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       auto a = dataplane::parse_address(v, &why);
       if (!a) throw UsageError("--metrics " + std::string(v) + ": " + why);
       o.metrics = *a;
+    } else if (arg == "--proxy") {
+      auto v = need();
+      if (!proxy_given) o.proxy.routes.clear();
+      proxy_given = true;
+      try {
+        o.proxy.add_route(v);
+      } catch (const http::ProxyConfigError &e) {
+        throw UsageError(std::string("--proxy ") + e.what());
+      }
+    } else if (arg == "--proxy-connect-timeout") {
+      o.proxy.connect_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
+    } else if (arg == "--proxy-timeout") {
+      o.proxy.response_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
+    } else if (arg == "--proxy-idle-timeout") {
+      o.proxy.idle_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
+    } else if (arg == "--proxy-max-idle") {
+      o.proxy.max_idle_per_upstream = parse_number(arg, need(), 0, 1u << 16);
+    } else if (arg == "--proxy-max-connections") {
+      o.proxy.max_conns_per_upstream = parse_number(arg, need(), 1, 1u << 20);
+    } else if (arg == "--proxy-balancing") {
+      auto v = need();
+      if (v == "round-robin") o.proxy.balancing = http::Balancing::round_robin;
+      else if (v == "least-outstanding") o.proxy.balancing = http::Balancing::least_outstanding;
+      else {
+        throw UsageError("--proxy-balancing: expected round-robin or least-outstanding, got '" +
+                         std::string(v) + "'");
+      }
+    } else if (arg == "--proxy-trusted") {
+      auto v = need();
+      if (!trusted_given) o.proxy.trusted.clear();
+      trusted_given = true;
+      try {
+        o.proxy.trusted.push_back(http::parse_cidr(v));
+      } catch (const http::ProxyConfigError &e) {
+        throw UsageError(std::string("--proxy-trusted ") + e.what());
+      }
+    } else if (arg == "--proxy-via") {
+      o.proxy.via = true;
+    } else if (arg == "--no-proxy-forwarded-headers") {
+      o.proxy.forwarded_headers = false;
     } else if (arg == "--echo") {
       o.echo = true;
     } else if (arg == "--drain-timeout") {

@@ -3,6 +3,7 @@
 // UsageError (exit status 2 in main) naming the flag and what was expected.
 
 #include "dataplane/address.h"
+#include "http/proxy_config.h"
 #include "quic/endpoint.h"
 
 #include <optional>
@@ -74,6 +75,8 @@ struct Options {
   uint64_t tcp_header_timeout_ms = 10000;
   uint64_t tcp_idle_timeout_ms = 60000;
   uint64_t tcp_write_timeout_ms = 30000;
+  // Reverse proxy: routes, upstreams, timeouts (docs/proxy.md).
+  http::ProxyConfig proxy;
   std::string config_file;
   std::string control_socket; // empty: the default path
   std::optional<dataplane::Address> metrics;

@@ -64,10 +64,16 @@ void Worker::connect_peers(const std::vector<Worker *> &all) {
   endpoint_.set_handoff(this);
 }
 
+void Worker::set_proxy(std::shared_ptr<const http::ProxyConfig> cfg) {
+  proxy_ = std::make_unique<http::Proxy>(std::move(cfg), loop_);
+  h3_.set_proxy(proxy_.get());
+}
+
 void Worker::add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
                      std::shared_ptr<http::TcpTlsContext> tls) {
   http::SessionEnv e = env;
   e.budget = &budget_;
+  e.proxy = proxy_.get();
   tcp_ = std::make_unique<http::TcpServer>(cfg, e, std::move(tls), loop_);
 }
 
@@ -251,6 +257,10 @@ void Worker::fill_snapshot() {
     s.gauges.block_cache_bytes = cached_at_exit_;
   } else {
     read_heap(s.heap, s.gauges.block_cache_bytes);
+  }
+  if (proxy_) {
+    s.proxy = proxy_->stats();
+    proxy_->upstream_stats(s.upstreams);
   }
   if (tcp_) {
     s.has_tcp = true;

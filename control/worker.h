@@ -81,6 +81,8 @@ struct WorkerSnapshot {
   http::H3Stats h3;
   bool has_tcp = false;
   http::TcpStats tcp;
+  http::ProxyStats proxy;
+  std::vector<http::UpstreamStats> upstreams; // configuration order
   bool has_afxdp = false;
 #ifdef XDPQ_HAVE_AFXDP
   dataplane::AfXdpStats afxdp;
@@ -142,6 +144,9 @@ public:
   // after timeout (it still happens when the worker gets to it).
   bool replace_port(std::unique_ptr<dataplane::DatagramPort> port, dataplane::AfXdpPort *afxdp,
                     std::chrono::milliseconds timeout);
+  // The reverse proxy (its upstream pools live in this worker's loop);
+  // before add_tcp() and start().
+  void set_proxy(std::shared_ptr<const http::ProxyConfig> cfg);
   // Adds the TCP side to this worker's loop (throws http::TcpError).
   void add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
                std::shared_ptr<http::TcpTlsContext> tls);
@@ -227,6 +232,9 @@ private:
   Capture &capture_;
   std::unique_ptr<quic::TlsContext> tls_;
   http::MemoryBudget budget_; // before the endpoint and the TCP side, which use it
+  // Before the HTTP/3 factory, the endpoint and the TCP side: their
+  // sessions' exchanges are gone before the proxy's connections close.
+  std::unique_ptr<http::Proxy> proxy_;
   http::H3ApplicationFactory h3_; // HTTP/3 on the endpoint's connections
   std::vector<std::unique_ptr<quic::TlsContext>> retired_tls_;
   quic::Endpoint endpoint_;

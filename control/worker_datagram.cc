@@ -145,6 +145,7 @@ void Worker::on_iteration_end() {
   }
   if (any_wake_pending_) wake_owners();
   if (tcp_) tcp_->end_of_pass();
+  if (proxy_) proxy_->end_of_pass();
   if (draining_) check_drain();
   bool drained = true;
   for (int round = 0; round < 8; ++round) {

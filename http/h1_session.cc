@@ -8,6 +8,7 @@
 
 #include <http_parser.h>
 
+#include <cstdio>
 #include <deque>
 
 namespace xdpq::http {
@@ -21,9 +22,11 @@ struct Queued {
   uint64_t body_off = 0;
   bool close_after = false;
   size_t charged = 0; // body budget held until the response is written
+  ProxyExchange *ex = nullptr; // a proxied response (owned by body); head empty until it arrives
+  bool chunked = false;        // ... of unknown length, sent chunked
 };
 
-class H1Session final : public TcpSession {
+class H1Session final : public TcpSession, public ProxyListener {
 public:
   explicit H1Session(const SessionEnv &env)
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
@@ -87,6 +90,10 @@ public:
   void produce(std::vector<uint8_t> &out, size_t limit) override {
     while (out.size() < limit && !queue_.empty()) {
       Queued &q = queue_.front();
+      if (q.ex && q.head.empty()) {
+        if (!q.ex->head_ready()) return; // the upstream has not answered yet
+        proxy_head(q);
+      }
       if (q.head_off < q.head.size()) {
         size_t take = std::min(q.head.size() - q.head_off, limit - out.size());
         out.insert(out.end(), q.head.begin() + static_cast<long>(q.head_off),
@@ -94,7 +101,34 @@ public:
         q.head_off += take;
         continue;
       }
-      if (q.body && q.body_off < q.body->size()) {
+      if (q.ex) {
+        if (q.ex->has_body()) {
+          auto c = q.ex->chunk(q.body_off);
+          if (!c.empty()) {
+            size_t room = limit - out.size();
+            if (q.chunked && room <= CHUNK_FRAMING) return; // next time
+            size_t take = std::min(c.size(), q.chunked ? room - CHUNK_FRAMING : room);
+            if (q.chunked) append_chunk_size(out, take);
+            out.insert(out.end(), c.data(), c.data() + take);
+            if (q.chunked) out.insert(out.end(), {'\r', '\n'});
+            q.body_off += take;
+            q.ex->release(q.body_off);
+            continue;
+          }
+          if (q.ex->failed()) {
+            // The upstream broke off: closing the connection (before the
+            // last chunk, or short of the length) is how HTTP/1.1 says
+            // the body is not complete.
+            abort_output();
+            return;
+          }
+          if (!q.ex->ended()) return; // more is on its way
+          if (q.chunked) {
+            static constexpr std::string_view LAST = "0\r\n\r\n";
+            out.insert(out.end(), LAST.begin(), LAST.end());
+          }
+        }
+      } else if (q.body && q.body_off < q.body->size()) {
         auto c = q.body->chunk(q.body_off);
         if (c.empty()) {
           // The content went away (a file truncated under us): the length
@@ -126,6 +160,10 @@ public:
   }
 
   bool finished() const override { return closing_ && queue_.empty(); }
+
+  void proxy_progress(void *) override {
+    if (host_) host_->session_wake();
+  }
   bool has_buffered_input() const override { return !buffered_.empty() && !paused_ && !closing_; }
   bool input_paused() const override { return paused_ || closing_; }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
@@ -237,9 +275,19 @@ private:
   int message_complete() {
     in_message_ = false;
     if (closing_) return 0;
-    Response resp;
-    env_.router->route(req_, resp);
-    enqueue(resp, !keep_alive_);
+    int route = env_.proxy ? env_.proxy->match(path_only(req_.path)) : -1;
+    if (route >= 0) {
+      Queued q;
+      q.close_after = !keep_alive_;
+      auto ex = start_proxy(route, req_, this, nullptr, budget_, env_);
+      q.ex = ex.get();
+      q.body = std::move(ex);
+      queue_.push_back(std::move(q));
+    } else {
+      Response resp;
+      env_.router->route(req_, resp);
+      enqueue(resp, !keep_alive_);
+    }
     // The body (or the response made from it) stays charged until written.
     queue_.back().charged = charged_;
     charged_ = 0;
@@ -264,6 +312,27 @@ private:
     // Debian's http-parser keeps its asserts: one malformed request aborted
     // the whole daemon.)
     closing_ = true;
+  }
+
+  static constexpr size_t CHUNK_FRAMING = 16 + 4; // hex size, CRLF, CRLF
+
+  static void append_chunk_size(std::vector<uint8_t> &out, size_t n) {
+    char hex[20];
+    int len = std::snprintf(hex, sizeof(hex), "%zx\r\n", n);
+    out.insert(out.end(), hex, hex + len);
+  }
+
+  // The proxied response's head, once it arrived. Without a length from
+  // the upstream the body goes chunked, so that a body the upstream cut
+  // short can never look complete.
+  void proxy_head(Queued &q) {
+    const Response &r = q.ex->head();
+    env_.stats->count_response(r.status);
+    head_.build(r, env_.alt_svc);
+    q.chunked = r.length_unknown && q.ex->has_body();
+    q.head.reserve(256);
+    head_.append_http1(q.head, q.close_after);
+    if (q.chunked) q.head.insert(q.head.size() - 2, "transfer-encoding: chunked\r\n");
   }
 
   void enqueue(Response &resp, bool close) {

@@ -33,6 +33,7 @@ struct H2Stream {
   size_t charged = 0; // bytes taken from the body budget
   uint64_t offset = 0; // response body bytes handed to nghttp2
   TcpStats *stats = nullptr;
+  ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
 };
 
 // Request latency: headers received to the whole response handed to nghttp2.
@@ -44,7 +45,7 @@ void record_latency(H2Stream &st) {
   }
 }
 
-class H2Session final : public TcpSession {
+class H2Session final : public TcpSession, public ProxyListener {
 public:
   explicit H2Session(const SessionEnv &env)
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
@@ -161,6 +162,7 @@ private:
           st->refused = st->ended = false;
           st->charged = 0;
           st->offset = 0;
+          st->exchange = nullptr;
           st->started_ns = me.now_;
           st->stats = me.env_.stats;
           if (nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st) != 0) {
@@ -245,8 +247,7 @@ private:
           if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
             st->ended = true;
           if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded && !st->refused) {
-            me.env_.router->route(st->req, st->resp);
-            me.respond(*st);
+            me.dispatch(*st);
           }
           return 0;
         },
@@ -296,7 +297,8 @@ private:
           me.budget_.give_back(st->charged); // the body or the response made from it
           st->charged = 0;
           st->req.reset();
-          st->resp.reset(); // drop the body (a cached file entry) now
+          st->exchange = nullptr;
+          st->resp.reset(); // drop the body (a cached file entry, a proxied exchange) now
           me.active_ -= 1;
           me.free_.push_back(st);
           return 0;
@@ -360,6 +362,7 @@ private:
     return guarded(
         [&]() -> ssize_t {
           auto *st = static_cast<H2Stream *>(src->ptr);
+          if (st->exchange) return read_streamed(*st, buf, length, flags);
           const Body *body = st->resp.body.get();
           size_t n = 0;
           while (body && n < length && st->offset < body->size()) {
@@ -384,10 +387,65 @@ private:
         ssize_t{NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE});
   }
 
+  // A proxied body: what has arrived, "deferred" until more does (the
+  // proxy resumes the data), a stream reset if the upstream broke off.
+  static ssize_t read_streamed(H2Stream &st, uint8_t *buf, size_t length, uint32_t *flags) {
+    ProxyExchange &ex = *st.exchange;
+    size_t n = 0;
+    while (n < length) {
+      auto c = ex.chunk(st.offset);
+      if (c.empty()) break;
+      size_t take = std::min(c.size(), length - n);
+      std::memcpy(buf + n, c.data(), take);
+      n += take;
+      st.offset += take;
+    }
+    ex.release(st.offset); // copied: the window has room again
+    if (st.offset == ex.received()) {
+      if (ex.failed())
+        return n ? static_cast<ssize_t>(n) : ssize_t{NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE};
+      if (ex.ended()) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        record_latency(st);
+      } else if (n == 0) {
+        return NGHTTP2_ERR_DEFERRED;
+      }
+    }
+    return static_cast<ssize_t>(n);
+  }
+
+  void dispatch(H2Stream &st) {
+    if (env_.proxy) {
+      int route = env_.proxy->match(path_only(st.req.path));
+      if (route >= 0) {
+        auto ex = start_proxy(route, st.req, this, &st, budget_, env_);
+        st.exchange = ex.get();
+        st.resp.body = std::move(ex);
+        if (st.exchange->head_ready()) respond(st);
+        return;
+      }
+    }
+    env_.router->route(st.req, st.resp);
+    respond(st);
+  }
+
+public:
+  void proxy_progress(void *tag) override {
+    auto &st = *static_cast<H2Stream *>(tag);
+    if (!st.responded) {
+      if (st.exchange->head_ready()) respond(st);
+    } else {
+      nghttp2_session_resume_data(session_, st.id);
+    }
+    if (host_) host_->session_wake();
+  }
+
+private:
   void respond(H2Stream &st) {
     st.responded = true;
-    env_.stats->count_response(st.resp.status);
-    head_.build(st.resp, env_.alt_svc);
+    const Response &resp = st.exchange ? st.exchange->head() : st.resp;
+    env_.stats->count_response(resp.status);
+    head_.build(resp, env_.alt_svc);
     nva_.clear();
     auto nv = [this](std::string_view n, std::string_view v) {
       nva_.push_back(nghttp2_nv{reinterpret_cast<uint8_t *>(const_cast<char *>(n.data())),
@@ -400,7 +458,8 @@ private:
     nghttp2_data_provider dp{};
     dp.source.ptr = &st;
     dp.read_callback = read_body;
-    bool has_body = st.resp.body && st.resp.body->size() > 0;
+    bool has_body =
+        st.exchange ? st.exchange->has_body() : st.resp.body && st.resp.body->size() > 0;
     nghttp2_submit_response(session_, st.id, nva_.data(), nva_.size(), has_body ? &dp : nullptr);
     if (!has_body) record_latency(st);
   }

@@ -26,6 +26,7 @@ struct H3Session::Stream {
   uint64_t started_ns = 0;
   size_t charged = 0; // bytes taken from the body budget
   uint64_t acked = 0; // response body bytes the peer acknowledged
+  ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -43,6 +44,7 @@ struct H3Session::Stream {
     started_ns = 0;
     charged = 0;
     acked = 0;
+    exchange = nullptr;
   }
 };
 
@@ -364,11 +366,35 @@ int H3Session::on_end_headers(Stream &s, bool fin) {
       transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     return 0;
   }
-  if (fin) {
-    router_->route(s.req, s.resp);
-    respond(s);
-  }
+  if (fin) dispatch(s);
   return 0;
+}
+
+void H3Session::dispatch(Stream &s) {
+  if (limits_.proxy) {
+    int route = limits_.proxy->match(path_only(s.req.path));
+    if (route >= 0) {
+      Proxy::Client client;
+      client.peer = transport_.app_peer();
+      auto ex = limits_.proxy->start(route, s.req, client, this, &s, &budget_);
+      s.exchange = ex.get();
+      s.resp.body = std::move(ex);
+      if (s.exchange->head_ready()) respond(s);
+      return;
+    }
+  }
+  router_->route(s.req, s.resp);
+  respond(s);
+}
+
+void H3Session::proxy_progress(void *tag) {
+  auto &s = *static_cast<Stream *>(tag);
+  if (!s.responded) {
+    if (s.exchange->head_ready()) respond(s);
+  } else {
+    nghttp3_conn_resume_stream(conn_, s.id);
+  }
+  transport_.app_want_write();
 }
 
 int H3Session::on_data(Stream &s, const uint8_t *data, size_t len) {
@@ -407,10 +433,7 @@ void H3Session::refuse(Stream &s) {
 }
 
 int H3Session::on_end_stream(Stream &s) {
-  if (!s.responded && !s.refused) {
-    router_->route(s.req, s.resp);
-    respond(s);
-  }
+  if (!s.responded && !s.refused) dispatch(s);
   return 0;
 }
 
@@ -419,13 +442,14 @@ void H3Session::on_stream_close(Stream &s) {
   budget_.give_back(s.charged); // the body, or the response made from it
   s.charged = 0;
   s.req.reset();
-  s.resp.reset(); // releases the body (and a cached file entry) now
+  s.exchange = nullptr;
+  s.resp.reset(); // releases the body (a cached file entry, a proxied exchange) now
   free_.push_back(&s);
 }
 
 void H3Session::respond(Stream &s) {
   s.responded = true;
-  const auto &resp = s.resp;
+  const auto &resp = s.exchange ? s.exchange->head() : s.resp;
   stats_.count_response(resp.status);
 
   head_.build(resp);
@@ -434,7 +458,7 @@ void H3Session::respond(Stream &s) {
   for (const auto &f : head_.fields())
     nva_.push_back(make_nv(f.name, f.value, f.value_in_builder));
   nghttp3_data_reader dr{cb_read_body};
-  bool has_body = resp.body && resp.body->size() > 0;
+  bool has_body = s.exchange ? s.exchange->has_body() : resp.body && resp.body->size() > 0;
   int rv = nghttp3_conn_submit_response(conn_, s.id, nva_.data(), nva_.size(),
                                         has_body ? &dr : nullptr);
   if (!has_body) record_latency(s);
@@ -455,6 +479,7 @@ void H3Session::record_latency(Stream &s) {
 
 nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt,
                                       uint32_t *flags) {
+  if (s.exchange) return read_streamed(s, vec, veccnt, flags);
   const Body *body = s.resp.body.get();
   if (!body) {
     *flags |= NGHTTP3_DATA_FLAG_EOF;
@@ -486,6 +511,40 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
   if (s.body_offset >= size) {
     *flags |= NGHTTP3_DATA_FLAG_EOF;
     record_latency(s);
+  }
+  return static_cast<nghttp3_ssize>(n);
+}
+
+// A proxied body: what has arrived, "would block" until more does (the
+// proxy resumes the stream), a reset if the upstream broke off.
+nghttp3_ssize H3Session::read_streamed(Stream &s, nghttp3_vec *vec, size_t veccnt,
+                                       uint32_t *flags) {
+  if (s.aborted) return NGHTTP3_ERR_WOULDBLOCK; // reset after this write pass
+  const ProxyExchange &ex = *s.exchange;
+  size_t n = 0;
+  uint64_t given = 0;
+  while (n < veccnt && given < READ_AHEAD) {
+    auto c = ex.chunk(s.body_offset);
+    if (c.empty()) break;
+    vec[n].base = const_cast<uint8_t *>(c.data());
+    vec[n].len = c.size();
+    s.body_offset += c.size();
+    given += c.size();
+    ++n;
+  }
+  if (s.body_offset == ex.received()) {
+    if (ex.failed()) {
+      s.aborted = true;
+      aborted_.push_back(s.id);
+      stats_.stream_errors += 1;
+      return n ? static_cast<nghttp3_ssize>(n) : NGHTTP3_ERR_WOULDBLOCK;
+    }
+    if (ex.ended()) {
+      *flags |= NGHTTP3_DATA_FLAG_EOF;
+      record_latency(s);
+    } else if (n == 0) {
+      return NGHTTP3_ERR_WOULDBLOCK;
+    }
   }
   return static_cast<nghttp3_ssize>(n);
 }

@@ -9,6 +9,7 @@
 #include "dataplane/histogram.h"
 #include "http/memory_budget.h"
 #include "http/message.h"
+#include "http/proxy.h"
 #include "http/response_head.h"
 #include "http/router.h"
 #include "quic/application.h"
@@ -32,6 +33,8 @@ struct H3Limits {
   size_t max_body_per_connection = 16u << 20;
   // The worker's budget (shared by its connections); null: none.
   MemoryBudget *budget = nullptr;
+  // The worker's reverse proxy; null: none configured.
+  Proxy *proxy = nullptr;
 };
 
 // Per-worker counters; plain fields, one writer (the worker).
@@ -56,7 +59,7 @@ struct H3Stats {
   void count_response(int status) { count_status_class(*this, status); }
 };
 
-class H3Session final : public quic::Application {
+class H3Session final : public quic::Application, public ProxyListener {
 public:
   H3Session(quic::AppTransport &transport, std::shared_ptr<const Router> router,
             const H3Limits &limits, H3Stats &stats);
@@ -97,8 +100,13 @@ public:
   nghttp3_ssize on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void on_acked(Stream &s, uint64_t n);
   quic::AppTransport &transport() { return transport_; }
+  // ProxyListener: tag is the Stream.
+  void proxy_progress(void *tag) override;
 
 private:
+  // A complete request: to the proxy if a prefix matches, else the router.
+  void dispatch(Stream &s);
+  nghttp3_ssize read_streamed(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void respond(Stream &s);
   // Over the connection's or worker's body budget: H3_REQUEST_REJECTED
   // both ways, bytes discarded and given back.
@@ -129,6 +137,8 @@ class H3ApplicationFactory final : public quic::ApplicationFactory {
 public:
   H3ApplicationFactory(std::shared_ptr<const Router> router, const H3Limits &limits)
       : router_(std::move(router)), limits_(limits) {}
+  // The worker's proxy, for connections made from now on.
+  void set_proxy(Proxy *p) { limits_.proxy = p; }
   std::unique_ptr<quic::Application> create(quic::AppTransport &transport) override {
     return std::make_unique<H3Session>(transport, router_, limits_, stats_);
   }

@@ -114,24 +114,38 @@ void Response::reset() {
   trim_headers(headers);
   body.reset();
   content_length = 0;
+  length_unknown = false;
 }
 
 std::string_view reason_phrase(int status) {
   switch (status) {
+  case 100: return "Continue";
   case 200: return "OK";
+  case 201: return "Created";
+  case 202: return "Accepted";
   case 204: return "No Content";
   case 206: return "Partial Content";
+  case 301: return "Moved Permanently";
+  case 302: return "Found";
+  case 303: return "See Other";
   case 304: return "Not Modified";
+  case 307: return "Temporary Redirect";
+  case 308: return "Permanent Redirect";
   case 400: return "Bad Request";
+  case 401: return "Unauthorized";
   case 403: return "Forbidden";
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
   case 413: return "Content Too Large";
   case 416: return "Range Not Satisfiable";
   case 425: return "Too Early";
+  case 409: return "Conflict";
+  case 429: return "Too Many Requests";
   case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
+  case 502: return "Bad Gateway";
   case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
   default: return "Unknown";
   }
 }

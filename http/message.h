@@ -126,6 +126,9 @@ struct Response {
   // Content-Length to announce. For HEAD this is the length a GET would
   // have returned, while body stays null.
   uint64_t content_length = 0;
+  // No Content-Length at all: the body's end is signalled by the
+  // transport's framing (a proxied response the upstream did not size).
+  bool length_unknown = false;
 
   void set(int status, std::string_view content_type, std::unique_ptr<Body> body);
   void add_header(std::string_view name, std::string_view value);

@@ -10,7 +10,7 @@ void ResponseHead::build(const Response &resp, std::string_view alt_svc) {
   status_[3] = '\0';
   fields_.clear();
   fields_.push_back({"server", "xdpq"});
-  if (code_ != 304 && code_ != 204) {
+  if (code_ != 304 && code_ != 204 && !resp.length_unknown) {
     auto [end, ec] = std::to_chars(content_length_, content_length_ + sizeof(content_length_),
                                    resp.content_length);
     (void)ec;

@@ -23,7 +23,7 @@ constexpr std::string_view PLAINTEXT_REPLY =
     "HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-type: text/plain\r\n"
     "content-length: 38\r\n\r\nThis port speaks HTTPS (TLS) only.\r\n\r\n";
 
-class TcpConnectionImpl final : public TcpConnection {
+class TcpConnectionImpl final : public TcpConnection, public SessionHost {
 public:
   TcpConnectionImpl(TcpServer &srv, int fd, bool tls, uint32_t source_slot)
       : srv_(srv), fd_(fd), tls_(tls), source_slot_(source_slot), timer_(on_timer, this) {
@@ -67,6 +67,30 @@ public:
     return ci;
   }
   bool busy() const override { return session_ && (session_->busy() || output_pending() > 0); }
+
+  void resume() override {
+    wake_pending_ = false;
+    if (!dead_)
+      step();
+  }
+
+  void session_wake() override {
+    if (!wake_pending_ && !dead_) {
+      wake_pending_ = true;
+      srv_.wake_later(this);
+    }
+  }
+
+  const dataplane::Address *session_peer() const override {
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    if (getpeername(fd_, reinterpret_cast<sockaddr *>(&ss), &sl) != 0)
+      return nullptr;
+    peer_ = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
+    return &peer_;
+  }
+
+  bool session_tls() const override { return tls_; }
 
   void shutdown() override {
     if (dead_)
@@ -227,6 +251,7 @@ private:
   void open_session(bool h2) {
     h2_ = h2;
     session_ = h2 ? make_h2_session(srv_.env()) : make_h1_session(srv_.env());
+    session_->set_host(this);
     state_ = State::open;
     last_activity_ = srv_.loop().now();
   }
@@ -392,6 +417,8 @@ private:
   bool want_write_ = false;
   bool peer_closed_ = false;
   bool dead_ = false;
+  bool wake_pending_ = false;
+  mutable dataplane::Address peer_; // session_peer()'s answer
   bool h2_ = false;
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;

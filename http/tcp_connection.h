@@ -24,6 +24,8 @@ public:
   virtual bool busy() const = 0;
   // Graceful: GOAWAY / "connection: close" after the current response.
   virtual void shutdown() = 0;
+  // The session asked to be woken (TcpServer::end_of_pass): run it again.
+  virtual void resume() = 0;
 };
 
 // A connection accepted on fd (non-blocking), TLS or cleartext, holding its

@@ -173,6 +173,13 @@ void TcpServer::closed(TcpConnection *c, uint32_t source_slot) {
 }
 
 void TcpServer::end_of_pass() {
+  // Resuming may wake others (rarely): a bounded number of rounds.
+  std::vector<TcpConnection *> now;
+  for (int round = 0; round < 4 && !woken_.empty(); ++round) {
+    now.swap(woken_);
+    for (auto *c : now) c->resume();
+    now.clear();
+  }
   dead_.clear();
 }
 

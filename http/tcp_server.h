@@ -85,6 +85,8 @@ public:
 
   // Used by connections.
   void closed(TcpConnection *c, uint32_t source_slot);
+  // c->resume() at the end of this pass (before closed connections are freed).
+  void wake_later(TcpConnection *c) { woken_.push_back(c); }
   const TcpConfig &config() const { return cfg_; }
   SessionEnv &env() { return env_; }
   TcpStats &mutable_stats() { return stats_; }
@@ -104,6 +106,7 @@ private:
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::unordered_map<TcpConnection *, std::unique_ptr<TcpConnection>> conns_;
   std::vector<std::unique_ptr<TcpConnection>> dead_; // finished this pass
+  std::vector<TcpConnection *> woken_;               // to resume at the end of this pass
   std::vector<uint8_t> scratch_; // read buffer shared by this worker's connections
   dataplane::SourceLimiter sources_;
   bool shutting_down_ = false;

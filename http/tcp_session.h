@@ -7,6 +7,7 @@
 #include "dataplane/histogram.h"
 #include "http/memory_budget.h"
 #include "http/message.h"
+#include "http/proxy.h"
 #include "http/router.h"
 
 #include <cstdint>
@@ -75,11 +76,29 @@ struct SessionEnv {
   TcpStats *stats = nullptr;
   MemoryBudget *budget = nullptr; // the worker's; null: per-connection limit only
   std::string alt_svc; // value of the alt-svc header; empty: none
+  Proxy *proxy = nullptr; // the worker's reverse proxy; null: none configured
+};
+
+// What a session may ask of the connection under it.
+class SessionHost {
+public:
+  // Output became ready outside on_input() (a proxied response moved):
+  // produce and write again, at the end of this pass.
+  virtual void session_wake() = 0;
+  // The client's address, or null if unknown.
+  virtual const dataplane::Address *session_peer() const = 0;
+  // The connection is TLS (not the cleartext benchmark port).
+  virtual bool session_tls() const = 0;
+
+protected:
+  ~SessionHost() = default;
 };
 
 class TcpSession {
 public:
   virtual ~TcpSession() = default;
+  // The connection under the session (null in tests: nothing to wake).
+  void set_host(SessionHost *h) { host_ = h; }
   // Consumes decrypted input; now_ns times header arrival (slowloris).
   virtual void on_input(const uint8_t *data, size_t len, uint64_t now_ns) = 0;
   // Appends bytes to send until out reaches limit or nothing is left.
@@ -96,6 +115,19 @@ public:
   virtual bool busy() const = 0;
   // Graceful shutdown: GOAWAY / "Connection: close" after the current ones.
   virtual void shutdown() = 0;
+
+protected:
+  // A proxied request: the worker's proxy takes it on route.
+  std::unique_ptr<ProxyExchange> start_proxy(int route, Request &req, ProxyListener *l, void *tag,
+                                             BudgetAccount &budget, const SessionEnv &env) {
+    Proxy::Client client;
+    if (host_) {
+      client.peer = host_->session_peer();
+      client.tls = host_->session_tls();
+    }
+    return env.proxy->start(route, req, client, l, tag, &budget);
+  }
+  SessionHost *host_ = nullptr;
 };
 
 std::unique_ptr<TcpSession> make_h2_session(const SessionEnv &env);

@@ -8,6 +8,8 @@
 // application is driven from the connection's ngtcp2 callbacks and write
 // loop, and calls back into the connection through AppTransport.
 
+#include "dataplane/address.h"
+
 #include <ngtcp2/ngtcp2.h>
 
 #include <cstddef>
@@ -27,6 +29,12 @@ public:
   virtual void app_reset_writing(int64_t stream_id, uint64_t app_error) = 0;
   // Opens a unidirectional stream of ours; its id, or -1.
   virtual int64_t app_open_uni_stream() = 0;
+  // The application has new data to send outside the connection's own
+  // read and write (a proxied response arrived): write at the end of the
+  // pass.
+  virtual void app_want_write() {}
+  // The peer's current address (X-Forwarded-For), or null if unknown.
+  virtual const dataplane::Address *app_peer() const { return nullptr; }
 
 protected:
   ~AppTransport() = default;

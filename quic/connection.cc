@@ -704,4 +704,14 @@ void Connection::app_reset_writing(int64_t stream_id, uint64_t app_error) {
   ngtcp2_conn_shutdown_stream_write(conn_, 0, stream_id, app_error);
 }
 
+void Connection::app_want_write() {
+  if (state_ == State::active) ep_.want_write(this);
+}
+
+const dataplane::Address *Connection::app_peer() const {
+  const ngtcp2_path *p = ngtcp2_conn_get_path(conn_);
+  peer_ = dataplane::Address::from(p->remote.addr, p->remote.addrlen);
+  return &peer_;
+}
+
 } // namespace xdpq::quic

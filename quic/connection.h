@@ -85,6 +85,8 @@ public:
   void app_stop_reading(int64_t stream_id, uint64_t app_error) override;
   void app_reset_writing(int64_t stream_id, uint64_t app_error) override;
   int64_t app_open_uni_stream() override;
+  void app_want_write() override;
+  const dataplane::Address *app_peer() const override;
 
 private:
   enum class State { active, closing, draining, dead };
@@ -113,6 +115,7 @@ private:
   bool handshake_done_ = false;
   bool early_counted_ = false;
   ngtcp2_ccerr last_error_{};
+  mutable dataplane::Address peer_; // app_peer()'s answer
   std::vector<uint8_t> close_packet_;
   dataplane::Path close_path_;
   uint64_t close_received_ = 0; // datagrams received while closing

@@ -193,4 +193,23 @@ mode = "plaintext"
 put("config", "bad_type", b"[server]\nworkers = \"two\"\n")
 put("config", "unknown", b"[nope]\nx = 1\n")
 
+# --- upstream_response: [HEAD?] then reads of [two-byte length, bytes] ---------
+
+def upstream(name, head_request, *reads):
+    put("upstream_response", name, bytes([1 if head_request else 0]) +
+        b"".join(chunk(r) for r in reads))
+
+
+upstream("length", False, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: b\r\n\r\nhello")
+upstream("chunked", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+         b"lo\r\n0\r\nx-trailer: t\r\n\r\n")
+upstream("close_delimited", False, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabc", b"def")
+upstream("interim", False, b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n"
+         b"Link: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
+upstream("head", True, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+upstream("bad_chunk", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+upstream("truncated", False, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
+upstream("huge_head", False, b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n")
+upstream("two_lengths", False, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+
 print("seeds written to", OUT, file=sys.stderr)

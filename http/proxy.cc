@@ -1,0 +1,677 @@
+// The reverse proxy's per-worker half: upstream pools, balancing and
+// passive health, and the exchange that carries one request upstream and
+// its response back. About 670 lines in one file because the exchange's
+// states and the pool's connection life cycle drive each other (a
+// connection's events advance its exchange, an exchange's end returns its
+// connection); split, each half would need the other's internals.
+
+#include "http/proxy.h"
+
+#include "http/proxy_headers.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace xdpq::http {
+
+struct Upstream {
+  UpstreamAddress addr;
+  std::vector<UpstreamConn *> idle;
+  size_t conns = 0; // open, idle or not
+  uint64_t down_until = 0;
+  unsigned fails = 0;
+  UpstreamStats stats;
+};
+
+// One socket to an upstream. Owned by the Proxy; freed at the end of the
+// pass in which it closed (the event loop may still hold it this pass).
+class UpstreamConn final : public dataplane::FdHandler {
+public:
+  UpstreamConn(Proxy &p, Upstream &u) : proxy_(p), up_(u), timer_(timer_fired, this) {}
+  ~UpstreamConn() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Starts a non-blocking connect. False (and closed) if it failed at once.
+  bool open() {
+    const bool unix_socket = !up_.addr.unix_path.empty();
+    fd_ = ::socket(unix_socket ? AF_UNIX : up_.addr.inet.family(),
+                   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) return false;
+    int rv;
+    if (unix_socket) {
+      sockaddr_un sun{};
+      sun.sun_family = AF_UNIX;
+      std::memcpy(sun.sun_path, up_.addr.unix_path.data(), up_.addr.unix_path.size());
+      rv = ::connect(fd_, reinterpret_cast<sockaddr *>(&sun), sizeof(sun));
+    } else {
+      int one = 1;
+      setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      rv = ::connect(fd_, &up_.addr.inet.u.sa, up_.addr.inet.len);
+    }
+    if (rv != 0 && errno != EINPROGRESS && errno != EAGAIN) return false;
+    // A unix socket whose backlog is full says EAGAIN: wait for it as for
+    // a TCP connect in progress.
+    state_ = rv == 0 ? State::sending : State::connecting;
+    up_.conns += 1;
+    up_.stats.connects += 1;
+    counted_ = true;
+    proxy_.loop().watch(fd_, this, true);
+    return true;
+  }
+
+  bool connecting() const { return state_ == State::connecting; }
+
+  // Carries ex's request from now on.
+  void assign(ProxyExchange *ex) {
+    ex_ = ex;
+    parser_.reset(&ex->parser_handler(), ex->head_request());
+    head_off_ = body_off_ = 0;
+    proxy_.loop().timers().cancel(timer_);
+    if (state_ == State::idle) {
+      std::erase(up_.idle, this);
+      state_ = State::sending;
+    }
+    if (state_ == State::sending) write_some();
+  }
+
+  // The exchange is gone (its client left): a connection in the middle of
+  // a request cannot be reused.
+  void detach() {
+    ex_ = nullptr;
+    close();
+  }
+
+  void make_idle(uint64_t idle_timeout) {
+    state_ = State::idle;
+    up_.idle.push_back(this);
+    proxy_.loop().set_interest(fd_, this, true, false);
+    proxy_.loop().timers().schedule(timer_, proxy_.loop().now() + idle_timeout);
+  }
+
+  void close() {
+    if (state_ == State::closed) return;
+    if (state_ == State::idle) std::erase(up_.idle, this);
+    state_ = State::closed;
+    proxy_.loop().timers().cancel(timer_);
+    proxy_.loop().unwatch(fd_);
+    ::close(fd_);
+    fd_ = -1;
+    if (counted_) up_.conns -= 1;
+    counted_ = false;
+    proxy_.closed(*this);
+  }
+
+  void resume_read() {
+    if (state_ == State::receiving || state_ == State::sending) {
+      proxy_.loop().set_interest(fd_, this, true, state_ == State::sending);
+    }
+  }
+
+  void on_io(uint32_t events) override {
+    switch (state_) {
+    case State::closed: return;
+    case State::idle:
+      // Pooled and idle: whatever comes (the upstream's close, stray bytes)
+      // ends it.
+      close();
+      return;
+    case State::connecting: {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) return failed_before_response(true);
+      if (!(events & EPOLLOUT)) return;
+      state_ = State::sending;
+      if (ex_) ex_->connected();
+      write_some();
+      break;
+    }
+    case State::sending:
+      if (events & EPOLLOUT) write_some();
+      if (state_ == State::closed) return;
+      if (events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) read_some();
+      break;
+    case State::receiving:
+      if ((events & (EPOLLHUP | EPOLLERR)) && ex_ && ex_->room() == 0) {
+        // Reset while we were not reading (the client holds the window
+        // full): what the socket held is lost with the reset anyway.
+        return broke(false);
+      }
+      read_some();
+      break;
+    }
+  }
+
+  Upstream &upstream() { return up_; }
+
+private:
+  enum class State { connecting, sending, receiving, idle, closed };
+
+  static void timer_fired(dataplane::Timer &t) {
+    auto *c = static_cast<UpstreamConn *>(t.owner());
+    if (c->state_ == State::idle) c->close();
+  }
+
+  void write_some() {
+    if (!ex_) return close();
+    const std::string &head = ex_->request_head();
+    const std::string &body = ex_->request_body();
+    while (head_off_ < head.size() || body_off_ < body.size()) {
+      iovec iov[2];
+      int n = 0;
+      if (head_off_ < head.size()) {
+        iov[n++] = {const_cast<char *>(head.data()) + head_off_, head.size() - head_off_};
+      }
+      if (body_off_ < body.size()) {
+        iov[n++] = {const_cast<char *>(body.data()) + body_off_, body.size() - body_off_};
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      ssize_t w = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          proxy_.loop().set_interest(fd_, this, true, true);
+          return;
+        }
+        if (errno == EINTR) continue;
+        // The upstream closed on us; if it answered first, that answer
+        // is still in the socket for read_some().
+        break;
+      }
+      size_t k = static_cast<size_t>(w);
+      size_t from_head = std::min(k, head.size() - head_off_);
+      head_off_ += from_head;
+      body_off_ += k - from_head;
+    }
+    state_ = State::receiving;
+    proxy_.loop().set_interest(fd_, this, true, false);
+  }
+
+  void read_some() {
+    ProxyExchange *ex = ex_;
+    if (!ex) return close();
+    bool progressed = false;
+    auto &buf = proxy_.scratch();
+    while (ex_) {
+      size_t room = ex_->room();
+      if (room == 0) {
+        // The client has not taken what we hold: stop reading the
+        // upstream until it does (release() resumes us).
+        proxy_.loop().set_interest(fd_, this, false, state_ == State::sending);
+        break;
+      }
+      ssize_t n = ::recv(fd_, buf.data(), std::min(room, buf.size()), 0);
+      if (n > 0) {
+        progressed = true;
+        if (parser_.feed(buf.data(), static_cast<size_t>(n)) !=
+            UpstreamResponseParser::Result::ok) {
+          return broke(true);
+        }
+        if (parser_.complete()) return done();
+        continue;
+      }
+      if (n == 0) {
+        if (!parser_.started()) return failed_before_response(false);
+        if (parser_.finish() != UpstreamResponseParser::Result::ok) return broke(false);
+        return done();
+      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      if (!parser_.started()) return failed_before_response(false);
+      return broke(false);
+    }
+    if (progressed) ex->notify();
+  }
+
+  void failed_before_response(bool connect) {
+    ProxyExchange *ex = ex_;
+    ex_ = nullptr;
+    close();
+    if (ex) ex->conn_failed(connect);
+  }
+
+  void broke(bool malformed) {
+    ProxyExchange *ex = ex_;
+    ex_ = nullptr;
+    close();
+    if (ex) {
+      if (malformed) ex->conn_broke(parser_.error());
+      else ex->conn_broke({});
+    }
+  }
+
+  void done() {
+    ProxyExchange *ex = ex_;
+    ex_ = nullptr;
+    if (parser_.keep_alive() && state_ != State::closed && !(state_ == State::sending)) {
+      proxy_.pool(*this);
+    } else {
+      close();
+    }
+    ex->conn_done();
+  }
+
+  Proxy &proxy_;
+  Upstream &up_;
+  int fd_ = -1;
+  State state_ = State::connecting;
+  bool counted_ = false;
+  ProxyExchange *ex_ = nullptr;
+  UpstreamResponseParser parser_;
+  size_t head_off_ = 0;
+  size_t body_off_ = 0;
+  dataplane::Timer timer_;
+};
+
+// --- ProxyExchange -----------------------------------------------------------
+
+ProxyExchange::ProxyExchange(Proxy &proxy, size_t route, Request &req, std::string head,
+                             ProxyListener *l, void *tag, BudgetAccount *budget)
+    : proxy_(proxy), route_(route), request_(std::move(head)), body_(std::move(req.body)),
+      listener_(l), tag_(tag), budget_(budget), timer_(timer_fired, this) {
+  const auto &m = req.method;
+  head_request_ = m == "HEAD";
+  // RFC 9110 9.2.2; a request that may be repeated after a lost response.
+  idempotent_ = m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "PUT" || m == "DELETE" ||
+                m == "TRACE";
+}
+
+ProxyExchange::~ProxyExchange() {
+  detach();
+  proxy_.loop().timers().cancel(timer_);
+  if (window_) proxy_.give_window(std::move(window_));
+  if (charged_ && budget_) budget_->give_back(WINDOW);
+}
+
+void ProxyExchange::detach() {
+  if (conn_) {
+    UpstreamConn *c = conn_;
+    conn_ = nullptr;
+    c->detach();
+  }
+  if (counted_) {
+    upstream_->stats.outstanding -= 1;
+    counted_ = false;
+  }
+}
+
+void ProxyExchange::begin() {
+  if (request_.empty()) {
+    proxy_.mutable_stats().proxy_bad_requests += 1;
+    return fail_with(400);
+  }
+  if (budget_ && !budget_->try_take(WINDOW)) {
+    proxy_.mutable_stats().proxy_budget_refusals += 1;
+    return fail_with(503);
+  }
+  charged_ = budget_ != nullptr;
+  window_ = proxy_.take_window();
+  attempt(false);
+}
+
+void ProxyExchange::attempt(bool fresh) {
+  for (;;) {
+    upstream_ = proxy_.pick(route_);
+    if (!upstream_) {
+      proxy_.mutable_stats().proxy_no_upstream += 1;
+      return fail_with(502);
+    }
+    attempts_ += 1;
+    bool reused = false;
+    bool pool_full = false;
+    conn_ = proxy_.connect(*upstream_, fresh, reused, pool_full);
+    if (conn_) {
+      upstream_->stats.requests += 1;
+      upstream_->stats.outstanding += 1;
+      counted_ = true;
+      if (reused) upstream_->stats.reused += 1;
+      const auto &cfg = proxy_.config();
+      const bool connecting = conn_->connecting();
+      if (!connecting) proxy_.mark_up(*upstream_);
+      proxy_.loop().timers().schedule(
+          timer_, proxy_.loop().now() +
+                      (connecting ? cfg.connect_timeout_ns : cfg.response_timeout_ns));
+      conn_->assign(this);
+      return;
+    }
+    if (pool_full) {
+      proxy_.mutable_stats().proxy_pool_full += 1;
+      return fail_with(503);
+    }
+    // The connect failed at once (a unix socket nobody listens on).
+    upstream_->stats.connect_failures += 1;
+    proxy_.mark_down(*upstream_);
+    if (attempts_ >= 2) return fail_with(502);
+    upstream_->stats.retries += 1;
+  }
+}
+
+void ProxyExchange::connected() {
+  proxy_.mark_up(*upstream_);
+  proxy_.loop().timers().schedule(timer_,
+                                  proxy_.loop().now() + proxy_.config().response_timeout_ns);
+}
+
+void ProxyExchange::conn_failed(bool connect) {
+  conn_ = nullptr;
+  if (counted_) {
+    upstream_->stats.outstanding -= 1;
+    counted_ = false;
+  }
+  proxy_.loop().timers().cancel(timer_);
+  bool retry;
+  if (connect) {
+    upstream_->stats.connect_failures += 1;
+    proxy_.mark_down(*upstream_);
+    retry = attempts_ < 2;
+  } else {
+    // Closed or reset before a byte of response: a stale pooled
+    // connection, or an upstream that dropped the request. Only a request
+    // that may be repeated goes again.
+    upstream_->stats.resets += 1;
+    retry = idempotent_ && attempts_ < 3;
+  }
+  if (!retry) {
+    fail_with(502);
+    return notify();
+  }
+  upstream_->stats.retries += 1;
+  attempt(!connect);
+  if (head_ready_) notify();
+}
+
+void ProxyExchange::conn_broke(std::string_view why) {
+  conn_ = nullptr;
+  proxy_.loop().timers().cancel(timer_);
+  if (counted_) {
+    upstream_->stats.outstanding -= 1;
+    counted_ = false;
+  }
+  if (!why.empty()) upstream_->stats.bad_responses += 1;
+  else upstream_->stats.resets += 1;
+  if (!head_ready_) {
+    fail_with(502);
+  } else {
+    failed_ = true;
+  }
+  notify();
+}
+
+void ProxyExchange::conn_done() {
+  conn_ = nullptr;
+  proxy_.loop().timers().cancel(timer_);
+  if (counted_) {
+    upstream_->stats.outstanding -= 1;
+    counted_ = false;
+  }
+  upstream_->stats.responses += 1;
+  ended_ = true;
+  notify();
+}
+
+void ProxyExchange::timer_fired(dataplane::Timer &t) {
+  auto *ex = static_cast<ProxyExchange *>(t.owner());
+  if (ex->head_ready_) return;
+  if (ex->conn_ && ex->conn_->connecting()) {
+    // The connect did not finish in time: a failed connect, like a refusal.
+    UpstreamConn *c = ex->conn_;
+    ex->conn_ = nullptr;
+    c->detach();
+    return ex->conn_failed(true);
+  }
+  ex->upstream_->stats.timeouts += 1;
+  ex->detach();
+  ex->fail_with(504);
+  ex->notify();
+}
+
+void ProxyExchange::fail_with(int status) {
+  detach();
+  proxy_.loop().timers().cancel(timer_);
+  head_.reset();
+  head_.status = status;
+  head_.add_header("content-type", "text/plain; charset=utf-8");
+  auto text = reason_phrase(status);
+  head_.content_length = head_request_ ? 0 : text.size();
+  head_ready_ = true;
+  has_body_ = !head_request_;
+  if (window_ && !head_request_) {
+    std::memcpy(window_.get(), text.data(), text.size());
+    end_ = text.size();
+  } else if (!head_request_) {
+    // No window (the budget refused one): the text lives in static storage.
+    static_body_ = text;
+    end_ = text.size();
+  }
+  ended_ = true;
+}
+
+void ProxyExchange::on_head(const UpstreamResponseParser &p) {
+  head_.reset();
+  head_.status = p.status();
+  copy_response_fields(p.headers(), head_.headers);
+  if (p.length_known()) {
+    head_.content_length = p.content_length();
+  } else {
+    head_.length_unknown = true;
+  }
+  has_body_ = !head_request_ && p.status() != 204 && p.status() != 304 &&
+              !(p.length_known() && p.content_length() == 0);
+  head_ready_ = true;
+  proxy_.loop().timers().cancel(timer_);
+}
+
+void ProxyExchange::on_body(const uint8_t *data, size_t len) {
+  // Never more than room(): the connection reads at most that much.
+  while (len > 0) {
+    size_t at = static_cast<size_t>(end_ % WINDOW);
+    size_t take = std::min(len, WINDOW - at);
+    std::memcpy(window_.get() + at, data, take);
+    end_ += take;
+    data += take;
+    len -= take;
+  }
+}
+
+void ProxyExchange::on_complete() {}
+
+std::span<const uint8_t> ProxyExchange::chunk(uint64_t offset) const {
+  if (offset >= end_ || offset < base_) return {};
+  if (!static_body_.empty()) {
+    return {reinterpret_cast<const uint8_t *>(static_body_.data()) + offset,
+            static_cast<size_t>(end_ - offset)};
+  }
+  size_t at = static_cast<size_t>(offset % WINDOW);
+  size_t n = std::min(static_cast<size_t>(end_ - offset), WINDOW - at);
+  return {window_.get() + at, n};
+}
+
+void ProxyExchange::release(uint64_t offset) {
+  if (offset <= base_) return;
+  bool was_full = room() == 0;
+  base_ = std::min(offset, end_);
+  if (was_full && conn_) conn_->resume_read();
+}
+
+void ProxyExchange::notify() {
+  if (listener_) listener_->proxy_progress(tag_);
+}
+
+// --- Proxy -------------------------------------------------------------------
+
+Proxy::Proxy(std::shared_ptr<const ProxyConfig> cfg, dataplane::EventLoop &loop)
+    : cfg_(std::move(cfg)), loop_(loop), scratch_(16 * 1024) {
+  for (const auto &r : cfg_->routes) {
+    std::vector<Upstream *> list;
+    for (const auto &a : r.upstreams) {
+      auto u = std::make_unique<Upstream>();
+      u->addr = a;
+      list.push_back(u.get());
+      upstreams_.push_back(std::move(u));
+    }
+    routes_.push_back(std::move(list));
+    next_.push_back(0);
+  }
+}
+
+Proxy::~Proxy() {
+  // Sessions (and their exchanges) are gone; close what is pooled.
+  while (!conns_.empty()) conns_.back()->close();
+  dead_.clear();
+}
+
+std::vector<std::string> Proxy::upstream_names(const ProxyConfig &cfg) {
+  std::vector<std::string> names;
+  for (const auto &r : cfg.routes) {
+    for (const auto &a : r.upstreams) names.push_back(r.prefix + "=" + a.text);
+  }
+  return names;
+}
+
+std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, const Client &client,
+                                            ProxyListener *listener, void *tag,
+                                            BudgetAccount *budget) {
+  stats_.proxy_requests += 1;
+  char ip[INET6_ADDRSTRLEN] = "unknown";
+  bool trusted = false;
+  if (client.peer) {
+    const auto &a = *client.peer;
+    if (a.family() == AF_INET) {
+      inet_ntop(AF_INET, &a.u.in.sin_addr, ip, sizeof(ip));
+    } else if (a.family() == AF_INET6) {
+      if (IN6_IS_ADDR_V4MAPPED(&a.u.in6.sin6_addr)) {
+        inet_ntop(AF_INET, a.u.in6.sin6_addr.s6_addr + 12, ip, sizeof(ip));
+      } else {
+        inet_ntop(AF_INET6, &a.u.in6.sin6_addr, ip, sizeof(ip));
+      }
+    }
+    for (const auto &c : cfg_->trusted) trusted |= c.contains(a);
+  }
+  ForwardContext ctx;
+  ctx.client_ip = ip;
+  ctx.proto = client.tls ? "https" : "http";
+  ctx.trusted = trusted;
+  ctx.forwarded_headers = cfg_->forwarded_headers;
+  ctx.via = cfg_->via;
+  std::string head;
+  head.reserve(512);
+  if (!build_upstream_request(req, ctx, head)) head.clear();
+  auto ex = std::make_unique<ProxyExchange>(*this, static_cast<size_t>(route), req,
+                                            std::move(head), listener, tag, budget);
+  ex->begin();
+  return ex;
+}
+
+Upstream *Proxy::pick(size_t route) {
+  auto &list = routes_[route];
+  const size_t n = list.size();
+  const uint64_t now = loop_.now();
+  Upstream *best = nullptr;
+  size_t best_at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    size_t at = (next_[route] + i) % n;
+    Upstream *u = list[at];
+    if (u->down_until > now) continue;
+    if (cfg_->balancing == Balancing::round_robin) {
+      best = u;
+      best_at = at;
+      break;
+    }
+    if (!best || u->stats.outstanding < best->stats.outstanding) {
+      best = u;
+      best_at = at;
+    }
+  }
+  if (best) next_[route] = (best_at + 1) % n;
+  return best;
+}
+
+UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full) {
+  if (!fresh_only && !u.idle.empty()) {
+    UpstreamConn *c = u.idle.back();
+    reused = true;
+    return c;
+  }
+  if (u.conns >= cfg_->max_conns_per_upstream) {
+    // Pooled ones first make room for a fresh one.
+    if (!u.idle.empty()) {
+      u.idle.front()->close();
+    } else {
+      pool_full = true;
+      return nullptr;
+    }
+  }
+  conns_.push_back(std::make_unique<UpstreamConn>(*this, u));
+  UpstreamConn *c = conns_.back().get();
+  if (!c->open()) {
+    conns_.pop_back();
+    return nullptr;
+  }
+  return c;
+}
+
+void Proxy::mark_down(Upstream &u) {
+  u.fails += 1;
+  uint64_t factor = 1ull << std::min(u.fails - 1, 5u);
+  u.down_until = loop_.now() + cfg_->down_backoff_ns * factor;
+  u.stats.marked_down += 1;
+}
+
+void Proxy::mark_up(Upstream &u) {
+  u.fails = 0;
+  u.down_until = 0;
+}
+
+void Proxy::pool(UpstreamConn &c) {
+  Upstream &u = c.upstream();
+  if (u.idle.size() >= cfg_->max_idle_per_upstream) return c.close();
+  c.make_idle(cfg_->idle_timeout_ns);
+}
+
+void Proxy::closed(UpstreamConn &c) {
+  auto it = std::find_if(conns_.begin(), conns_.end(),
+                         [&](const std::unique_ptr<UpstreamConn> &p) { return p.get() == &c; });
+  if (it == conns_.end()) return;
+  dead_.push_back(std::move(*it));
+  *it = std::move(conns_.back());
+  conns_.pop_back();
+}
+
+void Proxy::end_of_pass() { dead_.clear(); }
+
+std::unique_ptr<uint8_t[]> Proxy::take_window() {
+  if (windows_.empty()) return std::make_unique<uint8_t[]>(ProxyExchange::WINDOW);
+  auto w = std::move(windows_.back());
+  windows_.pop_back();
+  return w;
+}
+
+void Proxy::give_window(std::unique_ptr<uint8_t[]> w) {
+  // A few are kept for reuse; a burst's worth is given back to malloc.
+  if (windows_.size() < 64) windows_.push_back(std::move(w));
+}
+
+void Proxy::upstream_stats(std::vector<UpstreamStats> &out) const {
+  const uint64_t now = loop_.now();
+  for (const auto &u : upstreams_) {
+    UpstreamStats s = u->stats;
+    s.idle_connections = u->idle.size();
+    s.busy_connections = u->conns - u->idle.size();
+    s.down = u->down_until > now ? 1 : 0;
+    out.push_back(s);
+  }
+}
+
+} // namespace xdpq::http

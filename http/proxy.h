@@ -1,0 +1,222 @@
+#pragma once
+// The reverse proxy of one worker: its upstream connections (non-blocking
+// connects on the worker's event loop, HTTP/1.1 keep-alive pools per
+// upstream), balancing and passive health, and the exchanges that carry
+// one client request each. Shared-nothing like the rest of the worker: no
+// thread hop, no lock.
+//
+// An exchange is the client stream's response body. It stays empty until
+// the upstream's head arrives (or fails: 502, 503, 504), then fills a
+// 64 KiB window that the client's transport drains; the upstream socket is
+// read only while the window has room, so a client that stops reading
+// stops the upstream, and nothing waits in an unbounded buffer.
+
+#include "base/counters.h"
+#include "dataplane/address.h"
+#include "dataplane/event_loop.h"
+#include "http/memory_budget.h"
+#include "http/message.h"
+#include "http/proxy_config.h"
+#include "http/upstream_response.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xdpq::http {
+
+// Per upstream and worker; plain fields, one writer (the worker).
+#define XDPQ_UPSTREAM_COUNTERS(X)                                                                  \
+  X(requests, "requests sent to the upstream")                                                     \
+  X(responses, "responses received whole")                                                         \
+  X(connects, "connections opened")                                                                \
+  X(reused, "requests sent on a pooled keep-alive connection")                                     \
+  X(connect_failures, "connects refused, failed or timed out (the upstream is marked down)")      \
+  X(timeouts, "requests without a response head within the proxy timeout (504)")                  \
+  X(resets, "responses cut short: the upstream closed or reset mid-body (client stream reset)")   \
+  X(bad_responses, "malformed or oversized response heads (502)")                                  \
+  X(retries, "requests moved to another connection or upstream before any response byte")        \
+  X(marked_down, "times passive health marked the upstream down")
+
+#define XDPQ_UPSTREAM_GAUGES(X)                                                                    \
+  X(idle_connections, "pooled keep-alive connections")                                             \
+  X(busy_connections, "connections connecting or carrying a request")                              \
+  X(outstanding, "requests in flight")                                                             \
+  X(down, "1 while passive health holds the upstream down")
+
+struct UpstreamStats {
+  XDPQ_COUNTER_FIELDS(XDPQ_UPSTREAM_COUNTERS)
+  XDPQ_COUNTER_FIELDS(XDPQ_UPSTREAM_GAUGES)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_UPSTREAM_COUNTERS) }
+  template <typename F> void visit_gauges(F &&f) const {
+    XDPQ_COUNTER_VISIT(XDPQ_UPSTREAM_GAUGES)
+  }
+};
+
+#define XDPQ_PROXY_COUNTERS(X)                                                                     \
+  X(proxy_requests, "requests matched by a proxy prefix")                                          \
+  X(proxy_no_upstream, "proxied requests answered 502: every upstream of the route down")         \
+  X(proxy_pool_full, "proxied requests answered 503: connection limit per upstream reached")      \
+  X(proxy_budget_refusals, "proxied requests answered 503: the response window budget spent")    \
+  X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")
+
+struct ProxyStats {
+  XDPQ_COUNTER_FIELDS(XDPQ_PROXY_COUNTERS)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_PROXY_COUNTERS) }
+};
+
+// Told when an exchange moves: its head is ready, body bytes arrived, or
+// it ended or failed. Called from the worker's loop (upstream socket
+// events, timers), never from inside a Proxy::start() call; the listener
+// must not destroy the exchange from within the call.
+class ProxyListener {
+public:
+  virtual void proxy_progress(void *tag) = 0;
+
+protected:
+  ~ProxyListener() = default;
+};
+
+class Proxy;
+class UpstreamConn;
+struct Upstream;
+
+class ProxyExchange final : public Body, private UpstreamResponseParser::Handler {
+public:
+  static constexpr size_t WINDOW = 64 * 1024; // response bytes held at most
+
+  ProxyExchange(Proxy &proxy, size_t route, Request &req, std::string head, ProxyListener *l,
+                void *tag, BudgetAccount *budget);
+  ~ProxyExchange() override;
+
+  // Body: the bytes in [offset, received()) that are contiguous in the
+  // window; empty when none are there yet (see ended(), failed()).
+  uint64_t size() const override { return head_.content_length; }
+  std::span<const uint8_t> chunk(uint64_t offset) const override;
+  void release(uint64_t offset) override;
+
+  bool head_ready() const { return head_ready_; }
+  // Status and fields for the client (content_length / length_unknown set).
+  const Response &head() const { return head_; }
+  // False for HEAD, 204, 304 and an announced length of 0.
+  bool has_body() const { return has_body_; }
+  uint64_t received() const { return end_; }
+  // Every body byte arrived: received() is the whole body.
+  bool ended() const { return ended_; }
+  // The body was cut short after the head went out: the client's stream
+  // must be reset, never finished.
+  bool failed() const { return failed_; }
+
+  // Used by the proxy and the upstream connection.
+  void begin();
+  void connected();
+  // The connection failed before a response byte (connect: while connecting).
+  void conn_failed(bool connect);
+  void conn_broke(std::string_view why); // after response bytes: reset or cut short
+  void conn_done();                      // the response is complete
+  size_t room() const { return WINDOW - static_cast<size_t>(end_ - base_); }
+  UpstreamResponseParser::Handler &parser_handler() { return *this; }
+  bool head_request() const { return head_request_; }
+  const std::string &request_head() const { return request_; }
+  const std::string &request_body() const { return body_; }
+  void notify();
+
+private:
+  void on_head(const UpstreamResponseParser &p) override;
+  void on_body(const uint8_t *data, size_t len) override;
+  void on_complete() override;
+  static void timer_fired(dataplane::Timer &t);
+  void attempt(bool fresh);
+  void fail_with(int status);
+  void detach();
+
+  Proxy &proxy_;
+  size_t route_;
+  std::string request_; // the HTTP/1.1 request head
+  std::string body_;    // the request body (moved from the client's request)
+  ProxyListener *listener_;
+  void *tag_;
+  BudgetAccount *budget_;
+  bool charged_ = false;
+  Upstream *upstream_ = nullptr;
+  UpstreamConn *conn_ = nullptr;
+  dataplane::Timer timer_;
+  Response head_;
+  std::unique_ptr<uint8_t[]> window_;
+  std::string_view static_body_; // an error page when no window could be had
+  uint64_t base_ = 0; // bytes before this are released
+  uint64_t end_ = 0;  // bytes received
+  int attempts_ = 0;
+  bool idempotent_ = false;
+  bool head_request_ = false;
+  bool head_ready_ = false;
+  bool has_body_ = false;
+  bool ended_ = false;
+  bool failed_ = false;
+  bool counted_ = false; // outstanding on upstream_
+};
+
+class Proxy {
+public:
+  Proxy(std::shared_ptr<const ProxyConfig> cfg, dataplane::EventLoop &loop);
+  ~Proxy();
+  Proxy(const Proxy &) = delete;
+  Proxy &operator=(const Proxy &) = delete;
+
+  // The index of the route whose prefix matches path, or -1.
+  int match(std::string_view path) const {
+    const ProxyRoute *r = cfg_->match(path);
+    return r ? static_cast<int>(r - cfg_->routes.data()) : -1;
+  }
+
+  struct Client {
+    const dataplane::Address *peer = nullptr; // null: unknown (tests)
+    bool tls = true;
+  };
+  // Starts proxying req (complete, body received) on route. Moves the
+  // body out of req. The exchange may be finished at once (a 502 or 400
+  // with head_ready()): the listener is not called for that.
+  std::unique_ptr<ProxyExchange> start(int route, Request &req, const Client &client,
+                                       ProxyListener *listener, void *tag, BudgetAccount *budget);
+
+  // Frees the connections closed during this pass (call at its end).
+  void end_of_pass();
+  const ProxyStats &stats() const { return stats_; }
+  // One entry per configured upstream, in configuration order.
+  void upstream_stats(std::vector<UpstreamStats> &out) const;
+  static std::vector<std::string> upstream_names(const ProxyConfig &cfg);
+
+  // Used by exchanges and connections.
+  const ProxyConfig &config() const { return *cfg_; }
+  dataplane::EventLoop &loop() { return loop_; }
+  ProxyStats &mutable_stats() { return stats_; }
+  // An upstream of the route for a new attempt (round robin or least
+  // outstanding), skipping those held down; null if none is up.
+  Upstream *pick(size_t route);
+  // A connection to u: a pooled one (reused set) unless fresh_only, or a
+  // new one; null when the per-upstream limit is reached (pool_full set)
+  // or the connect failed at once.
+  UpstreamConn *connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full);
+  void mark_down(Upstream &u);
+  void mark_up(Upstream &u);
+  void pool(UpstreamConn &c);
+  void closed(UpstreamConn &c);
+  std::unique_ptr<uint8_t[]> take_window();
+  void give_window(std::unique_ptr<uint8_t[]> w);
+  std::vector<uint8_t> &scratch() { return scratch_; }
+
+private:
+  std::shared_ptr<const ProxyConfig> cfg_;
+  dataplane::EventLoop &loop_;
+  std::vector<std::unique_ptr<Upstream>> upstreams_;     // configuration order
+  std::vector<std::vector<Upstream *>> routes_;          // per route
+  std::vector<size_t> next_;                             // round robin, per route
+  std::vector<std::unique_ptr<UpstreamConn>> conns_;     // open ones
+  std::vector<std::unique_ptr<UpstreamConn>> dead_;      // closed this pass
+  std::vector<std::unique_ptr<uint8_t[]>> windows_;      // free response windows
+  std::vector<uint8_t> scratch_;
+  ProxyStats stats_;
+};
+
+} // namespace xdpq::http

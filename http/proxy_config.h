@@ -1,0 +1,72 @@
+#pragma once
+// What the reverse proxy is told at start-up: path prefixes, the upstreams
+// each one goes to (http://HOST:PORT or unix:/path, plain HTTP/1.1), the
+// timeouts and pool sizes, and which clients are trusted to bring their
+// own forwarding headers. Immutable once built; every worker's Proxy reads
+// the same one.
+
+#include "dataplane/address.h"
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xdpq::http {
+
+class ProxyConfigError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct UpstreamAddress {
+  std::string text;           // as configured, for counters and logs
+  dataplane::Address inet;    // http://HOST:PORT (resolved at start-up)
+  std::string unix_path;      // unix:/path; empty for TCP
+  std::string host_header;    // HOST:PORT, or "localhost" for a unix socket
+};
+
+// Parses http://HOST:PORT (HOST an address or a name resolved now;
+// [v6] in brackets; PORT defaults to 80) or unix:/absolute/path.
+// Throws ProxyConfigError with the reason.
+UpstreamAddress parse_upstream_url(std::string_view url);
+
+// An IPv4 or IPv6 network, "10.0.0.0/8", "::1/128" or a bare address.
+struct Cidr {
+  int family = 0;
+  uint8_t bytes[16] = {};
+  unsigned prefix = 0;
+  bool contains(const dataplane::Address &a) const;
+};
+// Throws ProxyConfigError.
+Cidr parse_cidr(std::string_view text);
+
+enum class Balancing { round_robin, least_outstanding };
+
+struct ProxyRoute {
+  std::string prefix; // matched against the path; passed on unchanged
+  std::vector<UpstreamAddress> upstreams;
+};
+
+struct ProxyConfig {
+  std::vector<ProxyRoute> routes;
+  Balancing balancing = Balancing::round_robin;
+  uint64_t connect_timeout_ns = 1'000'000'000ull;
+  uint64_t response_timeout_ns = 30'000'000'000ull; // request sent to response head
+  uint64_t idle_timeout_ns = 30'000'000'000ull;     // a pooled connection unused
+  size_t max_idle_per_upstream = 32;                // per worker
+  size_t max_conns_per_upstream = 512;              // per worker
+  uint64_t down_backoff_ns = 2'000'000'000ull;      // after a failed connect (doubles, to 32x)
+  std::vector<Cidr> trusted;                        // may send X-Forwarded-*
+  bool forwarded_headers = true;                    // add X-Forwarded-For/-Proto/-Host
+  bool via = false;                                 // add "via: 1.1 xdpq"
+
+  // Parses "PREFIX=URL[,URL...]" and adds the route. Throws ProxyConfigError.
+  void add_route(std::string_view spec);
+  // The route whose prefix is the longest one path starts with, or null.
+  const ProxyRoute *match(std::string_view path) const;
+};
+
+} // namespace xdpq::http

@@ -1,0 +1,142 @@
+#include "http/proxy_headers.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace xdpq::http {
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Whether name is one of the comma-separated tokens of list.
+bool listed(std::string_view list, std::string_view name) {
+  while (!list.empty()) {
+    auto comma = list.find(',');
+    if (iequals(trim(list.substr(0, comma)), name)) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+bool writable(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+bool forwarding_field(std::string_view name) {
+  return name == "x-forwarded-for" || name == "x-forwarded-proto" ||
+         name == "x-forwarded-host" || name == "forwarded";
+}
+
+// All values of one field, joined as the field's list.
+void joined(const HeaderList &h, std::string_view name, std::string &out) {
+  for (const auto &f : h) {
+    if (f.name != name) continue;
+    if (!out.empty()) out += ", ";
+    out += f.value;
+  }
+}
+
+void field(std::string &out, std::string_view name, std::string_view value) {
+  out += name;
+  out += ": ";
+  out += value;
+  out += "\r\n";
+}
+
+} // namespace
+
+bool is_hop_by_hop(std::string_view name, std::string_view connection) {
+  if (iequals(name, "connection") || iequals(name, "keep-alive") || iequals(name, "te") ||
+      iequals(name, "upgrade") || iequals(name, "transfer-encoding") ||
+      iequals(name, "trailer") ||
+      (name.size() >= 6 && iequals(name.substr(0, 6), "proxy-"))) {
+    return true;
+  }
+  return !connection.empty() && listed(connection, name);
+}
+
+bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::string &out) {
+  if (req.method.empty() || req.path.empty() || req.path.front() != '/' ||
+      req.method.find_first_of(" \r\n") != std::string::npos ||
+      req.path.find_first_of(std::string_view(" \r\n\0", 4)) != std::string::npos ||
+      !writable(req.authority)) {
+    return false;
+  }
+  std::string connection;
+  joined(req.headers, "connection", connection);
+  for (const auto &f : req.headers) {
+    if (!writable(f.name) || !writable(f.value) || f.name.empty()) return false;
+  }
+  out += req.method;
+  out += ' ';
+  out += req.path;
+  out += " HTTP/1.1\r\n";
+  const std::string *host = req.authority.empty() ? req.find("host") : &req.authority;
+  if (host && !host->empty()) field(out, "host", *host);
+  for (const auto &f : req.headers) {
+    if (f.name == "host" || f.name == "content-length" || is_hop_by_hop(f.name, connection)) {
+      continue;
+    }
+    if (ctx.forwarded_headers && !ctx.trusted && forwarding_field(f.name)) continue;
+    if (ctx.forwarded_headers && (f.name == "x-forwarded-for" || f.name == "x-forwarded-proto" ||
+                                  f.name == "x-forwarded-host")) {
+      continue; // written below, once
+    }
+    if (f.name == "via" && ctx.via) continue;
+    field(out, f.name, f.value);
+  }
+  if (ctx.forwarded_headers) {
+    std::string v;
+    if (ctx.trusted) joined(req.headers, "x-forwarded-for", v);
+    if (!v.empty()) v += ", ";
+    v += ctx.client_ip;
+    field(out, "x-forwarded-for", v);
+    const std::string *p = ctx.trusted ? req.find("x-forwarded-proto") : nullptr;
+    field(out, "x-forwarded-proto", p ? std::string_view(*p) : ctx.proto);
+    const std::string *h = ctx.trusted ? req.find("x-forwarded-host") : nullptr;
+    if (h) field(out, "x-forwarded-host", *h);
+    else if (host && !host->empty()) field(out, "x-forwarded-host", *host);
+  }
+  if (ctx.via) {
+    std::string v;
+    joined(req.headers, "via", v);
+    if (!v.empty()) v += ", ";
+    v += "1.1 xdpq";
+    field(out, "via", v);
+  }
+  // A body, or a method that defines one (an empty POST still says so).
+  if (!req.body.empty() || req.method == "POST" || req.method == "PUT" ||
+      req.method == "PATCH") {
+    field(out, "content-length", std::to_string(req.body.size()));
+  }
+  out += "\r\n";
+  return true;
+}
+
+void copy_response_fields(const HeaderList &upstream, HeaderList &out) {
+  std::string connection;
+  joined(upstream, "connection", connection);
+  for (const auto &f : upstream) {
+    if (f.name == "content-length" || f.name == "server" || is_hop_by_hop(f.name, connection)) {
+      continue;
+    }
+    if (f.name.find_first_of(std::string_view("\r\n\0:", 4)) != std::string::npos) continue;
+    out.add(f.name, f.value);
+  }
+}
+
+} // namespace xdpq::http

@@ -1,0 +1,39 @@
+#pragma once
+// How a request crosses the proxy and how its response comes back (RFC
+// 9110 7.6): hop-by-hop fields (Connection and every field it names, TE,
+// Keep-Alive, Upgrade, Transfer-Encoding, Trailer, Proxy-*) never cross in
+// either direction; HTTP/3 and HTTP/2 pseudo-headers become the request
+// line and Host; X-Forwarded-For/-Proto/-Host are set by the proxy, and
+// the client's own are kept only when it is a trusted proxy itself.
+
+#include "http/message.h"
+
+#include <string>
+#include <string_view>
+
+namespace xdpq::http {
+
+struct ForwardContext {
+  std::string_view client_ip; // the client's address without port
+  std::string_view proto;     // "https" (both listeners are TLS) or "http"
+  bool trusted = false;       // the client may bring X-Forwarded-* / Forwarded
+  bool forwarded_headers = true;
+  bool via = false;
+};
+
+// True for a field that never crosses a proxy (connection lists the names
+// the message's Connection field adds; empty if none).
+bool is_hop_by_hop(std::string_view name, std::string_view connection);
+
+// The HTTP/1.1 request head for the upstream, appended to out, with a
+// Content-Length for the (fully received) body. Returns false, adding
+// nothing, when a field cannot be written as HTTP/1.1 (CR, LF or NUL in
+// it, an empty method or path): the caller answers 400.
+bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::string &out);
+
+// The upstream response's fields as they go to the client: lower-case
+// names, hop-by-hop fields, Content-Length (the transport writes its own)
+// and Server (ours) left out.
+void copy_response_fields(const HeaderList &upstream, HeaderList &out);
+
+} // namespace xdpq::http

@@ -1,0 +1,202 @@
+#include "http/upstream_response.h"
+
+#include "base/guard.h"
+
+#include <cctype>
+
+namespace xdpq::http {
+
+namespace {
+
+UpstreamResponseParser &me(http_parser *p) { return *static_cast<UpstreamResponseParser *>(p->data); }
+
+} // namespace
+
+UpstreamResponseParser::UpstreamResponseParser(const UpstreamResponseLimits &limits)
+    : limits_(limits) {
+  http_parser_settings_init(&settings_);
+  settings_.on_message_begin = [](http_parser *p) {
+    return guarded([&] { return me(p).on_message_begin(); }, -1);
+  };
+  settings_.on_status = [](http_parser *p, const char *, size_t n) {
+    return guarded([&] { return me(p).account(n) ? me(p).on_status() : -1; }, -1);
+  };
+  settings_.on_header_field = [](http_parser *p, const char *at, size_t n) {
+    return guarded([&] { return me(p).on_field(at, n); }, -1);
+  };
+  settings_.on_header_value = [](http_parser *p, const char *at, size_t n) {
+    return guarded([&] { return me(p).on_value(at, n); }, -1);
+  };
+  settings_.on_headers_complete = [](http_parser *p) {
+    return guarded([&] { return me(p).on_headers_complete(); }, -1);
+  };
+  settings_.on_body = [](http_parser *p, const char *at, size_t n) {
+    return guarded([&] { return me(p).on_body(at, n); }, -1);
+  };
+  settings_.on_message_complete = [](http_parser *p) {
+    return guarded([&] { return me(p).on_message_complete(); }, -1);
+  };
+}
+
+void UpstreamResponseParser::reset(Handler *handler, bool head_request) {
+  http_parser_init(&parser_, HTTP_RESPONSE);
+  parser_.data = this;
+  handler_ = handler;
+  head_request_ = head_request;
+  started_ = head_done_ = complete_ = interim_ = keep_alive_ = length_known_ = false;
+  value_open_ = false;
+  status_ = 0;
+  content_length_ = 0;
+  head_bytes_ = 0;
+  fields_ = 0;
+  field_.clear();
+  value_.clear();
+  headers_.clear();
+  error_.clear();
+}
+
+void UpstreamResponseParser::fail(std::string_view why) {
+  if (error_.empty()) error_.assign(why);
+}
+
+UpstreamResponseParser::Result UpstreamResponseParser::feed(const uint8_t *data, size_t len) {
+  if (failed()) return Result::error;
+  if (len == 0) return Result::ok;
+  started_ = true;
+  if (complete_) {
+    fail("bytes after the end of the response");
+    return Result::error;
+  }
+  size_t n = http_parser_execute(&parser_, &settings_, reinterpret_cast<const char *>(data), len);
+  if (failed()) return Result::error;
+  auto err = HTTP_PARSER_ERRNO(&parser_);
+  if (err != HPE_OK) {
+    fail(http_errno_description(err));
+    return Result::error;
+  }
+  if (parser_.upgrade) {
+    fail("protocol switch (101) is not proxied");
+    return Result::error;
+  }
+  if (n != len) {
+    fail("malformed response");
+    return Result::error;
+  }
+  return Result::ok;
+}
+
+UpstreamResponseParser::Result UpstreamResponseParser::finish() {
+  if (failed()) return Result::error;
+  if (complete_) return Result::ok;
+  if (!started_) {
+    fail("closed before any byte of a response");
+    return Result::error;
+  }
+  // An empty read tells http-parser the stream ended: a body delimited by
+  // the close completes; anything else cut short is an error.
+  http_parser_execute(&parser_, &settings_, nullptr, 0);
+  if (!failed() && !complete_) fail("closed in the middle of the response");
+  return complete_ ? Result::ok : Result::error;
+}
+
+bool UpstreamResponseParser::account(size_t n) {
+  head_bytes_ += n;
+  if (head_bytes_ > limits_.max_head) {
+    fail("response head over its size limit");
+    return false;
+  }
+  return true;
+}
+
+int UpstreamResponseParser::on_message_begin() {
+  if (head_done_) {
+    fail("bytes after the end of the response");
+    return -1;
+  }
+  head_bytes_ = 0;
+  fields_ = 0;
+  headers_.clear();
+  field_.clear();
+  value_.clear();
+  value_open_ = false;
+  return 0;
+}
+
+int UpstreamResponseParser::on_status() { return 0; }
+
+void UpstreamResponseParser::flush_field() {
+  if (field_.empty()) return;
+  for (auto &c : field_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  headers_.add(field_, value_);
+  field_.clear();
+  value_.clear();
+}
+
+int UpstreamResponseParser::on_field(const char *at, size_t n) {
+  if (value_open_) {
+    flush_field();
+    value_open_ = false;
+  }
+  if (field_.empty() && ++fields_ > limits_.max_fields) {
+    fail("too many response header fields");
+    return -1;
+  }
+  if (!account(n + 4)) return -1;
+  field_.append(at, n);
+  return 0;
+}
+
+int UpstreamResponseParser::on_value(const char *at, size_t n) {
+  value_open_ = true;
+  if (!account(n)) return -1;
+  value_.append(at, n);
+  return 0;
+}
+
+int UpstreamResponseParser::on_headers_complete() {
+  flush_field();
+  value_open_ = false;
+  status_ = static_cast<int>(parser_.status_code);
+  if (status_ < 100 || status_ > 599) {
+    fail("status code out of range");
+    return -1;
+  }
+  if (status_ == 101) {
+    fail("protocol switch (101) is not proxied");
+    return -1;
+  }
+  if (status_ < 200) {
+    interim_ = true; // 100 Continue, 103 Early Hints: skipped
+    return 0;
+  }
+  head_done_ = true;
+  keep_alive_ = http_should_keep_alive(&parser_) != 0;
+  length_known_ = !(parser_.flags & F_CHUNKED) && parser_.content_length != ULLONG_MAX;
+  content_length_ = length_known_ ? parser_.content_length : 0;
+  if (status_ == 204 || status_ == 304) {
+    length_known_ = true;
+    content_length_ = 0;
+  }
+  if (handler_) handler_->on_head(*this);
+  if (failed()) return -1;
+  // A response to HEAD has no body, whatever its fields announce.
+  return head_request_ ? 1 : 0;
+}
+
+int UpstreamResponseParser::on_body(const char *at, size_t n) {
+  if (handler_) handler_->on_body(reinterpret_cast<const uint8_t *>(at), n);
+  return failed() ? -1 : 0;
+}
+
+int UpstreamResponseParser::on_message_complete() {
+  if (interim_) {
+    interim_ = false;
+    return 0;
+  }
+  complete_ = true;
+  keep_alive_ = keep_alive_ && http_should_keep_alive(&parser_) != 0;
+  if (handler_) handler_->on_complete();
+  return 0;
+}
+
+} // namespace xdpq::http

@@ -1,0 +1,369 @@
+#!/usr/bin/python3
+"""The reverse proxy against real upstreams (an application on Python's
+http.server, Debian's nginx) from real clients: gtlsclient (HTTP/3), curl
+--http2 and --http1.1 (the TCP side). Bodies both ways, forwarding and
+hop-by-hop fields, 502/504, resets on a cut body, balancing and passive
+health, a client that never reads, counters."""
+
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import (Server, TimedTestCase, gtlsclient, require_tools, sha256,  # noqa: E402
+                     xdpqctl)
+from upstream_app import App, UnixApp, pattern  # noqa: E402
+
+H3_INTERNAL_ERROR = 0x102
+
+
+def curl(srv, path, *args, http="--http2", timeout=30):
+    """(status, headers, body, curl's exit code, seconds)."""
+    out = tempfile.mktemp()
+    cmd = ["curl", "-sk", http, "-o", out, "-D", "-", *args, srv.url(path)]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    took = time.monotonic() - t0
+    head = r.stdout.decode(errors="replace")
+    body = b""
+    if os.path.exists(out):
+        with open(out, "rb") as f:
+            body = f.read()
+        os.unlink(out)
+    status = 0
+    headers = {}
+    for block in head.split("\r\n\r\n"):  # the last head (after any 1xx)
+        lines = block.strip().splitlines()
+        if lines and lines[0].startswith("HTTP"):
+            status = int(lines[0].split()[1])
+            headers = {}
+            for line in lines[1:]:
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    headers[k.strip().lower()] = v.strip()
+    return status, headers, body, r.returncode, took
+
+
+TCP = ("--http2", "--http1.1")
+
+
+def stats_json(srv):
+    rc, out, err = xdpqctl(srv, "stats", json_out=True)
+    if rc != 0:
+        raise AssertionError(f"xdpqctl stats failed: {err}")
+    return json.loads(out)
+
+
+def total(stats, name):
+    """A counter summed over workers, wherever xdpqctl puts it."""
+    if isinstance(stats, dict):
+        if name in stats and isinstance(stats[name], int):
+            return stats[name]
+        for key in ("total", "counters"):
+            if key in stats:
+                return total(stats[key], name)
+    raise AssertionError(f"no counter {name} in {str(stats)[:300]}")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def dead_port():
+    """A loopback port nobody listens on (connects are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ProxyTest(TimedTestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+        cls.app = App("a").__enter__()
+        cls.app2 = App("b").__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.app.__exit__()
+        cls.app2.__exit__()
+
+    def serve(self, *routes, extra=()):
+        args = []
+        for r in routes:
+            args += ["--proxy", r]
+        return Server(*args, *extra)
+
+    def test_get_and_post_on_every_protocol(self):
+        body = os.urandom(1 << 20)
+        src = tempfile.mktemp()
+        with open(src, "wb") as f:
+            f.write(body)
+        with self.serve(f"/app={self.app.url}") as srv:
+            h3 = gtlsclient(srv, ["/app/info?x=1"])
+            info = json.loads(h3.file("info?x=1"))
+            self.assertEqual(info["method"], "GET")
+            self.assertEqual(info["path"], "/app/info?x=1")  # passed unchanged
+            self.assertEqual(info["request_version"], "HTTP/1.1")
+            self.assertIn(["host", f"127.0.0.1:{srv.port}"], info["headers"])
+            h3 = gtlsclient(srv, ["/app/echo"], "-d", src)
+            self.assertEqual(h3.statuses.get(0), 200, h3.output[-2000:])
+            self.assertEqual(sha256(h3.file("echo")), sha256(body))
+            for http in TCP:
+                st, hdr, got, rc, _ = curl(srv, "/app/info", http=http)
+                self.assertEqual(st, 200, http)
+                self.assertEqual(json.loads(got)["method"], "GET")
+                self.assertEqual(hdr["x-upstream"], "a")
+                st, _, got, rc, _ = curl(srv, "/app/echo", "--data-binary", f"@{src}", http=http)
+                self.assertEqual((st, rc), (200, 0), http)
+                self.assertEqual(sha256(got), sha256(body), http)
+            # Unmatched paths are served as before.
+            st, _, got, _, _ = curl(srv, "/bytes/10")
+            self.assertEqual((st, got), (200, b"abcdefghij"))
+            st, _, _, _, _ = curl(srv, "/healthz")
+            self.assertEqual(st, 200)
+            stats = stats_json(srv)
+            self.assertGreaterEqual(total(stats, "upstream0_requests"), 6)
+            self.assertGreaterEqual(total(stats, "upstream0_reused"), 1)  # keep-alive pool
+
+    def test_chunked_close_delimited_interim_and_head(self):
+        n = 300_000
+        with self.serve(f"/app={self.app.url}") as srv:
+            h3 = gtlsclient(srv, [f"/app/chunked?n={n}", f"/app/close?n={n}"])
+            self.assertEqual(sha256(h3.file(f"chunked?n={n}")), sha256(pattern(n)))
+            self.assertEqual(sha256(h3.file(f"close?n={n}")), sha256(pattern(n)))
+            for http in TCP:
+                for kind in ("chunked", "close"):
+                    st, hdr, got, rc, _ = curl(srv, f"/app/{kind}?n={n}", http=http)
+                    self.assertEqual((st, rc), (200, 0), (http, kind))
+                    self.assertEqual(sha256(got), sha256(pattern(n)), (http, kind))
+                    self.assertNotIn("content-length", hdr)
+                st, _, got, rc, _ = curl(srv, "/app/interim", http=http)
+                self.assertEqual((st, got), (200, b"after-interim"), http)
+                st, hdr, got, rc, _ = curl(srv, "/app/big?n=5000", "-I", http=http)
+                self.assertEqual((st, hdr.get("content-length"), rc), (200, "5000", 0), http)
+                self.assertNotIn(b"abcdefghij", got)  # -I writes the head there, no body
+
+    def test_forwarded_headers_and_hop_by_hop(self):
+        forged = ["-H", "X-Forwarded-For: 6.6.6.6", "-H", "X-Forwarded-Host: evil",
+                  "-H", "X-Forwarded-Proto: gopher", "-H", "Forwarded: for=6.6.6.6"]
+        hop = ["-H", "Connection: x-secret", "-H", "X-Secret: 1", "-H", "Keep-Alive: 5",
+               "-H", "Proxy-Authorization: Basic Zm9v", "-H", "X-Kept: yes"]
+        with self.serve(f"/app={self.app.url}") as srv:
+            st, _, got, _, _ = curl(srv, "/app/info", *forged, *hop, http="--http1.1")
+            self.assertEqual(st, 200)
+            seen = dict(json.loads(got)["headers"])
+            self.assertEqual(seen["x-forwarded-for"], "127.0.0.1")
+            self.assertEqual(seen["x-forwarded-proto"], "https")
+            self.assertEqual(seen["x-forwarded-host"], f"127.0.0.1:{srv.port}")
+            self.assertNotIn("forwarded", seen)
+            self.assertEqual(seen["x-kept"], "yes")
+            for gone in ("x-secret", "keep-alive", "proxy-authorization"):
+                self.assertNotIn(gone, seen)
+            self.assertNotEqual(seen.get("connection", "").lower(), "x-secret")
+            for http in TCP:
+                st, hdr, got, _, _ = curl(srv, "/app/hop", http=http)
+                self.assertEqual((st, got), (200, b"hop"), http)
+                for gone in ("x-custom", "keep-alive", "proxy-thing", "upgrade"):
+                    self.assertNotIn(gone, hdr, http)
+                self.assertEqual(hdr["x-kept"], "yes")
+                self.assertEqual(hdr["server"], "xdpq")
+            h3 = gtlsclient(srv, ["/app/hop"])
+            self.assertEqual(h3.statuses.get(0), 200)
+            self.assertNotIn("[x-custom:", h3.output)
+            self.assertNotIn("[keep-alive:", h3.output)
+            self.assertIn("[x-kept: yes]", h3.output)
+        # A trusted proxy in front keeps its fields (and is appended to).
+        with self.serve(f"/app={self.app.url}", extra=("--proxy-trusted", "127.0.0.0/8",
+                                                       "--proxy-via")) as srv:
+            st, _, got, _, _ = curl(srv, "/app/info", *forged, http="--http1.1")
+            seen = dict(json.loads(got)["headers"])
+            self.assertEqual(seen["x-forwarded-for"], "6.6.6.6, 127.0.0.1")
+            self.assertEqual(seen["x-forwarded-host"], "evil")
+            self.assertEqual(seen["via"], "1.1 xdpq")
+
+    def test_dead_upstream_is_502_at_once(self):
+        with self.serve(f"/dead=http://127.0.0.1:{dead_port()}",
+                        f"/gone=unix:{tempfile.mktemp()}") as srv:
+            for path in ("/dead/x", "/gone/x"):
+                for http in TCP:
+                    st, _, _, _, took = curl(srv, path, http=http)
+                    self.assertEqual(st, 502, (path, http))
+                    self.assertLess(took, 1.0, (path, http))
+                t0 = time.monotonic()
+                h3 = gtlsclient(srv, [path])
+                self.assertEqual(h3.statuses.get(0), 502, h3.output[-2000:])
+                self.assertLess(time.monotonic() - t0, 3.0)  # handshake included
+            stats = stats_json(srv)
+            self.assertGreaterEqual(total(stats, "upstream0_connect_failures"), 1)
+            self.assertGreaterEqual(total(stats, "upstream0_marked_down"), 1)
+            rc, out, _ = xdpqctl(srv, "status")
+            self.assertIn("down", out)
+            self.assertIn(f"/dead=http://127.0.0.1:", out)
+
+    def test_no_head_within_timeout_is_504(self):
+        with self.serve(f"/app={self.app.url}", extra=("--proxy-timeout", "700")) as srv:
+            for http in TCP:
+                st, _, _, _, took = curl(srv, "/app/hang?s=5", http=http)
+                self.assertEqual(st, 504, http)
+                self.assertLess(took, 4.0)
+            h3 = gtlsclient(srv, ["/app/hang?s=5"])
+            self.assertEqual(h3.statuses.get(0), 504)
+            self.assertGreaterEqual(total(stats_json(srv), "upstream0_timeouts"), 3)
+            # The upstream is still used afterwards (a timeout is not a failed connect).
+            st, _, _, _, _ = curl(srv, "/app/info")
+            self.assertEqual(st, 200)
+
+    def test_reload_keeps_proxying(self):
+        with self.serve(f"/app={self.app.url}") as srv:
+            st, _, _, _, _ = curl(srv, "/app/info")
+            self.assertEqual(st, 200)
+            rc, out, err = xdpqctl(srv, "reload")
+            self.assertEqual(rc, 0, err)
+            for http in TCP:
+                st, _, _, _, _ = curl(srv, "/app/info", http=http)
+                self.assertEqual(st, 200, http)
+            h3 = gtlsclient(srv, ["/app/info"])
+            self.assertEqual(h3.statuses.get(0), 200)
+            # The per-upstream counters are in the stats (and so in Prometheus).
+            rc, out, _ = xdpqctl(srv, "stats")
+            self.assertIn("upstream0_requests", out)
+
+    def test_bad_upstream_heads_are_502(self):
+        with self.serve(f"/app={self.app.url}") as srv:
+            for path in ("/app/badhead", "/app/hugehead"):
+                for http in TCP:
+                    st, _, _, _, _ = curl(srv, path, http=http)
+                    self.assertEqual(st, 502, (path, http))
+            self.assertGreaterEqual(total(stats_json(srv), "upstream0_bad_responses"), 4)
+
+    def test_upstream_reset_mid_body_resets_the_stream(self):
+        n = 1_000_000
+        with self.serve(f"/app={self.app.url}") as srv:
+            h3 = gtlsclient(srv, [f"/app/truncate?n={n}"])
+            self.assertIn(f"closed with error code {H3_INTERNAL_ERROR}", h3.output)
+            got = h3.file(f"truncate?n={n}") if h3.has_file(f"truncate?n={n}") else b""
+            self.assertLess(len(got), n)
+            for http in TCP:
+                st, _, got, rc, _ = curl(srv, f"/app/truncate?n={n}", http=http)
+                self.assertNotEqual(rc, 0, http)  # curl saw a broken transfer, not a short 200
+                self.assertLess(len(got), n)
+            # An invalid chunk size after the head: the same, never a complete-looking body.
+            for http in TCP:
+                st, _, got, rc, _ = curl(srv, "/app/badchunk", http=http)
+                self.assertTrue(st == 502 or rc != 0, (http, st, rc))
+            # Bystanders on the same connection and server are served.
+            st, _, _, _, _ = curl(srv, "/app/info")
+            self.assertEqual(st, 200)
+            self.assertGreaterEqual(total(stats_json(srv), "upstream0_resets"), 3)
+
+    def test_round_robin_skips_a_dead_upstream(self):
+        dead = f"http://127.0.0.1:{dead_port()}"
+        with self.serve(f"/rr={self.app.url},{dead},{self.app2.url}") as srv:
+            seen = []
+            for i in range(12):
+                st, hdr, _, _, _ = curl(srv, f"/rr/{i}", http="--http1.1")
+                self.assertEqual(st, 200, i)  # the dead one's refusal is retried elsewhere
+                seen.append(hdr["x-upstream"])
+            self.assertEqual(seen.count("a"), 6, seen)
+            self.assertEqual(seen.count("b"), 6, seen)
+            stats = stats_json(srv)
+            # Refused once, then held down for its back-off instead of tried again.
+            self.assertEqual(total(stats, "upstream1_connect_failures"), 1)
+            self.assertEqual(total(stats, "upstream1_marked_down"), 1)
+            self.assertEqual(total(stats, "upstream0_requests") +
+                             total(stats, "upstream2_requests"), 12)
+
+    def test_unix_socket_and_nginx_upstreams(self):
+        d = tempfile.mkdtemp(prefix="xdpq-proxy-")
+        os.chmod(d, 0o755)  # nginx's workers run as nobody
+        root = os.path.join(d, "root")
+        os.makedirs(os.path.join(root, "static"))
+        data = os.urandom(700_001)
+        with open(os.path.join(root, "static", "f.bin"), "wb") as f:
+            f.write(data)
+        os.chmod(os.path.join(root, "static", "f.bin"), 0o644)
+        port = dead_port()
+        conf = os.path.join(d, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""worker_processes 1; daemon off; pid {d}/nginx.pid;
+error_log {d}/nginx.err warn;
+events {{ worker_connections 64; }}
+http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  server {{ listen 127.0.0.1:{port}; root {root}; }} }}
+""")
+        nginx = subprocess.Popen(["nginx", "-c", conf], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        sock = os.path.join(d, "app.sock")
+        try:
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            with UnixApp("unix", sock) as ua, \
+                    self.serve(f"/static=http://127.0.0.1:{port}", f"/u={ua.url}") as srv:
+                h3 = gtlsclient(srv, ["/static/f.bin"])
+                self.assertEqual(sha256(h3.file("f.bin")), sha256(data))
+                for http in TCP:
+                    st, _, got, rc, _ = curl(srv, "/static/f.bin", http=http)
+                    self.assertEqual((st, rc), (200, 0))
+                    self.assertEqual(sha256(got), sha256(data))
+                    st, _, _, _, _ = curl(srv, "/static/missing", http=http)
+                    self.assertEqual(st, 404)  # the upstream's status passes through
+                    st, hdr, got, _, _ = curl(srv, "/u/x", http=http)
+                    self.assertEqual((st, hdr.get("x-upstream")), (200, "unix"))
+        finally:
+            nginx.terminate()
+            nginx.wait()
+
+    def test_client_that_never_reads_holds_bounded_memory(self):
+        big = 8 << 20
+        with self.serve(f"/app={self.app.url}") as srv:
+            base = rss_kib(srv.proc.pid)
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            stalled = []
+            for _ in range(8):  # eight clients asking for 8 MiB and never reading
+                s = socket.create_connection((srv.host, srv.port))
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                t = ctx.wrap_socket(s, server_hostname="x")
+                t.sendall(f"GET /app/big?n={big} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+                stalled.append(t)
+            # HTTP/3: one connection, many streams, a small window it never opens.
+            h3 = threading.Thread(target=gtlsclient, args=(srv, [f"/app/big?n={big}"] * 10,
+                                  "--max-data=200000", "--max-stream-data-bidi-local=20000"),
+                                  kwargs={"timeout": 60, "idle_timeout": "6s", "download": False},
+                                  daemon=True)
+            h3.start()
+            time.sleep(3)
+            # Bystanders are served meanwhile.
+            for http in TCP:
+                st, _, got, _, _ = curl(srv, "/app/info", http=http)
+                self.assertEqual(st, 200, http)
+            grown = rss_kib(srv.proc.pid) - base
+            print(f"RSS grew {grown} KiB", end=" ", flush=True)
+            # 8 x 8 MiB over TCP and 10 x 8 MiB over HTTP/3 asked for; the proxy holds
+            # a 64 KiB window per exchange (plus kernel buffers, not in RSS).
+            self.assertLess(grown, 24 * 1024, f"RSS grew {grown} KiB")
+            for t in stalled:
+                t.close()
+            h3.join(timeout=60)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

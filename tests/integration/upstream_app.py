@@ -1,0 +1,169 @@
+"""A real HTTP/1.1 application for the proxy tests, on Python's standard
+http.server: it tells what it received, echoes bodies, answers chunked or
+close-delimited, closes mid-body, hangs, and sends hop-by-hop fields."""
+
+import hashlib
+import http.server
+import json
+import socket
+import socketserver
+import threading
+import time
+import urllib.parse
+
+
+def pattern(n):
+    period = bytes(range(97, 97 + 26))
+    return (period * (n // 26 + 1))[:n]
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def body(self):
+        n = int(self.headers.get("content-length", "0"))
+        return self.rfile.read(n) if n else b""
+
+    def reply(self, status, body, extra=()):
+        self.send_response(status)
+        self.send_header("content-length", str(len(body)))
+        self.send_header("x-upstream", self.server.name)
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_POST(self):
+        self.do_GET()
+
+    def do_GET(self):
+        body = self.body()
+        self.server.requests.append((self.command, self.path))
+        url = urllib.parse.urlparse(self.path)
+        q = dict(urllib.parse.parse_qsl(url.query))
+        n = int(q.get("n", "1000"))
+        p = url.path
+        if p.endswith("/info"):
+            info = {"method": self.command, "path": self.path,
+                    "request_version": self.request_version,
+                    "headers": [[k.lower(), v] for k, v in self.headers.items()],
+                    "body_len": len(body), "body_sha256": hashlib.sha256(body).hexdigest()}
+            self.reply(200, json.dumps(info).encode(), [("content-type", "application/json")])
+        elif p.endswith("/echo"):
+            self.reply(200, body)
+        elif p.endswith("/chunked"):
+            self.send_response(200)
+            self.send_header("transfer-encoding", "chunked")
+            self.send_header("x-upstream", self.server.name)
+            self.end_headers()
+            data = pattern(n)
+            for i in range(0, len(data), 7000):
+                part = data[i:i + 7000]
+                self.wfile.write(b"%x\r\n" % len(part) + part + b"\r\n")
+            self.wfile.write(b"0\r\nx-trailer: dropped\r\n\r\n")
+        elif p.endswith("/close"):
+            self.send_response(200)
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write(pattern(n))
+            self.close_connection = True
+        elif p.endswith("/truncate"):
+            self.send_response(200)
+            self.send_header("content-length", str(n))
+            self.end_headers()
+            self.wfile.write(pattern(n // 10))
+            self.wfile.flush()
+            time.sleep(0.2)
+            # An abortive close: RST, as a crashed application would.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.close_connection = True
+        elif p.endswith("/hang"):
+            time.sleep(float(q.get("s", "20")))
+            self.close_connection = True
+        elif p.endswith("/big"):
+            self.send_response(200)
+            self.send_header("content-length", str(n))
+            self.end_headers()
+            chunk = pattern(65 * 1024 * 26 // 26)
+            sent = 0
+            try:
+                while sent < n:
+                    part = chunk[:min(len(chunk), n - sent)]
+                    self.wfile.write(part)
+                    sent += len(part)
+            except OSError:
+                pass
+            self.close_connection = True
+        elif p.endswith("/hop"):
+            self.reply(200, b"hop", [("connection", "x-custom, keep-alive"), ("x-custom", "1"),
+                                     ("keep-alive", "timeout=5"), ("proxy-thing", "p"),
+                                     ("upgrade", "h2c"), ("x-kept", "yes"), ("server", "app")])
+        elif p.endswith("/interim"):
+            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n")
+            self.reply(200, b"after-interim")
+        elif p.endswith("/badhead"):
+            self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nbad header line\r\n\r\nhello")
+            self.close_connection = True
+        elif p.endswith("/hugehead"):
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 100000 + b"\r\n\r\n")
+            self.close_connection = True
+        elif p.endswith("/badchunk"):
+            self.wfile.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n")
+            self.close_connection = True
+        else:
+            self.reply(200, f"{self.server.name} {self.command} {self.path}".encode())
+
+
+class App(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256  # bursts of connects must not overflow the backlog
+
+    def handle_error(self, request, client_address):
+        pass  # clients (the proxy) going away mid-response are part of the tests
+
+    def __init__(self, name, address=("127.0.0.1", 0), family=socket.AF_INET):
+        self.address_family = family
+        self.name = name
+        self.requests = []
+        super().__init__(address, Handler)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        self.server_close()
+
+
+class UnixApp(App):
+    address_family = socket.AF_UNIX
+
+    def __init__(self, name, path):
+        self.path = path
+        self.name = name
+        self.requests = []
+        socketserver.TCPServer.__init__(self, path, Handler)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def get_request(self):
+        conn, _ = self.socket.accept()
+        return conn, ("unix", 0)
+
+    @property
+    def url(self):
+        return f"unix:{self.path}"

@@ -1,0 +1,367 @@
+// The proxy's pure parts: the upstream response parser, the header
+// mapping in both directions, route and URL parsing, the proxy flags.
+
+#include "http/proxy_config.h"
+#include "http/proxy_headers.h"
+#include "http/upstream_response.h"
+
+#include "parse_args.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace xdpq::http;
+
+namespace {
+
+struct Collect final : UpstreamResponseParser::Handler {
+  int heads = 0;
+  int status = 0;
+  std::string body;
+  bool complete = false;
+  void on_head(const UpstreamResponseParser &p) override {
+    ++heads;
+    status = p.status();
+  }
+  void on_body(const uint8_t *d, size_t n) override {
+    body.append(reinterpret_cast<const char *>(d), n);
+  }
+  void on_complete() override { complete = true; }
+};
+
+UpstreamResponseParser::Result feed(UpstreamResponseParser &p, std::string_view s) {
+  return p.feed(reinterpret_cast<const uint8_t *>(s.data()), s.size());
+}
+
+// Feeds one byte at a time: framing must not depend on read boundaries.
+UpstreamResponseParser::Result trickle(UpstreamResponseParser &p, std::string_view s) {
+  for (char c : s) {
+    if (feed(p, std::string_view(&c, 1)) != UpstreamResponseParser::Result::ok)
+      return UpstreamResponseParser::Result::error;
+  }
+  return UpstreamResponseParser::Result::ok;
+}
+
+const std::string *field(const HeaderList &h, std::string_view name) { return h.find(name); }
+
+Request request(std::string method, std::string path, std::string authority,
+                std::initializer_list<Header> fields) {
+  Request req;
+  req.method = std::move(method);
+  req.path = std::move(path);
+  req.authority = std::move(authority);
+  for (const auto &f : fields) req.headers.add(f.name, f.value);
+  return req;
+}
+
+// A parser ready for the response to a GET, and what it reported.
+class UpstreamResponse : public ::testing::Test {
+protected:
+  void SetUp() override { p.reset(&c, false); }
+  UpstreamResponseParser p;
+  Collect c;
+};
+
+} // namespace
+
+TEST_F(UpstreamResponse, ContentLengthKeepAlive) {
+  ASSERT_EQ(trickle(p, "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-A: b\r\n\r\nhello"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_EQ(c.heads, 1);
+  EXPECT_EQ(c.status, 201);
+  EXPECT_EQ(c.body, "hello");
+  EXPECT_TRUE(c.complete);
+  EXPECT_TRUE(p.keep_alive());
+  EXPECT_TRUE(p.length_known());
+  EXPECT_EQ(p.content_length(), 5u);
+  ASSERT_NE(field(p.headers(), "x-a"), nullptr); // names lower-cased
+  EXPECT_EQ(*field(p.headers(), "x-a"), "b");
+}
+
+TEST_F(UpstreamResponse, ChunkedDecodedTrailersDropped) {
+  ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "5\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: t\r\n\r\n"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_EQ(c.body, "hello world");
+  EXPECT_TRUE(c.complete);
+  EXPECT_FALSE(p.length_known());
+  EXPECT_EQ(field(p.headers(), "x-trailer"), nullptr);
+}
+
+TEST_F(UpstreamResponse, InvalidChunkSizeIsAnError) {
+  EXPECT_EQ(feed(p, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n"),
+            UpstreamResponseParser::Result::error);
+  EXPECT_TRUE(p.failed());
+  EXPECT_FALSE(c.complete);
+}
+
+TEST_F(UpstreamResponse, CloseDelimitedBodyEndsAtClose) {
+  ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\n\r\nsome bytes"), UpstreamResponseParser::Result::ok);
+  EXPECT_FALSE(c.complete);
+  EXPECT_FALSE(p.keep_alive());
+  EXPECT_EQ(p.finish(), UpstreamResponseParser::Result::ok);
+  EXPECT_TRUE(c.complete);
+  EXPECT_EQ(c.body, "some bytes");
+}
+
+TEST_F(UpstreamResponse, CloseBeforeTheAnnouncedLengthIsAnError) {
+  ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_EQ(p.finish(), UpstreamResponseParser::Result::error);
+  EXPECT_FALSE(c.complete);
+}
+
+TEST_F(UpstreamResponse, CloseInTheHeadIsAnError) {
+  ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\nContent-"), UpstreamResponseParser::Result::ok);
+  EXPECT_TRUE(p.started());
+  EXPECT_EQ(p.finish(), UpstreamResponseParser::Result::error);
+  EXPECT_EQ(c.heads, 0);
+}
+
+TEST_F(UpstreamResponse, InterimResponsesSkipped) {
+  ASSERT_EQ(feed(p, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_EQ(c.heads, 1);
+  EXPECT_EQ(c.status, 200);
+  EXPECT_EQ(field(p.headers(), "link"), nullptr);
+  EXPECT_EQ(c.body, "ok");
+}
+
+TEST(UpstreamResponseParser, HeadResponseHasNoBody) {
+  UpstreamResponseParser p;
+  Collect c;
+  p.reset(&c, true);
+  ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_TRUE(c.complete);
+  EXPECT_EQ(p.content_length(), 1000u);
+  EXPECT_TRUE(p.keep_alive());
+}
+
+// Parses a whole response under lim; whether a head got through.
+bool head_passes(const UpstreamResponseLimits &lim, std::string_view response) {
+  UpstreamResponseParser p(lim);
+  Collect c;
+  p.reset(&c, false);
+  return feed(p, response) == UpstreamResponseParser::Result::ok && c.heads == 1;
+}
+
+TEST(UpstreamResponseLimits, HeadOverTheLimitIsAnError) {
+  UpstreamResponseLimits lim;
+  lim.max_head = 1024;
+  EXPECT_TRUE(head_passes(lim, "HTTP/1.1 200 OK\r\nX-Big: " + std::string(900, 'a') + "\r\n\r\n"));
+  EXPECT_FALSE(
+      head_passes(lim, "HTTP/1.1 200 OK\r\nX-Big: " + std::string(2000, 'a') + "\r\n\r\n"));
+}
+
+TEST(UpstreamResponseLimits, TooManyFieldsIsAnError) {
+  UpstreamResponseLimits lim;
+  lim.max_fields = 10;
+  std::string head = "HTTP/1.1 200 OK\r\n";
+  for (int i = 0; i < 10; ++i) head += "X-" + std::to_string(i) + ": v\r\n";
+  EXPECT_TRUE(head_passes(lim, head + "\r\n"));
+  EXPECT_FALSE(head_passes(lim, head + "X-11: v\r\n\r\n"));
+}
+
+TEST(UpstreamResponseParser, MalformedAndUpgradeAreErrors) {
+  for (std::string_view bad : {"HTTP/1.1 200 OK\r\nbad line\r\n\r\n", "SSH-2.0-OpenSSH\r\n",
+                               "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+                               "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"}) {
+    UpstreamResponseParser p;
+    Collect c;
+    p.reset(&c, false);
+    EXPECT_EQ(feed(p, bad), UpstreamResponseParser::Result::error) << bad;
+    EXPECT_EQ(c.heads, 0) << bad;
+  }
+}
+
+TEST_F(UpstreamResponse, BytesAfterTheResponseAreAnError) {
+  EXPECT_EQ(feed(p, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\naHTTP/1.1 200 OK\r\n\r\n"),
+            UpstreamResponseParser::Result::error);
+}
+
+TEST(UpstreamResponseParser, ReusedForTheNextResponse) {
+  UpstreamResponseParser p;
+  Collect a, b;
+  p.reset(&a, false);
+  ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na"),
+            UpstreamResponseParser::Result::ok);
+  p.reset(&b, false);
+  ASSERT_EQ(feed(p, "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nbb"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_EQ(b.status, 404);
+  EXPECT_EQ(b.body, "bb");
+}
+
+TEST(ProxyHeaders, RequestFromHttp3PseudoHeaders) {
+  Request req = request("POST", "/api/x?y=1", "example.com",
+                        {{"content-type", "text/plain"}, {"content-length", "5"}});
+  req.scheme = "https";
+  req.body = "12345";
+  ForwardContext ctx;
+  ctx.client_ip = "192.0.2.7";
+  ctx.proto = "https";
+  std::string out;
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_EQ(out, "POST /api/x?y=1 HTTP/1.1\r\n"
+                 "host: example.com\r\n"
+                 "content-type: text/plain\r\n"
+                 "x-forwarded-for: 192.0.2.7\r\n"
+                 "x-forwarded-proto: https\r\n"
+                 "x-forwarded-host: example.com\r\n"
+                 "content-length: 5\r\n\r\n");
+}
+
+TEST(ProxyHeaders, HopByHopNeverCross) {
+  Request req = request("GET", "/", "h",
+                        {{"connection", "close, x-secret"},
+                         {"x-secret", "1"},
+                         {"keep-alive", "timeout=5"},
+                         {"te", "trailers"},
+                         {"upgrade", "websocket"},
+                         {"proxy-authorization", "basic abc"},
+                         {"transfer-encoding", "chunked"},
+                         {"x-kept", "yes"}});
+  ForwardContext ctx;
+  ctx.client_ip = "::1";
+  std::string out;
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  for (const char *gone : {"connection", "x-secret", "keep-alive", "te:", "upgrade", "proxy-",
+                           "transfer-encoding"}) {
+    EXPECT_EQ(out.find(gone), std::string::npos) << gone << " in\n" << out;
+  }
+  EXPECT_NE(out.find("x-kept: yes\r\n"), std::string::npos);
+  EXPECT_EQ(out.find("content-length"), std::string::npos); // GET without a body
+}
+
+TEST(ProxyHeaders, ForwardedHeadersReplacedUnlessTrusted) {
+  Request req = request("GET", "/", "site",
+                        {{"x-forwarded-for", "6.6.6.6"},
+                         {"x-forwarded-proto", "gopher"},
+                         {"x-forwarded-host", "evil"},
+                         {"forwarded", "for=6.6.6.6"}});
+  ForwardContext ctx;
+  ctx.client_ip = "10.1.2.3";
+  ctx.proto = "https";
+  std::string out;
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_EQ(out.find("6.6.6.6"), std::string::npos) << out;
+  EXPECT_EQ(out.find("gopher"), std::string::npos);
+  EXPECT_EQ(out.find("evil"), std::string::npos);
+  EXPECT_NE(out.find("x-forwarded-for: 10.1.2.3\r\n"), std::string::npos);
+  EXPECT_NE(out.find("x-forwarded-host: site\r\n"), std::string::npos);
+
+  ctx.trusted = true;
+  out.clear();
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_NE(out.find("x-forwarded-for: 6.6.6.6, 10.1.2.3\r\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("x-forwarded-proto: gopher\r\n"), std::string::npos);
+  EXPECT_NE(out.find("x-forwarded-host: evil\r\n"), std::string::npos);
+  EXPECT_NE(out.find("forwarded: for=6.6.6.6\r\n"), std::string::npos);
+}
+
+TEST(ProxyHeaders, ViaAppended) {
+  Request req = request("GET", "/", "", {{"via", "1.1 cdn"}});
+  ForwardContext ctx;
+  ctx.via = true;
+  std::string out;
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_NE(out.find("via: 1.1 cdn, 1.1 xdpq\r\n"), std::string::npos) << out;
+}
+
+TEST(ProxyHeaders, UnwritableRequestRefused) {
+  Request req = request("GET", "/a b", "", {});
+  ForwardContext ctx;
+  std::string out;
+  EXPECT_FALSE(build_upstream_request(req, ctx, out));
+  req.path = "/";
+  req.headers.add("x-evil", std::string("a\r\nx-injected: 1"));
+  EXPECT_FALSE(build_upstream_request(req, ctx, out));
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(ProxyHeaders, ResponseFieldsFiltered) {
+  HeaderList up;
+  up.add("connection", "x-custom");
+  up.add("x-custom", "1");
+  up.add("keep-alive", "timeout=5");
+  up.add("transfer-encoding", "chunked");
+  up.add("content-length", "10");
+  up.add("server", "app");
+  up.add("proxy-thing", "p");
+  up.add("set-cookie", "a=1");
+  up.add("set-cookie", "b=2");
+  HeaderList out;
+  copy_response_fields(up, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out.begin()[0].value, "a=1");
+  EXPECT_EQ(out.begin()[1].value, "b=2");
+}
+
+TEST(ProxyConfig, RoutesAndUrls) {
+  ProxyConfig cfg;
+  cfg.add_route("/api=http://127.0.0.1:8080,http://[::1]:9000");
+  cfg.add_route("/api/v2=unix:/run/app.sock");
+  cfg.add_route("/=http://127.0.0.1");
+  ASSERT_EQ(cfg.routes.size(), 3u);
+  EXPECT_EQ(cfg.routes[0].upstreams[0].inet.to_string(), "127.0.0.1:8080");
+  EXPECT_EQ(cfg.routes[0].upstreams[1].inet.to_string(), "[::1]:9000");
+  EXPECT_EQ(cfg.routes[1].upstreams[0].unix_path, "/run/app.sock");
+  EXPECT_EQ(cfg.routes[2].upstreams[0].inet.port(), 80);
+  EXPECT_EQ(cfg.match("/api/v2/x"), &cfg.routes[1]); // longest prefix
+  EXPECT_EQ(cfg.match("/api/v1"), &cfg.routes[0]);
+  EXPECT_EQ(cfg.match("/other"), &cfg.routes[2]);
+  ProxyConfig none;
+  none.add_route("/api=http://127.0.0.1:1");
+  EXPECT_EQ(none.match("/static/a.css"), nullptr);
+}
+
+TEST(ProxyConfig, BadUrlsRefusedWithAReason) {
+  for (const char *bad : {"https://127.0.0.1:1", "ftp://x", "http://127.0.0.1:0",
+                          "http://127.0.0.1:99999", "http://127.0.0.1:80/path", "unix:relative",
+                          "http://", "http://no-such-host.invalid:80"}) {
+    EXPECT_THROW(parse_upstream_url(bad), ProxyConfigError) << bad;
+  }
+  ProxyConfig cfg;
+  EXPECT_THROW(cfg.add_route("api=http://127.0.0.1:1"), ProxyConfigError);
+  EXPECT_THROW(cfg.add_route("/api="), ProxyConfigError);
+  EXPECT_THROW(cfg.add_route("/api"), ProxyConfigError);
+  EXPECT_THROW(cfg.add_route("/a=http://127.0.0.1:1,,http://127.0.0.1:2"), ProxyConfigError);
+}
+
+TEST(ProxyConfig, Cidr) {
+  auto v4 = parse_cidr("10.0.0.0/8");
+  auto a = *xdpq::dataplane::parse_address("10.200.1.1:5");
+  auto b = *xdpq::dataplane::parse_address("11.0.0.1:5");
+  auto mapped = *xdpq::dataplane::parse_address("[::ffff:10.1.1.1]:5");
+  EXPECT_TRUE(v4.contains(a));
+  EXPECT_FALSE(v4.contains(b));
+  EXPECT_TRUE(v4.contains(mapped));
+  auto one = parse_cidr("::1");
+  EXPECT_TRUE(one.contains(*xdpq::dataplane::parse_address("[::1]:1")));
+  EXPECT_FALSE(one.contains(a));
+  EXPECT_THROW(parse_cidr("10.0.0.0/33"), ProxyConfigError);
+  EXPECT_THROW(parse_cidr("nonsense"), ProxyConfigError);
+}
+
+TEST(ProxyOptions, FlagsAndErrors) {
+  auto o = xdpq::testing::parse_args({"--proxy", "/api=http://127.0.0.1:8080", "--proxy",
+                                      "/b=unix:/tmp/b.sock", "--proxy-connect-timeout", "250",
+                                      "--proxy-timeout", "5000", "--proxy-idle-timeout", "100",
+                                      "--proxy-trusted", "10.0.0.0/8", "--proxy-balancing",
+                                      "least-outstanding", "--proxy-via"});
+  ASSERT_EQ(o.proxy.routes.size(), 2u);
+  EXPECT_EQ(o.proxy.connect_timeout_ns, 250'000'000u);
+  EXPECT_EQ(o.proxy.response_timeout_ns, 5'000'000'000u);
+  EXPECT_EQ(o.proxy.idle_timeout_ns, 100'000'000u);
+  EXPECT_EQ(o.proxy.trusted.size(), 1u);
+  EXPECT_EQ(o.proxy.balancing, Balancing::least_outstanding);
+  EXPECT_TRUE(o.proxy.via);
+  auto err = xdpq::testing::parse_error({"--proxy", "/api=https://127.0.0.1:1"});
+  EXPECT_NE(err.find("--proxy"), std::string::npos) << err;
+  EXPECT_NE(err.find("https"), std::string::npos) << err;
+  EXPECT_NE(xdpq::testing::parse_error({"--proxy-trusted", "x"}), "");
+  EXPECT_NE(xdpq::testing::parse_error({"--proxy-balancing", "random"}), "");
+}
