@@ -5,8 +5,8 @@
 // from its own thread), never by touching its state.
 // Defined in worker.cc, worker_datagram.cc (packet path), worker_upgrade.cc.
 
-#include "base/counters.h"
 #include "control/capture.h"
+#include "control/worker_counters.h"
 #include "dataplane/event_loop.h"
 #include "dataplane/handoff_ring.h"
 #include "http/h3_session.h"
@@ -32,44 +32,6 @@ class AfXdpPort;
 }
 
 namespace xdpq::control {
-
-#define XDPQ_WORKER_GAUGES(X)                                                                      \
-  X(quic_connections, "QUIC connections open")                                                     \
-  X(tcp_connections, "TCP connections open")                                                       \
-  X(body_bytes_held, "request body bytes held (and responses made from them)")                     \
-  X(body_bytes_limit, "the worker's body budget (--max-body-per-worker)")                          \
-  X(block_cache_bytes, "freed small blocks the worker's thread keeps for reuse")
-
-struct WorkerGauges {
-  XDPQ_COUNTER_FIELDS(XDPQ_WORKER_GAUGES)
-  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_WORKER_GAUGES) }
-};
-
-// The worker thread's heap traffic.
-#define XDPQ_WORKER_HEAP_COUNTERS(X)                                                               \
-  X(block_cache_hits, "small blocks served from the worker's block cache")                         \
-  X(block_cache_misses, "small blocks the block cache had to take from malloc")                    \
-  X(heap_allocations, "malloc calls on the worker's thread (counted only under the "               \
-                      "benchmark shim libxdpq_malloc_count.so; 0 otherwise)")
-
-struct WorkerHeap {
-  XDPQ_COUNTER_FIELDS(XDPQ_WORKER_HEAP_COUNTERS)
-  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_WORKER_HEAP_COUNTERS) }
-};
-
-// Cross-queue routing: datagrams for a connection another worker owns.
-#define XDPQ_WORKER_HANDOFF_COUNTERS(X)                                                            \
-  X(handoff_received, "datagrams other workers handed to this one (their owner)")                 \
-  X(handoff_wakeups, "wakeups sent to other workers for datagrams handed to them")                 \
-  X(handoff_ring_full, "datagrams not handed off: the owner's ring was full")                      \
-  X(handoff_too_big, "datagrams not handed off: larger than a hand-off slot")
-
-struct WorkerHandoff {
-  XDPQ_COUNTER_FIELDS(XDPQ_WORKER_HANDOFF_COUNTERS)
-  template <typename F> void visit(F &&f) const {
-    XDPQ_COUNTER_VISIT(XDPQ_WORKER_HANDOFF_COUNTERS)
-  }
-};
 
 // A copy of a worker's counters (and optionally its connections), taken on
 // the worker's own thread.

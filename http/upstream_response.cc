@@ -166,8 +166,11 @@ int UpstreamResponseParser::on_headers_complete() {
     return -1;
   }
   if (status_ < 200) {
-    interim_ = true; // 100 Continue, 103 Early Hints: skipped
-    return 0;
+    // 100 Continue, 103 Early Hints: skipped. An interim response has no
+    // content (RFC 9110 15.2) whatever its fields say: 1 tells http-parser
+    // to read none, so no byte of it can pass for the final response's.
+    interim_ = true;
+    return 1;
   }
   head_done_ = true;
   keep_alive_ = http_should_keep_alive(&parser_) != 0;
@@ -179,11 +182,16 @@ int UpstreamResponseParser::on_headers_complete() {
   }
   if (handler_) handler_->on_head(*this);
   if (failed()) return -1;
-  // A response to HEAD has no body, whatever its fields announce.
-  return head_request_ ? 1 : 0;
+  // A response to HEAD, a 204 and a 304 have no body, whatever their fields
+  // announce (RFC 9110 6.4.1): read none.
+  return head_request_ || status_ == 204 || status_ == 304 ? 1 : 0;
 }
 
 int UpstreamResponseParser::on_body(const char *at, size_t n) {
+  if (!head_done_ || complete_) {
+    fail("body bytes outside the final response");
+    return -1;
+  }
   if (handler_) handler_->on_body(reinterpret_cast<const uint8_t *>(at), n);
   return failed() ? -1 : 0;
 }

@@ -129,6 +129,30 @@ TEST_F(UpstreamResponse, InterimResponsesSkipped) {
   EXPECT_EQ(c.body, "ok");
 }
 
+// Regression (found by fuzz_upstream_response): an interim response with a
+// Content-Length had its "body" read and handed on before the final head,
+// and a 204 or 304 announcing a length had bytes read as its body.
+TEST_F(UpstreamResponse, InterimAnd204ContentLengthsReadNoBody) {
+  ASSERT_EQ(feed(p, "HTTP/1.1 103 Early Hints\r\nContent-Length: 4\r\n\r\n"
+                    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_EQ(c.heads, 1);
+  EXPECT_EQ(c.status, 200);
+  EXPECT_EQ(c.body, "ok");
+  EXPECT_TRUE(c.complete);
+
+  UpstreamResponseParser q;
+  Collect d;
+  q.reset(&d, false);
+  ASSERT_EQ(feed(q, "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_TRUE(d.complete);
+  EXPECT_EQ(d.body, "");
+  // What the upstream sends after it is not a body: an error, never passed on.
+  EXPECT_EQ(feed(q, "hello"), UpstreamResponseParser::Result::error);
+  EXPECT_EQ(d.body, "");
+}
+
 TEST(UpstreamResponseParser, HeadResponseHasNoBody) {
   UpstreamResponseParser p;
   Collect c;
