@@ -59,9 +59,9 @@ public:
       setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       rv = ::connect(fd_, &up_.addr.inet.u.sa, up_.addr.inet.len);
     }
-    if (rv != 0 && errno != EINPROGRESS && errno != EAGAIN) return false;
-    // A unix socket whose backlog is full says EAGAIN: wait for it as for
-    // a TCP connect in progress.
+    // EAGAIN from a unix socket means its backlog is full: a failed connect,
+    // as nginx counts it, not one in progress.
+    if (rv != 0 && errno != EINPROGRESS) return false;
     state_ = rv == 0 ? State::sending : State::connecting;
     up_.conns += 1;
     up_.stats.connects += 1;
@@ -207,7 +207,7 @@ private:
     while (ex_) {
       size_t room = ex_->room();
       if (room == 0) {
-        // The client has not taken what we hold: stop reading the
+        // The client has not taken what we hold: pause reading the
         // upstream until it does (release() resumes us).
         proxy_.loop().set_interest(fd_, this, false, state_ == State::sending);
         break;

@@ -8,8 +8,8 @@
 // An exchange is the client stream's response body. It stays empty until
 // the upstream's head arrives (or fails: 502, 503, 504), then fills a
 // 64 KiB window that the client's transport drains; the upstream socket is
-// read only while the window has room, so a client that stops reading
-// stops the upstream, and nothing waits in an unbounded buffer.
+// read only while the window has room, so a client that reads nothing
+// holds its upstream still, and nothing waits in an unbounded buffer.
 
 #include "base/counters.h"
 #include "dataplane/address.h"

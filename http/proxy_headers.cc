@@ -88,7 +88,9 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
   const std::string *host = req.authority.empty() ? req.find("host") : &req.authority;
   if (host && !host->empty()) field(out, "host", *host);
   for (const auto &f : req.headers) {
-    if (f.name == "host" || f.name == "content-length" || is_hop_by_hop(f.name, connection)) {
+    // The body is complete before the request goes upstream: no 100-continue.
+    if (f.name == "host" || f.name == "content-length" || f.name == "expect" ||
+        is_hop_by_hop(f.name, connection)) {
       continue;
     }
     if (ctx.forwarded_headers && !ctx.trusted && forwarding_field(f.name)) continue;

@@ -247,13 +247,14 @@ TEST(ProxyHeaders, HopByHopNeverCross) {
                          {"upgrade", "websocket"},
                          {"proxy-authorization", "basic abc"},
                          {"transfer-encoding", "chunked"},
+                         {"expect", "100-continue"},
                          {"x-kept", "yes"}});
   ForwardContext ctx;
   ctx.client_ip = "::1";
   std::string out;
   ASSERT_TRUE(build_upstream_request(req, ctx, out));
   for (const char *gone : {"connection", "x-secret", "keep-alive", "te:", "upgrade", "proxy-",
-                           "transfer-encoding"}) {
+                           "transfer-encoding", "expect"}) {
     EXPECT_EQ(out.find(gone), std::string::npos) << gone << " in\n" << out;
   }
   EXPECT_NE(out.find("x-kept: yes\r\n"), std::string::npos);
