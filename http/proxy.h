@@ -59,7 +59,8 @@ struct UpstreamStats {
   X(proxy_no_upstream, "proxied requests answered 502: every upstream of the route down")         \
   X(proxy_pool_full, "proxied requests answered 503: connection limit per upstream reached")      \
   X(proxy_budget_refusals, "proxied requests answered 503: the response window budget spent")    \
-  X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")
+  X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")           \
+  X(proxy_reconfigured, "reloads that changed the routes (new pools; the old ones finish)")
 
 struct ProxyStats {
   XDPQ_COUNTER_FIELDS(XDPQ_PROXY_COUNTERS)
@@ -81,6 +82,8 @@ protected:
 class Proxy;
 class UpstreamConn;
 struct Upstream;
+struct ProxyRouteState;
+struct ProxyGeneration;
 
 class ProxyExchange final : public Body, private UpstreamResponseParser::Handler {
 public:
@@ -132,7 +135,8 @@ private:
   void detach();
 
   Proxy &proxy_;
-  size_t route_;
+  ProxyGeneration &gen_; // the routes it started on (a reload may bring new ones)
+  ProxyRouteState &route_;
   std::string request_; // the HTTP/1.1 request head
   std::string body_;    // the request body (moved from the client's request)
   ProxyListener *listener_;
@@ -159,6 +163,8 @@ private:
 
 class Proxy {
 public:
+  // cfg may have no routes (match() is then always -1) and gain some on a
+  // reload.
   Proxy(std::shared_ptr<const ProxyConfig> cfg, dataplane::EventLoop &loop);
   ~Proxy();
   Proxy(const Proxy &) = delete;
@@ -180,10 +186,16 @@ public:
   std::unique_ptr<ProxyExchange> start(int route, Request &req, const Client &client,
                                        ProxyListener *listener, void *tag, BudgetAccount *budget);
 
-  // Frees the connections closed during this pass (call at its end).
+  // Routes, upstreams and settings from now on (a reload). Requests in
+  // flight finish on the upstreams they started with; pooled connections
+  // to those are closed, busy ones when their request ends.
+  void reconfigure(std::shared_ptr<const ProxyConfig> cfg);
+  // Frees the connections closed during this pass, and the routes a
+  // reload replaced once nothing uses them (call at the pass's end).
   void end_of_pass();
   const ProxyStats &stats() const { return stats_; }
-  // One entry per configured upstream, in configuration order.
+  // One entry per configured upstream, in configuration order (the
+  // current routes').
   void upstream_stats(std::vector<UpstreamStats> &out) const;
   static std::vector<std::string> upstream_names(const ProxyConfig &cfg);
 
@@ -191,9 +203,10 @@ public:
   const ProxyConfig &config() const { return *cfg_; }
   dataplane::EventLoop &loop() { return loop_; }
   ProxyStats &mutable_stats() { return stats_; }
+  ProxyGeneration &generation() { return *cur_; }
   // An upstream of the route for a new attempt (round robin or least
   // outstanding), skipping those held down; null if none is up.
-  Upstream *pick(size_t route);
+  Upstream *pick(ProxyRouteState &route);
   // A connection to u: a pooled one (reused set) unless fresh_only, or a
   // new one; null when the per-upstream limit is reached (pool_full set)
   // or the connect failed at once.
@@ -207,11 +220,12 @@ public:
   std::vector<uint8_t> &scratch() { return scratch_; }
 
 private:
-  std::shared_ptr<const ProxyConfig> cfg_;
+  std::unique_ptr<ProxyGeneration> build(std::shared_ptr<const ProxyConfig> cfg) const;
+
+  std::shared_ptr<const ProxyConfig> cfg_;               // cur_'s
   dataplane::EventLoop &loop_;
-  std::vector<std::unique_ptr<Upstream>> upstreams_;     // configuration order
-  std::vector<std::vector<Upstream *>> routes_;          // per route
-  std::vector<size_t> next_;                             // round robin, per route
+  std::unique_ptr<ProxyGeneration> cur_;
+  std::vector<std::unique_ptr<ProxyGeneration>> retired_; // replaced, still in use
   std::vector<std::unique_ptr<UpstreamConn>> conns_;     // open ones
   std::vector<std::unique_ptr<UpstreamConn>> dead_;      // closed this pass
   std::vector<std::unique_ptr<uint8_t[]>> windows_;      // free response windows
