@@ -172,6 +172,7 @@ public:
 
   // The index of the route whose prefix matches path, or -1.
   int match(std::string_view path) const {
+    if (cfg_->routes.empty()) return -1; // the static server's path: no call
     const ProxyRoute *r = cfg_->match(path);
     return r ? static_cast<int>(r - cfg_->routes.data()) : -1;
   }
