@@ -433,7 +433,8 @@ void H3Session::refuse(Stream &s) {
 }
 
 int H3Session::on_end_stream(Stream &s) {
-  if (!s.responded && !s.refused) dispatch(s);
+  // A proxied request whose headers ended the stream went at their end.
+  if (!s.responded && !s.refused && !s.exchange) dispatch(s);
   return 0;
 }
 

@@ -137,6 +137,24 @@ class ProxyTest(TimedTestCase):
             self.assertGreaterEqual(total(stats, "upstream0_requests"), 6)
             self.assertGreaterEqual(total(stats, "upstream0_reused"), 1)  # keep-alive pool
 
+    def test_each_http3_request_reaches_the_upstream_once(self):
+        # A request whose HEADERS end the stream was started on the
+        # upstream twice (at the end of its headers and at the end of its
+        # stream): twice the upstream requests, a fresh connection for the
+        # second, and a repeated request whenever the first had gone out.
+        with self.serve(f"/app={self.app.url}") as srv:
+            paths = [f"/app/once{i}" for i in range(8)]
+            for round_ in range(2):  # the second round on pooled connections
+                h3 = gtlsclient(srv, paths)
+                for i in range(len(paths)):
+                    self.assertEqual(h3.statuses.get(i), 200, h3.output[-2000:])
+            time.sleep(0.3)
+            seen = [p for _, p in self.app.requests if p.startswith("/app/once")]
+            self.assertEqual(sorted(seen), sorted(paths * 2))
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "upstream0_requests"), 2 * len(paths))
+            self.assertEqual(total(stats, "upstream0_responses"), 2 * len(paths))
+
     def test_chunked_close_delimited_interim_and_head(self):
         n = 300_000
         with self.serve(f"/app={self.app.url}") as srv:
