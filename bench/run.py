@@ -423,9 +423,14 @@ class Bench:
         if proxy and is_xdpq(variant):
             # Every path to the upstream, idle connections pooled as the peers
             # do (UPSTREAM_IDLE), and room for one upstream connection per
-            # request in flight (c=100 m=32: 3200) rather than a 503.
+            # request in flight (c=100 m=32: 3200) rather than a 503. The
+            # connect timeout is HAProxy's here (`timeout connect 5s`; nginx's
+            # default is 60 s): at xdpqd's default, 1 s, the first burst of
+            # c=100 m=32 (3200 connects) can outlast it and mark the upstream
+            # down.
             common += ["--proxy", f"/={self.upstream.url}", "--proxy-max-idle",
-                       str(UPSTREAM_IDLE), "--proxy-max-connections", str(UPSTREAM_IDLE)]
+                       str(UPSTREAM_IDLE), "--proxy-max-connections", str(UPSTREAM_IDLE),
+                       "--proxy-connect-timeout", "5000"]
         if is_xdpq(variant):
             # Its own control socket: the run reads its counters mid-run.
             common += ["--control-socket", self.control_socket(variant)]
