@@ -177,7 +177,7 @@ Reverse proxy (see docs/proxy.md):
   --proxy-connect-timeout MS
                           A connect to an upstream not done within MS
                           fails (the next upstream is tried, else 502;
-                          default 1000).
+                          default 5000).
   --proxy-timeout MS      No response head within MS of the request being
                           sent: 504 (default 30000).
   --proxy-idle-timeout MS Pooled keep-alive connections unused for MS are

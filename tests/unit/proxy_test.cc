@@ -403,7 +403,7 @@ TEST(ProxyConfig, RouteSettingsOverrideTheDefaults) {
   EXPECT_EQ(api.response_timeout_ns, 1'500'000'000u);
   EXPECT_EQ(api.balancing, Balancing::least_outstanding);
   EXPECT_EQ(api.max_idle_per_upstream, 3u);
-  EXPECT_EQ(api.connect_timeout_ns, 1'000'000'000u);
+  EXPECT_EQ(api.connect_timeout_ns, 5'000'000'000u);
   RouteSettings root = o.proxy.settings(o.proxy.routes[1]);
   EXPECT_EQ(root.response_timeout_ns, 9'000'000'000u);
   EXPECT_EQ(root.balancing, Balancing::round_robin);
