@@ -305,14 +305,16 @@ std::string upstream_latency_table(const std::vector<WorkerSnapshot> &snaps,
   t << "upstream    connects  connect p50/p99 ms      heads  head p50/p99 ms         route=url\n";
   for (size_t i = 0; i < names.size(); ++i) {
     const auto u = upstream_total(snaps, i);
+    const auto p50_p99 = [](const dataplane::Log2Histogram &h) {
+      return h.count() == 0 ? std::string("-")
+                            : fmt_ms(h.quantile(0.5)) + " / " + fmt_ms(h.quantile(0.99));
+    };
     char line[200];
     std::snprintf(line, sizeof(line), "upstream%-3zu %8llu  %-20s  %8llu  %-22s  ", i,
                   static_cast<unsigned long long>(u.connect_time.count()),
-                  (fmt_ms(u.connect_time.quantile(0.5)) + " / " +
-                   fmt_ms(u.connect_time.quantile(0.99))).c_str(),
+                  p50_p99(u.connect_time).c_str(),
                   static_cast<unsigned long long>(u.head_latency.count()),
-                  (fmt_ms(u.head_latency.quantile(0.5)) + " / " +
-                   fmt_ms(u.head_latency.quantile(0.99))).c_str());
+                  p50_p99(u.head_latency).c_str());
     t << line << names[i] << "\n";
   }
   return t.str();
