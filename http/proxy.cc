@@ -12,11 +12,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,27 +76,12 @@ public:
 
   // Starts a non-blocking connect. False (and closed) if it failed at once.
   bool open() {
-    const bool unix_socket = !up_.addr.unix_path.empty();
-    fd_ = ::socket(unix_socket ? AF_UNIX : up_.addr.inet.family(),
-                   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool connected = false;
+    fd_ = start_connect(up_.addr, connected);
     if (fd_ < 0) return false;
-    int rv;
-    if (unix_socket) {
-      sockaddr_un sun{};
-      sun.sun_family = AF_UNIX;
-      std::memcpy(sun.sun_path, up_.addr.unix_path.data(), up_.addr.unix_path.size());
-      rv = ::connect(fd_, reinterpret_cast<sockaddr *>(&sun), sizeof(sun));
-    } else {
-      int one = 1;
-      setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      rv = ::connect(fd_, &up_.addr.inet.u.sa, up_.addr.inet.len);
-    }
-    // EAGAIN from a unix socket means its backlog is full: a failed connect,
-    // as nginx counts it, not one in progress.
-    if (rv != 0 && errno != EINPROGRESS) return false;
-    state_ = rv == 0 ? State::sending : State::connecting;
+    state_ = connected ? State::sending : State::connecting;
     opened_at_ = proxy_.loop().now();
-    if (rv == 0) up_.stats.connect_time.record(0);
+    if (connected) up_.stats.connect_time.record(0);
     up_.conns += 1;
     up_.stats.connects += 1;
     counted_ = true;

@@ -14,6 +14,30 @@
 
 namespace xdpq::http {
 
+int start_connect(const UpstreamAddress &a, bool &connected) {
+  const bool unix_socket = !a.unix_path.empty();
+  int fd = ::socket(unix_socket ? AF_UNIX : a.inet.family(),
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int rv;
+  if (unix_socket) {
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    std::memcpy(sun.sun_path, a.unix_path.data(), a.unix_path.size());
+    rv = ::connect(fd, reinterpret_cast<sockaddr *>(&sun), sizeof(sun));
+  } else {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    rv = ::connect(fd, &a.inet.u.sa, a.inet.len);
+  }
+  if (rv != 0 && errno != EINPROGRESS) {
+    ::close(fd);
+    return -1;
+  }
+  connected = rv == 0;
+  return fd;
+}
+
 HealthProbe::HealthProbe(dataplane::EventLoop &loop, const UpstreamAddress &addr,
                          std::string_view path, uint64_t interval_ns, uint64_t timeout_ns,
                          UpstreamStats &stats, HealthListener &listener)
@@ -50,27 +74,13 @@ void HealthProbe::start() {
   sent_ = read_ = 0;
   status_ = 0;
   parser_.reset(this, false);
-  const bool unix_socket = !addr_.unix_path.empty();
-  fd_ = ::socket(unix_socket ? AF_UNIX : addr_.inet.family(),
-                 SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) return finish(false, "socket() failed");
-  int rv;
-  if (unix_socket) {
-    sockaddr_un sun{};
-    sun.sun_family = AF_UNIX;
-    std::memcpy(sun.sun_path, addr_.unix_path.data(), addr_.unix_path.size());
-    rv = ::connect(fd_, reinterpret_cast<sockaddr *>(&sun), sizeof(sun));
-  } else {
-    int one = 1;
-    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    rv = ::connect(fd_, &addr_.inet.u.sa, addr_.inet.len);
-  }
-  // A unix socket's EAGAIN is a full backlog: failed, as for requests.
-  if (rv != 0 && errno != EINPROGRESS) return finish(false, "connect failed");
+  bool connected = false;
+  fd_ = start_connect(addr_, connected);
+  if (fd_ < 0) return finish(false, "connect failed");
   loop_.watch(fd_, this, true);
   loop_.timers().schedule(timer_, started_ + timeout_ns_);
   state_ = State::connecting;
-  if (rv == 0) {
+  if (connected) {
     state_ = State::sending;
     send_request();
   }

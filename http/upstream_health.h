@@ -21,6 +21,13 @@ namespace xdpq::http {
 
 struct UpstreamStats;
 
+// Starts a non-blocking connect to a (TCP with TCP_NODELAY, or a unix
+// socket), for requests and probes alike. Returns the socket, or -1 when
+// the connect failed at once (a unix socket's full backlog too: EAGAIN is
+// a failure there, as nginx counts it, not a connect in progress);
+// connected is set when it completed at once.
+int start_connect(const UpstreamAddress &a, bool &connected);
+
 // Told after every probe, from the worker's loop.
 class HealthListener {
 public:
