@@ -313,3 +313,28 @@ TEST(HealthProbe, NoChecksUnlessConfigured) {
   EXPECT_EQ(s.down, 0u);
   EXPECT_NE(proxy.pick_route(0), nullptr);
 }
+
+// A reload keeps an upstream that stays (same route, same URL) out while
+// its checks fail: the new configuration's first check does not start
+// from "up".
+TEST(HealthProbe, ReloadKeepsAFailingVerdict) {
+  FakeUpstream a(FakeUpstream::Mode::status, 503);
+  EventLoop loop;
+  Proxy proxy(config({a.url()}, 1000), loop);
+  uint64_t down_after_reload = 0, probes_at_reload = 0;
+  Upstream *picked_after_reload = reinterpret_cast<Upstream *>(1);
+  Steps steps(loop, {{[&] { return stats_of(proxy, 0).down == 1; },
+                      [&] {
+                        proxy.reconfigure(config({a.url()}, 500));
+                        proxy.end_of_pass();
+                        down_after_reload = stats_of(proxy, 0).down;
+                        probes_at_reload = stats_of(proxy, 0).probes;
+                        picked_after_reload = proxy.pick_route(0);
+                      }},
+                     {[&] { return stats_of(proxy, 0).probes > probes_at_reload; }, nullptr}});
+  ASSERT_EQ(steps.run(), 2u);
+  EXPECT_EQ(down_after_reload, 1u);
+  EXPECT_EQ(picked_after_reload, nullptr);
+  EXPECT_EQ(stats_of(proxy, 0).down, 1u); // the new checks fail too
+  EXPECT_GE(probes_at_reload, 1u);        // counters carried over
+}
