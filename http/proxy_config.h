@@ -68,6 +68,9 @@ struct ProxyRoute {
 struct ProxyConfig : RouteSettings {
   std::vector<ProxyRoute> routes;
   uint64_t down_backoff_ns = 2'000'000'000ull;      // after a failed connect (doubles, to 32x)
+  std::string health_check_path;                    // empty: no active health checks
+  uint64_t health_interval_ns = 2'000'000'000ull;   // between a probe's starts, per worker
+  uint64_t health_timeout_ns = 1'000'000'000ull;    // a probe without a head by then fails
   std::vector<Cidr> trusted;                        // may send X-Forwarded-*
   bool forwarded_headers = true;                    // add X-Forwarded-For/-Proto/-Host
   bool via = false;                                 // add "via: 1.1 xdpq"
