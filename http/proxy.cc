@@ -670,6 +670,22 @@ Upstream *Proxy::pick(ProxyRouteState &route) {
       best_at = at;
     }
   }
+  if (!best) {
+    // Every upstream is held down. Passive health is a guess from one
+    // failure (a connect that timed out in a burst, a reset): with
+    // nowhere else to go, the one whose back-off ends first is tried
+    // rather than refusing the route for seconds. An upstream failing its
+    // active health check stays out.
+    for (size_t at = 0; at < n; ++at) {
+      Upstream *u = list[at];
+      if (u->probe && u->probe->failing()) continue;
+      if (!best || u->down_until < best->down_until) {
+        best = u;
+        best_at = at;
+      }
+    }
+    if (best) stats_.proxy_tried_while_down += 1;
+  }
   if (best) route.next = (best_at + 1) % n;
   return best;
 }

@@ -64,7 +64,8 @@ struct UpstreamStats {
 
 #define XDPQ_PROXY_COUNTERS(X)                                                                     \
   X(proxy_requests, "requests matched by a proxy prefix")                                          \
-  X(proxy_no_upstream, "proxied requests answered 502: every upstream of the route down")         \
+  X(proxy_no_upstream, "proxied requests answered 502: every upstream failing its health check")  \
+  X(proxy_tried_while_down, "attempts sent to an upstream in passive back-off, all being down")   \
   X(proxy_pool_full, "proxied requests answered 503: connection limit per upstream reached")      \
   X(proxy_budget_refusals, "proxied requests answered 503: the response window budget spent")    \
   X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")           \

@@ -307,6 +307,23 @@ class ProxyTest(TimedTestCase):
             self.assertIn("down", out)
             self.assertIn(f"/dead=http://127.0.0.1:", out)
 
+    def test_an_upstream_back_after_a_failure_is_used_at_once(self):
+        # Passive health holds a failed upstream down for a back-off; when
+        # it is the route's only one, a request in that time still tries it
+        # (502 only if it fails again), instead of 502s for seconds.
+        port = dead_port()
+        with self.serve(f"/one=http://127.0.0.1:{port}") as srv:
+            st, _, _, _, _ = curl(srv, "/one/x")
+            self.assertEqual(st, 502)
+            with App("back", address=("127.0.0.1", port)):
+                st, hdr, body, _, _ = curl(srv, "/one/y")
+                self.assertEqual((st, hdr.get("x-upstream")), (200, "back"))
+                h3 = gtlsclient(srv, ["/one/z"])
+                self.assertEqual(h3.statuses.get(0), 200, h3.output[-2000:])
+            stats = stats_json(srv)
+            self.assertGreaterEqual(total(stats, "upstream0_marked_down"), 1)
+            self.assertGreaterEqual(total(stats, "proxy_tried_while_down"), 1)
+
     def test_no_head_within_timeout_is_504(self):
         with self.serve(f"/app={self.app.url}", extra=("--proxy-timeout", "700")) as srv:
             for http in TCP:
