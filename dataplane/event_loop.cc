@@ -36,23 +36,37 @@ void EventLoop::watch(int fd, FdHandler *h, bool want_write) {
   if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
     throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
   }
+  if (fd >= 0) {
+    if (static_cast<size_t>(fd) >= registered_.size()) registered_.resize(fd + 64);
+    registered_[fd] = {h, ev.events};
+  }
+}
+
+void EventLoop::modify(int fd, FdHandler *h, uint32_t events) {
+  if (fd >= 0 && static_cast<size_t>(fd) < registered_.size()) {
+    Registered &r = registered_[fd];
+    if (r.handler == h && r.events == events) return;
+    r = {h, events};
+  }
+  stats_.loop_interest_changes += 1;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = h;
+  epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
 }
 
 void EventLoop::set_want_write(int fd, FdHandler *h, bool want_write) {
-  epoll_event ev{};
-  ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
-  ev.data.ptr = h;
-  epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+  modify(fd, h, EPOLLIN | (want_write ? EPOLLOUT : 0u));
 }
 
 void EventLoop::set_interest(int fd, FdHandler *h, bool want_read, bool want_write) {
-  epoll_event ev{};
-  ev.events = (want_read ? EPOLLIN | EPOLLRDHUP : 0u) | (want_write ? EPOLLOUT : 0u);
-  ev.data.ptr = h;
-  epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+  modify(fd, h, (want_read ? EPOLLIN | EPOLLRDHUP : 0u) | (want_write ? EPOLLOUT : 0u));
 }
 
-void EventLoop::unwatch(int fd) { epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr); }
+void EventLoop::unwatch(int fd) {
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (fd >= 0 && static_cast<size_t>(fd) < registered_.size()) registered_[fd] = {};
+}
 
 void EventLoop::run(LoopHandler &handler) {
   constexpr int MAX_EVENTS = 64;

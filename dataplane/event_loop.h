@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 namespace xdpq::dataplane {
 
@@ -40,7 +41,8 @@ protected:
   X(loop_passes, "event loop passes")                                                              \
   X(loop_idle_passes, "passes that found nothing to do (a timer, or a spin that came back empty)") \
   X(loop_sleeps, "passes that blocked in epoll until something happened")                          \
-  X(loop_wakeups, "wakeups by another thread (hand-offs, the control plane)")
+  X(loop_wakeups, "wakeups by another thread (hand-offs, the control plane)")                      \
+  X(loop_interest_changes, "epoll_ctl calls that changed what a descriptor is watched for")
 
 struct LoopStats {
   XDPQ_COUNTER_FIELDS(XDPQ_LOOP_COUNTERS)
@@ -57,6 +59,9 @@ public:
   // Watch fd for readability, and for writability while want_write is set.
   // Throws std::runtime_error if epoll refuses.
   void watch(int fd, FdHandler *h, bool want_write = false);
+  // Change what fd is watched for. Free when nothing changes: the loop
+  // remembers what epoll has for each fd and asks the kernel only for a
+  // change (connections call this after every event).
   void set_want_write(int fd, FdHandler *h, bool want_write);
   void set_interest(int fd, FdHandler *h, bool want_read, bool want_write);
   void unwatch(int fd);
@@ -86,6 +91,14 @@ public:
   const LoopStats &stats() const { return stats_; }
 
 private:
+  void modify(int fd, FdHandler *h, uint32_t events);
+
+  // What epoll has for each watched fd (index: the fd).
+  struct Registered {
+    FdHandler *handler = nullptr;
+    uint32_t events = 0;
+  };
+  std::vector<Registered> registered_;
   int epfd_ = -1;
   int wakefd_ = -1;
   uint64_t now_;

@@ -72,3 +72,33 @@ TEST(EventLoop, SpinsAfterWorkInsteadOfSleeping) {
   EXPECT_LT(s.loop_sleeps, s.loop_passes);
   EXPECT_GT(s.loop_idle_passes, 0u); // empty looks while spinning
 }
+
+// Connections restate what they watch after every event; only a change
+// reaches the kernel, and the events still follow the latest interest.
+TEST(EventLoop, InterestChangesOnlyWhenTheyChange) {
+  EventLoop loop;
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  PipeReader reader(p[0]);
+  loop.watch(p[0], &reader);
+  for (int i = 0; i < 5; ++i) loop.set_interest(p[0], &reader, true, false);
+  EXPECT_EQ(loop.stats().loop_interest_changes, 1u); // EPOLLRDHUP added once
+  loop.set_interest(p[0], &reader, false, false);
+  loop.set_interest(p[0], &reader, false, false);
+  EXPECT_EQ(loop.stats().loop_interest_changes, 2u);
+  // Not reading: a byte in the pipe wakes nothing.
+  EXPECT_EQ(write(p[1], "x", 1), 1);
+  Handler h;
+  std::thread t([&] { loop.run(h); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(reader.reads.load(), 0);
+  loop.stop();
+  t.join();
+  // A descriptor watched anew starts from what watch() registered.
+  loop.unwatch(p[0]);
+  loop.watch(p[0], &reader);
+  loop.set_interest(p[0], &reader, true, false);
+  EXPECT_EQ(loop.stats().loop_interest_changes, 3u);
+  close(p[0]);
+  close(p[1]);
+}
