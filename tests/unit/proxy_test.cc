@@ -223,10 +223,11 @@ TEST(ProxyHeaders, RequestFromHttp3PseudoHeaders) {
   Request req = request("POST", "/api/x?y=1", "example.com",
                         {{"content-type", "text/plain"}, {"content-length", "5"}});
   req.scheme = "https";
-  req.body = "12345";
   ForwardContext ctx;
   ctx.client_ip = "192.0.2.7";
   ctx.proto = "https";
+  ctx.framing = RequestFraming::length;
+  ctx.content_length = 5;
   std::string out;
   ASSERT_TRUE(build_upstream_request(req, ctx, out));
   EXPECT_EQ(out, "POST /api/x?y=1 HTTP/1.1\r\n"
