@@ -80,6 +80,79 @@ def rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
+def tls(srv, alpn=None):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if alpn:
+        ctx.set_alpn_protocols([alpn])
+    s = socket.create_connection((srv.host, srv.port), timeout=20)
+    return ctx.wrap_socket(s, server_hostname="x")
+
+
+def read_http1_response(t):
+    """(status, body) of one HTTP/1.1 response with a content-length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = t.recv(65536)
+        if not part:
+            break
+        data += part
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode(errors="replace").split("\r\n")
+    status = int(lines[0].split()[1]) if lines and lines[0].startswith("HTTP") else 0
+    length = 0
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        if k.strip().lower() == "content-length":
+            length = int(v)
+    while len(body) < length:
+        part = t.recv(65536)
+        if not part:
+            break
+        body += part
+    return status, body
+
+
+def h2_post_in_two_halves(srv, path, first, second, between):
+    """POSTs first + second over HTTP/2 (python3-h2), with content-length,
+    calling between() after the first half went out; (status, body)."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    t = tls(srv, "h2")
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    t.sendall(conn.data_to_send())
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "https"),
+                            (":authority", "x"),
+                            ("content-length", str(len(first) + len(second)))])
+    for i in range(0, len(first), 16384):  # the default frame size
+        conn.send_data(sid, first[i:i + 16384])
+    t.sendall(conn.data_to_send())
+    between()
+    for i in range(0, len(second), 16384):
+        conn.send_data(sid, second[i:i + 16384], end_stream=i + 16384 >= len(second))
+    t.sendall(conn.data_to_send())
+    status, body, done = 0, b"", False
+    while not done:
+        data = t.recv(65536)
+        if not data:
+            break
+        for ev in conn.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                status = int(dict(ev.headers)[b":status"])
+            elif isinstance(ev, h2.events.DataReceived):
+                body += ev.data
+                conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                done = True
+        t.sendall(conn.data_to_send())
+    t.close()
+    return status, body
+
+
 def dead_port():
     """A loopback port nobody listens on (connects are refused)."""
     with socket.socket() as s:
@@ -363,6 +436,162 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             for t in stalled:
                 t.close()
             h3.join(timeout=60)
+
+    def upload(self, srv, path, src, http):
+        """Uploads the file src over http ("h3", "--http2", "--http1.1",
+        with "-chunked" for a body without a length); (status, body)."""
+        if http == "h3":
+            r = gtlsclient(srv, [path], "-d", src, timeout=120)
+            name = path.rsplit("/", 1)[-1]
+            return r.statuses.get(0), r.file(name)
+        if http.endswith("-chunked"):
+            # From stdin: HTTP/1.1 chunked, HTTP/2 DATA without content-length.
+            with open(src, "rb") as f:
+                r = subprocess.run(["curl", "-sk", http[:-len("-chunked")], "-X", "POST",
+                                    "-T", "-", "-H", "expect:", "-o", "-", "-w", "\n%{http_code}",
+                                    srv.url(path)], stdin=f, stdout=subprocess.PIPE,
+                                   timeout=120)
+            body, _, code = r.stdout.rpartition(b"\n")
+            return int(code or 0), body
+        st, _, got, _, _ = curl(srv, path, "--data-binary", f"@{src}", "-H", "expect:",
+                                http=http, timeout=120)
+        return st, got
+
+    def test_uploads_keep_their_framing_on_every_protocol(self):
+        body = os.urandom((1 << 20) + 3)
+        src = tempfile.mktemp()
+        with open(src, "wb") as f:
+            f.write(body)
+        with self.serve(f"/app={self.app.url}") as srv:
+            for http, framing in (("h3", "length"), ("--http2", "length"),
+                                  ("--http1.1", "length"), ("--http2-chunked", "chunked"),
+                                  ("--http1.1-chunked", "chunked")):
+                st, got = self.upload(srv, "/app/sum", src, http)
+                self.assertEqual(st, 200, http)
+                info = json.loads(got)
+                self.assertEqual(info["body_len"], len(body), http)
+                self.assertEqual(info["body_sha256"], sha256(body), http)
+                # A length the client gave is kept; without one, chunked.
+                self.assertEqual(info["framing"], framing, http)
+            # GET and an empty POST: no body framing beyond content-length: 0.
+            st, _, got, _, _ = curl(srv, "/app/info", http="--http1.1")
+            hdr = dict(json.loads(got)["headers"])
+            self.assertNotIn("transfer-encoding", hdr)
+            self.assertNotIn("content-length", hdr)
+        os.unlink(src)
+
+    def test_upstream_sees_the_body_before_the_client_finishes(self):
+        first, second = os.urandom(30000), os.urandom(30000)
+        with self.serve(f"/app={self.app.url}") as srv:
+            for framing in ("length", "chunked"):
+                self.app.first_body_byte.clear()
+                t = tls(srv)
+                if framing == "length":
+                    t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
+                              % (len(first) + len(second)) + first)
+                else:
+                    t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\n"
+                              b"transfer-encoding: chunked\r\n\r\n%x\r\n" % len(first) + first +
+                              b"\r\n")
+                # The second half is sent only once the upstream has the first.
+                self.assertTrue(self.app.first_body_byte.wait(10), framing)
+                if framing == "length":
+                    t.sendall(second)
+                else:
+                    t.sendall(b"%x\r\n" % len(second) + second + b"\r\n0\r\n\r\n")
+                st, got = read_http1_response(t)
+                t.close()
+                self.assertEqual(st, 200, framing)
+                self.assertEqual(json.loads(got)["body_sha256"], sha256(first + second))
+            self.app.first_body_byte.clear()
+            seen = []
+            st, got = h2_post_in_two_halves(
+                srv, "/app/sum", first, second,
+                lambda: seen.append(self.app.first_body_byte.wait(10)))
+            self.assertEqual(seen, [True])
+            self.assertEqual(st, 200)
+            self.assertEqual(json.loads(got)["body_sha256"], sha256(first + second))
+
+    def test_upload_over_max_request_body_is_streamed_not_refused(self):
+        body = os.urandom(3 << 20)
+        src = tempfile.mktemp()
+        with open(src, "wb") as f:
+            f.write(body)
+        with self.serve(f"/app={self.app.url}", extra=["--max-request-body", str(1 << 20)]) as srv:
+            for http in ("h3", "--http2", "--http1.1"):
+                st, got = self.upload(srv, "/app/sum", src, http)
+                self.assertEqual(st, 200, http)
+                self.assertEqual(json.loads(got)["body_sha256"], sha256(body), http)
+            # Requests the server answers itself keep the limit.
+            st, _, _, _, _ = curl(srv, "/echo", "--data-binary", f"@{src}", "-H", "expect:",
+                                  http="--http1.1")
+            self.assertEqual(st, 413)
+        os.unlink(src)
+
+    def test_upload_to_a_slow_upstream_holds_bounded_memory(self):
+        size = 64 << 20
+        src = tempfile.mktemp()
+        with open(src, "wb") as f:
+            block = os.urandom(1 << 20)
+            for _ in range(size >> 20):
+                f.write(block)
+        digest = sha256(block * (size >> 20))
+        # The upstream reads 256 KiB, then sleeps 10 ms: far slower than loopback.
+        path = "/app/sum?piece=262144&delay=0.01"
+        with self.serve(f"/app={self.app.url}") as srv:
+            base = rss_kib(srv.proc.pid)
+            peak = {"held": 0, "rss": 0}
+            stop = threading.Event()
+
+            def sample():
+                while not stop.is_set():
+                    peak["held"] = max(peak["held"], total(stats_json(srv), "body_bytes_held"))
+                    peak["rss"] = max(peak["rss"], rss_kib(srv.proc.pid) - base)
+                    time.sleep(0.1)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            results = {}
+            protos = ("h3", "--http2", "--http1.1")
+            clients = [threading.Thread(target=lambda h=h: results.__setitem__(
+                h, self.upload(srv, path, src, h))) for h in protos]
+            for c in clients:
+                c.start()
+            for c in clients:
+                c.join(timeout=150)
+            stop.set()
+            sampler.join()
+            for h in protos:
+                st, got = results.get(h, (0, b""))
+                self.assertEqual(st, 200, h)
+                self.assertEqual(json.loads(got)["body_sha256"], digest, h)
+            print(f"peak held {peak['held']} B, RSS +{peak['rss']} KiB", end=" ", flush=True)
+            # Three uploads of 64 MiB: each holds at most what its flow
+            # control lets the client send ahead (HTTP/1.1 64 KiB, HTTP/2 its
+            # 1 MiB initial window, HTTP/3 the stream window ngtcp2 tunes up
+            # to 6 MiB at most) plus a 64 KiB response window.
+            self.assertLess(peak["held"], 8 << 20)
+            self.assertLess(peak["rss"], 32 * 1024)
+        os.unlink(src)
+
+    def test_client_lying_about_its_length_closes_the_upstream(self):
+        with self.serve(f"/app={self.app.url}") as srv:
+            before = len(self.app.requests)
+            t = tls(srv)
+            # 100000 announced, 1000 sent, then the client goes away.
+            t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n" +
+                      b"a" * 1000)
+            time.sleep(0.5)
+            t.close()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and total(stats_json(srv), "proxy_body_aborts") < 1:
+                time.sleep(0.1)
+            self.assertEqual(total(stats_json(srv), "proxy_body_aborts"), 1)
+            # The upstream saw its connection close mid-body: no request completed.
+            time.sleep(0.3)
+            self.assertEqual(len(self.app.requests), before)
+            st, _, _, _, _ = curl(srv, "/app/info")
+            self.assertEqual(st, 200)  # and bystanders are served
 
 
 if __name__ == "__main__":
