@@ -93,7 +93,14 @@ public:
       return;
     }
     if (HTTP_PARSER_ERRNO(&parser_) != HPE_OK && HTTP_PARSER_ERRNO(&parser_) != HPE_PAUSED) {
-      if (!closing_) fail(400);
+      if (body_ex_) {
+        // A broken proxied body (a bad chunk size): its exchange answers
+        // 400 or is cut, and the upstream connection is closed.
+        env_.stats->bad_requests += 1;
+        abort_proxy_body();
+      } else if (!closing_) {
+        fail(400);
+      }
       return;
     }
     (void)n;

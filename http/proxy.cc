@@ -436,6 +436,8 @@ void ProxyExchange::attempt(bool fresh) {
         proxy_.loop().timers().schedule(timer_, proxy_.loop().now() + cfg.connect_timeout_ns);
       }
       conn_->assign(this);
+      // A pooled connection waits for the first body bytes before writing.
+      if (!connecting && !ready_to_send()) send_state(Send::waiting);
       return;
     }
     if (pool_full) {
@@ -454,15 +456,12 @@ void ProxyExchange::connected() { proxy_.mark_up(*upstream_); }
 
 void ProxyExchange::send_state(Send st) {
   if (head_ready_) return;
-  if (st == Send::waiting) {
-    // The client is slow, not the upstream: its own deadlines apply.
-    proxy_.loop().timers().cancel(timer_);
-  } else {
-    // Request out (or the socket full): the upstream has --proxy-timeout
-    // to answer (or to take more).
-    proxy_.loop().timers().schedule(timer_,
-                                    proxy_.loop().now() + proxy_.config().response_timeout_ns);
-  }
+  // Request out (or the socket full): the upstream has --proxy-timeout to
+  // answer (or to take more). Waiting for the client's body: the client
+  // has as long to send more (past it: 408).
+  waiting_for_client_ = st == Send::waiting;
+  proxy_.loop().timers().schedule(timer_,
+                                  proxy_.loop().now() + proxy_.config().response_timeout_ns);
 }
 
 bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
@@ -606,6 +605,13 @@ void ProxyExchange::timer_fired(dataplane::Timer &t) {
     ex->conn_ = nullptr;
     c->detach();
     return ex->conn_failed(true);
+  }
+  if (ex->waiting_for_client_) {
+    // The client stopped sending its body: the upstream must not wait.
+    ex->proxy_.mutable_stats().proxy_body_timeouts += 1;
+    ex->detach();
+    ex->fail_with(408);
+    return ex->notify();
   }
   ex->upstream_->stats.timeouts += 1;
   ex->detach();

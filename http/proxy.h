@@ -68,7 +68,8 @@ struct UpstreamStats {
   X(proxy_budget_refusals, "proxied requests answered 503: the response window budget spent")    \
   X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")           \
   X(proxy_body_aborts, "proxied request bodies cut short, too long or reset by the client")       \
-  X(proxy_body_budget_refusals, "proxied request bodies refused mid-way: the body budget spent")
+  X(proxy_body_budget_refusals, "proxied request bodies refused mid-way: the body budget spent")  \
+  X(proxy_body_timeouts, "proxied requests answered 408: the client paused its body too long")
 
 struct ProxyStats {
   XDPQ_COUNTER_FIELDS(XDPQ_PROXY_COUNTERS)
@@ -199,6 +200,7 @@ private:
   bool req_ended_ = false;
   bool req_dropping_ = false; // the body has nowhere to go any more
   bool req_aborted_ = false;
+  bool waiting_for_client_ = false; // the timer runs for the client's next body bytes
   ProxyListener *listener_;
   void *tag_;
   BudgetAccount *budget_;

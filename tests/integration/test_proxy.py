@@ -593,6 +593,44 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             st, _, _, _, _ = curl(srv, "/app/info")
             self.assertEqual(st, 200)  # and bystanders are served
 
+    def test_client_that_stalls_mid_body_gets_408(self):
+        with self.serve(f"/app={self.app.url}", extra=["--proxy-timeout", "1000"]) as srv:
+            before = len(self.app.requests)
+            t = tls(srv)
+            t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n" +
+                      b"a" * 1000)
+            st, _ = read_http1_response(t)  # the rest never comes
+            t.close()
+            self.assertEqual(st, 408)
+            self.assertEqual(total(stats_json(srv), "proxy_body_timeouts"), 1)
+            time.sleep(0.3)
+            self.assertEqual(len(self.app.requests), before)  # the upstream saw a cut body
+            # HTTP/2: the same through python3-h2, the stream answered 408.
+            t = tls(srv, "h2")
+            import h2.config
+            import h2.connection
+            import h2.events
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, [(":method", "POST"), (":path", "/app/sum"),
+                                    (":scheme", "https"), (":authority", "x"),
+                                    ("content-length", "100000")])
+            conn.send_data(sid, b"a" * 1000)
+            t.sendall(conn.data_to_send())
+            status = 0
+            while not status:
+                data = t.recv(65536)
+                if not data:
+                    break
+                for ev in conn.receive_data(data):
+                    if isinstance(ev, h2.events.ResponseReceived):
+                        status = int(dict(ev.headers)[b":status"])
+                t.sendall(conn.data_to_send())
+            t.close()
+            self.assertEqual(status, 408)
+            self.assertEqual(total(stats_json(srv), "proxy_body_timeouts"), 2)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
