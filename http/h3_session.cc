@@ -531,6 +531,7 @@ void H3Session::on_stream_close(Stream &s) {
   active_ -= 1;
   budget_.give_back(s.charged); // the body, or the response made from it
   s.charged = 0;
+  if (s.exchange && s.exchange->body_expected()) s.exchange->abort_body(); // reset mid-body
   if (s.exchange && s.exchange->body_in() > s.credited) {
     // Body bytes held for the upstream die with the stream: the
     // connection's credit for them comes back.

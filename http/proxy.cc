@@ -242,7 +242,7 @@ private:
       ssize_t w = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          interest(true, true);
+          interest(ex->room() > 0, true);
           ex->send_state(ProxyExchange::Send::blocked);
           return body_left;
         }
@@ -268,13 +268,14 @@ private:
     }
     const bool complete = head_off_ == head.size() && ex->body_ended() && ex->body_held() == 0 &&
                           (!chunked || (last_chunk_ && frame_off_ == frame_len_));
+    // Reading stays off while the client holds the response window full.
     if (complete || write_failed_) {
       state_ = State::receiving;
-      interest(true, false);
+      interest(ex->room() > 0, false);
       if (write_failed_) ex->send_state(ProxyExchange::Send::failed);
       else ex->send_state(ProxyExchange::Send::complete);
     } else {
-      interest(true, false); // and wait for the client's next bytes
+      interest(ex->room() > 0, false); // and wait for the client's next bytes
       ex->send_state(ProxyExchange::Send::waiting);
     }
     return body_left;
@@ -471,16 +472,17 @@ bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
     abort_body();
     return false;
   }
-  req_in_ += len;
   if (req_dropping_) {
+    req_in_ += len;
     req_out_ += len;
     return true;
   }
   if (budget_ && !budget_->try_take(len)) {
     proxy_.mutable_stats().proxy_body_budget_refusals += 1;
     abort_body();
-    return false;
+    return false; // not taken: the session credits them itself
   }
+  req_in_ += len;
   req_charged_ += len;
   req_buf_.append(reinterpret_cast<const char *>(data), len);
   return true;

@@ -114,43 +114,47 @@ def read_http1_response(t):
     return status, body
 
 
-def h2_post_in_two_halves(srv, path, first, second, between):
-    """POSTs first + second over HTTP/2 (python3-h2), with content-length,
-    calling between() after the first half went out; (status, body)."""
-    import h2.config
-    import h2.connection
-    import h2.events
-    t = tls(srv, "h2")
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    t.sendall(conn.data_to_send())
-    sid = conn.get_next_available_stream_id()
-    conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "https"),
-                            (":authority", "x"),
-                            ("content-length", str(len(first) + len(second)))])
-    for i in range(0, len(first), 16384):  # the default frame size
-        conn.send_data(sid, first[i:i + 16384])
-    t.sendall(conn.data_to_send())
-    between()
-    for i in range(0, len(second), 16384):
-        conn.send_data(sid, second[i:i + 16384], end_stream=i + 16384 >= len(second))
-    t.sendall(conn.data_to_send())
-    status, body, done = 0, b"", False
-    while not done:
-        data = t.recv(65536)
-        if not data:
-            break
-        for ev in conn.receive_data(data):
-            if isinstance(ev, h2.events.ResponseReceived):
-                status = int(dict(ev.headers)[b":status"])
-            elif isinstance(ev, h2.events.DataReceived):
-                body += ev.data
-                conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-            elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
-                done = True
-        t.sendall(conn.data_to_send())
-    t.close()
-    return status, body
+class H2Post:
+    """An HTTP/2 POST with a content-length, its body sent piece by piece
+    through python3-h2 as the test says."""
+
+    def __init__(self, srv, path, length):
+        import h2.config
+        import h2.connection
+        self.t = tls(srv, "h2")
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.sid = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(self.sid, [(":method", "POST"), (":path", path),
+                                          (":scheme", "https"), (":authority", "x"),
+                                          ("content-length", str(length))])
+        self.t.sendall(self.conn.data_to_send())
+
+    def send(self, data, end=False):
+        for i in range(0, len(data), 16384):  # the default frame size
+            last = end and i + 16384 >= len(data)
+            self.conn.send_data(self.sid, data[i:i + 16384], end_stream=last)
+        self.t.sendall(self.conn.data_to_send())
+
+    def response(self):
+        """(status, body) once the stream ends or is reset."""
+        import h2.events
+        status, body, done = 0, b"", False
+        while not done:
+            data = self.t.recv(65536)
+            if not data:
+                break
+            for ev in self.conn.receive_data(data):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status = int(dict(ev.headers)[b":status"])
+                elif isinstance(ev, h2.events.DataReceived):
+                    body += ev.data
+                    self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    done = True
+            self.t.sendall(self.conn.data_to_send())
+        self.t.close()
+        return status, body
 
 
 def dead_port():
@@ -504,11 +508,11 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
                 self.assertEqual(st, 200, framing)
                 self.assertEqual(json.loads(got)["body_sha256"], sha256(first + second))
             self.app.first_body_byte.clear()
-            seen = []
-            st, got = h2_post_in_two_halves(
-                srv, "/app/sum", first, second,
-                lambda: seen.append(self.app.first_body_byte.wait(10)))
-            self.assertEqual(seen, [True])
+            post = H2Post(srv, "/app/sum", len(first) + len(second))
+            post.send(first)
+            self.assertTrue(self.app.first_body_byte.wait(10), "h2")
+            post.send(second, end=True)
+            st, got = post.response()
             self.assertEqual(st, 200)
             self.assertEqual(json.loads(got)["body_sha256"], sha256(first + second))
 
@@ -606,28 +610,9 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             time.sleep(0.3)
             self.assertEqual(len(self.app.requests), before)  # the upstream saw a cut body
             # HTTP/2: the same through python3-h2, the stream answered 408.
-            t = tls(srv, "h2")
-            import h2.config
-            import h2.connection
-            import h2.events
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-            conn.initiate_connection()
-            sid = conn.get_next_available_stream_id()
-            conn.send_headers(sid, [(":method", "POST"), (":path", "/app/sum"),
-                                    (":scheme", "https"), (":authority", "x"),
-                                    ("content-length", "100000")])
-            conn.send_data(sid, b"a" * 1000)
-            t.sendall(conn.data_to_send())
-            status = 0
-            while not status:
-                data = t.recv(65536)
-                if not data:
-                    break
-                for ev in conn.receive_data(data):
-                    if isinstance(ev, h2.events.ResponseReceived):
-                        status = int(dict(ev.headers)[b":status"])
-                t.sendall(conn.data_to_send())
-            t.close()
+            post = H2Post(srv, "/app/sum", 100000)
+            post.send(b"a" * 1000)
+            status, _ = post.response()
             self.assertEqual(status, 408)
             self.assertEqual(total(stats_json(srv), "proxy_body_timeouts"), 2)
 
