@@ -127,7 +127,8 @@ def run_one(args, dataplane, out, peers=None):
             url = f"https://{topo.srv_ip}:4433/bytes/{args.body}"
             load = subprocess.Popen(
                 ["ip", "netns", "exec", topo.cli_ns, "taskset", "-c", CLIENT_CPU,
-                 os.path.join(args.build, "h3load"), "--json", "-D", str(args.seconds + 2),
+                 os.path.join(args.build, "h3load"), "--json", "-D",
+                 str(args.seconds * (2 if args.syscalls else 1) + 2),
                  "-c", str(args.c), "-m", str(args.m), url],
                 stdout=subprocess.PIPE, text=True)
             time.sleep(1.0)  # warm-up
@@ -138,6 +139,7 @@ def run_one(args, dataplane, out, peers=None):
                             "sleep", str(args.seconds)],
                            capture_output=True, check=True)
             ticks, wall = machine_ticks() - t0, time.time() - w0
+            syscalls = count_syscalls(args.seconds) if args.syscalls else {}
             result = json.loads(load.communicate()[0])
             srv.terminate()
             srv.wait(timeout=15)
@@ -176,7 +178,27 @@ def run_one(args, dataplane, out, peers=None):
         "datagrams_out_per_req": stats.get("tx_datagrams", 0) / reqs,
         "datagrams_in_per_req": stats.get("rx_datagrams", 0) / reqs,
         "tx_sends_per_req": stats.get("tx_sends", 0) / reqs,
+        "server_cpu_events_per_req": {k: v / (rps * args.seconds) if rps else 0.0
+                                      for k, v in syscalls.items()},
     }
+
+
+def count_syscalls(seconds):
+    """System calls by name, and context switches, on the server's CPU for
+    seconds (perf stat on tracepoints: counting, no sampling). Only the
+    server runs there; kernel threads make no system calls."""
+    r = subprocess.run(["perf", "stat", "-x", ",", "-C", SERVER_CPU, "-e",
+                        "raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_*",
+                        "--", "sleep", str(seconds)], capture_output=True, text=True)
+    counts = {}
+    for line in r.stderr.splitlines():
+        f = line.split(",")
+        if len(f) < 3 or not f[0].strip().isdigit() or int(f[0]) == 0:
+            continue
+        name = f[2].replace("syscalls:sys_enter_", "").replace("raw_syscalls:sys_enter",
+                                                                  "all system calls")
+        counts[name] = int(f[0])
+    return counts
 
 
 def median_run(rs):
@@ -209,6 +231,9 @@ def main():
                    help="comma list, run alternately: afxdp and socket (xdpqd's dataplanes), "
                         "haproxy-h3, nginx-h3 (from the chroot bench/peers.sh makes)")
     p.add_argument("--chroot", default=DEFAULT_CHROOT, help="bench/peers.sh's chroot")
+    p.add_argument("--syscalls", action="store_true",
+                   help="after each perf record window, as long again counting the server CPU's "
+                        "system calls by name and its context switches (perf stat)")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     variants = args.variants.split(",")
@@ -265,6 +290,18 @@ def main():
     for who in ("server", "client", "kernel threads"):
         lines.append(f"| share of samples: {who} | " + " | ".join(
             f"{r['process_share_pct'].get(who, 0):.1f} %" for r in runs) + " |")
+    if args.syscalls:
+        names = sorted({k for r in runs for k in r["server_cpu_events_per_req"]},
+                       key=lambda k: -max(r["server_cpu_events_per_req"].get(k, 0) for r in runs))
+        lines += ["", "Per request on the server's CPU (`--syscalls`: perf stat of "
+                  "`raw_syscalls:sys_enter`, `context-switches` and every `syscalls:sys_enter_*`):",
+                  "", "| event | " + " | ".join(variants) + " |",
+                  "|---|" + "---:|" * len(variants)]
+        for k in names:
+            vals = [r["server_cpu_events_per_req"].get(k, 0.0) for r in runs]
+            if max(vals) < 0.005:
+                continue
+            lines.append(f"| {k} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "breakdown.md"), "w") as f:
         f.write(text)

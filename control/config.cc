@@ -96,7 +96,42 @@ constexpr Key KEYS[] = {
     {"tcp", "header_timeout_ms", Kind::integer, "--tcp-header-timeout", "milliseconds"},
     {"tcp", "idle_timeout_ms", Kind::integer, "--tcp-idle-timeout", "milliseconds"},
     {"tcp", "write_timeout_ms", Kind::integer, "--tcp-write-timeout", "milliseconds"},
+    {"proxy_defaults", "connect_timeout_ms", Kind::integer, "--proxy-connect-timeout",
+     "milliseconds"},
+    {"proxy_defaults", "timeout_ms", Kind::integer, "--proxy-timeout", "milliseconds"},
+    {"proxy_defaults", "idle_timeout_ms", Kind::integer, "--proxy-idle-timeout", "milliseconds"},
+    {"proxy_defaults", "max_idle", Kind::integer, "--proxy-max-idle", "an integer"},
+    {"proxy_defaults", "max_connections", Kind::integer, "--proxy-max-connections",
+     "an integer"},
+    {"proxy_defaults", "balancing", Kind::string, "--proxy-balancing",
+     "\"round-robin\" or \"least-outstanding\""},
+    {"proxy_defaults", "trusted", Kind::strings, "--proxy-trusted",
+     "a list of \"ADDR/PREFIX\" strings"},
+    {"proxy_defaults", "via", Kind::flag_if_true, "--proxy-via", "true or false"},
+    {"proxy_defaults", "forwarded_headers", Kind::flag_if_false, "--no-proxy-forwarded-headers",
+     "true or false"},
 };
+
+// The keys of a [[proxy]] table (one route): prefix and upstreams, and
+// what it may set for itself, which become ";KEY=VALUE" in its --proxy.
+struct RouteKey {
+  const char *name;
+  Kind kind;
+  const char *expect;
+};
+constexpr RouteKey ROUTE_KEYS[] = {
+    {"prefix", Kind::string, "a path prefix string starting with '/'"},
+    {"upstreams", Kind::strings, "a list of \"http://HOST:PORT\" or \"unix:/path\" strings"},
+    {"balancing", Kind::string, "\"round-robin\" or \"least-outstanding\""},
+    {"connect_timeout_ms", Kind::integer, "milliseconds"},
+    {"timeout_ms", Kind::integer, "milliseconds"},
+    {"idle_timeout_ms", Kind::integer, "milliseconds"},
+    {"max_idle", Kind::integer, "an integer"},
+    {"max_connections", Kind::integer, "an integer"},
+};
+
+constexpr const char *SECTIONS =
+    "server, dataplane, tls, http, quic, quic_lb, tcp, proxy_defaults, or [[proxy]] tables";
 
 [[noreturn]] void fail(const std::string &path, int line, const std::string &key,
                        const std::string &what) {
@@ -271,6 +306,75 @@ struct Entry {
   toml::source_position at;
 };
 
+// A [[proxy]] table as "--proxy PREFIX=URL,URL;KEY=VALUE...".
+void route_flags(const std::string &path, const toml::table &t, int line,
+                 std::vector<std::string> &flags) {
+  std::string prefix, urls, options;
+  bool has_prefix = false, has_upstreams = false;
+  for (const auto &[name, node] : t) {
+    const std::string full = "proxy." + std::string(name.str());
+    const int at = static_cast<int>(name.source().begin.line);
+    const RouteKey *key = nullptr;
+    for (const auto &k : ROUTE_KEYS) {
+      if (name.str() == k.name) key = &k;
+    }
+    if (!key) {
+      std::string known;
+      for (const auto &k : ROUTE_KEYS)
+        known += std::string(known.empty() ? "" : ", ") + k.name;
+      fail(path, at, full, "unknown key; [[proxy]] takes " + known);
+    }
+    auto expect = [&](bool ok) {
+      if (!ok) fail(path, at, full, std::string("expected ") + key->expect + ", got " + type_name(node));
+    };
+    switch (key->kind) {
+    case Kind::string: {
+      expect(node.is_string());
+      const std::string &v = node.as_string()->get();
+      if (name.str() == "prefix") {
+        if (v.empty() || v.front() != '/') fail(path, at, full, "expected a prefix starting with '/'");
+        if (v.find('=') != std::string::npos) fail(path, at, full, "a prefix cannot hold '='");
+        prefix = v;
+        has_prefix = true;
+      } else {
+        options += ";" + std::string(name.str()) + "=" + v;
+      }
+      break;
+    }
+    case Kind::integer: {
+      expect(node.is_integer());
+      int64_t n = node.as_integer()->get();
+      if (n < 0) fail(path, at, full, std::string("expected ") + key->expect + " (not negative)");
+      options += ";" + std::string(name.str()) + "=" + std::to_string(n);
+      break;
+    }
+    default: // upstreams
+      expect(node.is_array());
+      for (const auto &item : *node.as_array()) {
+        const int item_line = line_of(item.source());
+        if (!item.is_string()) {
+          fail(path, item_line, full,
+               std::string("expected ") + key->expect + ", got " + type_name(item) + " in it");
+        }
+        const std::string &url = item.as_string()->get();
+        if (url.find_first_of(",;") != std::string::npos)
+          fail(path, item_line, full, "an upstream URL cannot hold ',' or ';'");
+        urls += (urls.empty() ? "" : ",") + url;
+      }
+      if (urls.empty()) fail(path, at, full, "expected at least one upstream URL");
+      has_upstreams = true;
+      break;
+    }
+  }
+  if (!has_prefix) fail(path, line, "[[proxy]]", "missing prefix = \"/PATH\"");
+  if (!has_upstreams) fail(path, line, "[[proxy]]", "missing upstreams = [\"http://HOST:PORT\"]");
+  // Where the route came from, for messages from the validator (a bad URL).
+  flags.push_back("\x01" + path + ":" + std::to_string(line) + ": [[proxy]] prefix \"" + prefix +
+                  "\"");
+  flags.push_back("--proxy");
+  flags.push_back(prefix + "=" + urls + options);
+}
+
 } // namespace
 
 std::vector<std::string> config_file_flags(const std::string &path) {
@@ -316,20 +420,27 @@ std::vector<std::string> config_file_flags(const std::string &path) {
   std::vector<Entry> entries;
   for (const auto &sec : sections) {
     int line = static_cast<int>(sec.at.line);
+    if (sec.name == "proxy") {
+      if (!sec.node->is_array_of_tables()) {
+        fail(path, line, "proxy", "a route is a [[proxy]] table (double brackets), one per prefix");
+      }
+      // One entry per route, at its [[proxy]] line; flags made below.
+      for (const auto &route : *sec.node->as_array())
+        entries.push_back(Entry{"proxy", "", &route, route.source().begin});
+      continue;
+    }
     if (sec.node->is_array_of_tables()) {
       fail(path, line, "[[" + sec.name + "]]",
-           "arrays of tables are not used; expected a [section]");
+           std::string("only [[proxy]] is an array of tables; expected one of ") + SECTIONS);
     }
     if (!sec.node->is_table()) {
-      fail(path, line, sec.name,
-           "keys belong in a [section] (server, dataplane, tls, http, quic, quic_lb, tcp)");
+      fail(path, line, sec.name, std::string("keys belong in a [section]: ") + SECTIONS);
     }
     bool known = false;
     for (const auto &k : KEYS)
       known |= sec.name == k.section;
     if (!known) {
-      fail(path, line, "[" + sec.name + "]",
-           "unknown section; expected server, dataplane, tls, http, quic, quic_lb or tcp");
+      fail(path, line, "[" + sec.name + "]", std::string("unknown section; expected ") + SECTIONS);
     }
     for (const auto &[name, node] : *sec.node->as_table())
       entries.push_back(Entry{sec.name, std::string(name.str()), &node, name.source().begin});
@@ -339,6 +450,10 @@ std::vector<std::string> config_file_flags(const std::string &path) {
   for (const auto &e : entries) {
     const toml::node &v = *e.value;
     int line = static_cast<int>(e.at.line);
+    if (e.section == "proxy") {
+      route_flags(path, *v.as_table(), line, flags);
+      continue;
+    }
     const Key *key = nullptr;
     for (const auto &k : KEYS) {
       if (e.section == k.section && e.key == k.name)
@@ -476,6 +591,23 @@ handshake_timeout_ms = 10000
 header_timeout_ms = 10000
 idle_timeout_ms = 60000
 write_timeout_ms = 30000
+
+[proxy_defaults]                         # reverse proxy (docs/proxy.md); each route a [[proxy]] table
+connect_timeout_ms = 1000                # a connect not done by then fails (the upstream is held down)
+timeout_ms = 30000                       # request sent to response head; past it: 504
+idle_timeout_ms = 30000                  # pooled keep-alive connections unused this long are closed
+max_idle = 32                            # pooled connections per upstream and worker
+max_connections = 512                    # connections per upstream and worker; past it: 503
+balancing = "round-robin"                # or "least-outstanding"
+trusted = []                             # clients whose own X-Forwarded-* are kept, "10.0.0.0/8"
+via = false                              # add "via: 1.1 xdpq"
+forwarded_headers = true                 # add X-Forwarded-For, -Proto and -Host
+
+# [[proxy]]                              # one table per route; the longest prefix wins
+# prefix = "/api/"                       # matched against the path, passed on unchanged
+# upstreams = ["http://127.0.0.1:8000", "unix:/run/app/app.sock"]
+# timeout_ms = 5000                      # a route may set any [proxy_defaults] key
+                                         # but trusted, via and forwarded_headers
 )";
 }
 

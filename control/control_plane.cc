@@ -34,13 +34,19 @@ namespace xdpq::control {
 std::string Server::reload() {
   sd_notify_state("RELOADING=1");
   std::string result;
+  std::shared_ptr<const http::ProxyConfig> new_proxy; // changed routes
   try {
-    // Re-read the configuration file for what can change without a restart.
+    // Re-read the configuration file for what can change without a
+    // restart; the command line's flags still override it.
     if (!opts_.config_file.empty()) {
-      std::vector<std::string> argv = {"xdpqd", "--config", opts_.config_file};
+      std::vector<std::string> argv = argv_;
+      if (argv.empty()) argv = {"xdpqd", "--config", opts_.config_file};
       std::vector<const char *> cargv;
       for (auto &a : argv) cargv.push_back(a.c_str());
       Options fresh = parse_options(static_cast<int>(cargv.size()), cargv.data());
+      if (fresh.proxy.describe() != opts_.proxy.describe()) {
+        new_proxy = std::make_shared<const http::ProxyConfig>(fresh.proxy);
+      }
       if (fresh.log_level != opts_.log_level) {
         log::set_level(*log::parse_level(fresh.log_level));
         opts_.log_level = fresh.log_level;
@@ -57,7 +63,7 @@ std::string Server::reload() {
       }
     }
     if (opts_.cert_file.empty()) {
-      result = "no --cert/--key: nothing to reload (self-signed certificate)";
+      result = "no --cert/--key: no certificate to reload (self-signed)";
     } else {
       auto read = [](const std::string &p) {
         std::ifstream in(p, std::ios::binary);
@@ -75,6 +81,13 @@ std::string Server::reload() {
       tls_cfg_ = *cfg;
       result = "certificate reloaded, SHA-256 fingerprint " +
                certificate_fingerprint(cfg->cert_pem);
+    }
+    // Last: nothing above can fail after this, so a failed reload changes nothing.
+    if (new_proxy) {
+      for (auto &w : workers_) w->request_proxy_reload(new_proxy);
+      opts_.proxy = *new_proxy;
+      result = "proxy routes replaced (" + std::to_string(new_proxy->routes.size()) +
+               " routes); " + result;
     }
     LOG_INFO("reload: %s", result.c_str());
   } catch (const std::exception &e) {

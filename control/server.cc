@@ -319,12 +319,13 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   if (opts_.busy_poll && opts_.dataplane == "afxdp" && spin_us < BUSY_POLL_SPIN_US) {
     spin_us = BUSY_POLL_SPIN_US;
   }
-  std::shared_ptr<const http::ProxyConfig> proxy;
-  if (!opts_.proxy.routes.empty()) proxy = std::make_shared<const http::ProxyConfig>(opts_.proxy);
+  // Every worker has a proxy, with or without routes, so that a reload
+  // can add some.
+  auto proxy = std::make_shared<const http::ProxyConfig>(opts_.proxy);
   for (auto &w : workers_) {
     w->connect_peers(all);
     w->set_spin(spin_us * 1000);
-    if (proxy) w->set_proxy(proxy);
+    w->set_proxy(proxy);
   }
   if (inherited_) {
     // The previous process's connections: one ring from each of our

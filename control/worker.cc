@@ -136,6 +136,14 @@ void Worker::request_reload(std::shared_ptr<const quic::TlsConfig> cfg) {
   loop_.wake();
 }
 
+void Worker::request_proxy_reload(std::shared_ptr<const http::ProxyConfig> cfg) {
+  {
+    std::lock_guard lock(mu_);
+    reload_proxy_ = std::move(cfg);
+  }
+  loop_.wake();
+}
+
 bool Worker::snapshot(WorkerSnapshot &out, bool with_conns, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   snap_ready_ = false;
@@ -171,11 +179,14 @@ void Worker::on_wake() {
   take_handoffs();
   if (snap_requested_.exchange(false, std::memory_order_acquire)) fill_snapshot();
   std::shared_ptr<const quic::TlsConfig> reload;
+  std::shared_ptr<const http::ProxyConfig> reload_proxy;
   {
     std::lock_guard lock(mu_);
     reload.swap(reload_cfg_);
+    reload_proxy.swap(reload_proxy_);
   }
   if (reload) apply_reload(*reload);
+  if (reload_proxy && proxy_) proxy_->reconfigure(std::move(reload_proxy));
   if (drain_requested_.exchange(false, std::memory_order_acquire) && !draining_) {
     // A hand-over always precedes its drain: take it first if it raced.
     if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();

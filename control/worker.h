@@ -127,6 +127,8 @@ public:
   void request_drain(uint64_t deadline_ns);
   // New QUIC certificate for new connections.
   void request_reload(std::shared_ptr<const quic::TlsConfig> cfg);
+  // New proxy routes for requests from now on (set_proxy() came first).
+  void request_proxy_reload(std::shared_ptr<const http::ProxyConfig> cfg);
   // A copy of the counters (and connections), within timeout.
   bool snapshot(WorkerSnapshot &out, bool with_conns, std::chrono::milliseconds timeout);
   // Iterations of the event loop so far (the watchdog checks it moves).
@@ -264,6 +266,7 @@ private:
   bool snap_conns_ = false;
   WorkerSnapshot snap_;
   std::shared_ptr<const quic::TlsConfig> reload_cfg_;
+  std::shared_ptr<const http::ProxyConfig> reload_proxy_;
 };
 
 } // namespace xdpq::control

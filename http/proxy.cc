@@ -26,8 +26,26 @@
 
 namespace xdpq::http {
 
+struct ProxyRouteState {
+  RouteSettings settings;
+  std::vector<Upstream *> upstreams;
+  size_t next = 0; // round robin
+};
+
+// The routes and upstreams of one configuration. A reload makes a new one;
+// the old one lives on, retired, while exchanges and connections use it.
+struct ProxyGeneration {
+  std::shared_ptr<const ProxyConfig> cfg;
+  std::vector<std::unique_ptr<Upstream>> upstreams; // configuration order
+  std::vector<ProxyRouteState> routes;              // as cfg->routes
+  size_t users = 0;                                 // exchanges and connections on it
+  bool retired = false;
+};
+
 struct Upstream {
   UpstreamAddress addr;
+  ProxyGeneration *gen = nullptr;
+  const RouteSettings *settings = nullptr; // its route's
   std::vector<UpstreamConn *> idle;
   size_t conns = 0; // open, idle or not
   uint64_t down_until = 0;
@@ -39,9 +57,12 @@ struct Upstream {
 // pass in which it closed (the event loop may still hold it this pass).
 class UpstreamConn final : public dataplane::FdHandler {
 public:
-  UpstreamConn(Proxy &p, Upstream &u) : proxy_(p), up_(u), timer_(timer_fired, this) {}
+  UpstreamConn(Proxy &p, Upstream &u) : proxy_(p), up_(u), timer_(timer_fired, this) {
+    up_.gen->users += 1;
+  }
   ~UpstreamConn() {
     if (fd_ >= 0) ::close(fd_);
+    up_.gen->users -= 1;
   }
 
   // Starts a non-blocking connect. False (and closed) if it failed at once.
@@ -370,8 +391,10 @@ private:
 ProxyExchange::ProxyExchange(Proxy &proxy, size_t route, Request &req, std::string head,
                              RequestFraming framing, uint64_t length, ProxyListener *l, void *tag,
                              BudgetAccount *budget)
-    : proxy_(proxy), route_(route), request_(std::move(head)), framing_(framing),
-      req_length_(length), listener_(l), tag_(tag), budget_(budget), timer_(timer_fired, this) {
+    : proxy_(proxy), gen_(proxy.generation()), route_(gen_.routes[route]),
+      request_(std::move(head)), framing_(framing), req_length_(length), listener_(l), tag_(tag),
+      budget_(budget), timer_(timer_fired, this) {
+  gen_.users += 1;
   const auto &m = req.method;
   head_request_ = m == "HEAD";
   // RFC 9110 9.2.2; a request that may be repeated after a lost response.
@@ -385,6 +408,7 @@ ProxyExchange::~ProxyExchange() {
   if (window_) proxy_.give_window(std::move(window_));
   if (charged_ && budget_) budget_->give_back(WINDOW);
   if (budget_) budget_->give_back(req_charged_);
+  gen_.users -= 1;
 }
 
 void ProxyExchange::detach() {
@@ -429,7 +453,7 @@ void ProxyExchange::attempt(bool fresh) {
       upstream_->stats.outstanding += 1;
       counted_ = true;
       if (reused) upstream_->stats.reused += 1;
-      const auto &cfg = proxy_.config();
+      const auto &cfg = route_.settings;
       const bool connecting = conn_->connecting();
       if (!connecting) proxy_.mark_up(*upstream_);
       // The response timeout starts once the request is out (send_state()).
@@ -462,7 +486,7 @@ void ProxyExchange::send_state(Send st) {
   // has as long to send more (past it: 408).
   waiting_for_client_ = st == Send::waiting;
   proxy_.loop().timers().schedule(timer_,
-                                  proxy_.loop().now() + proxy_.config().response_timeout_ns);
+                                  proxy_.loop().now() + route_.settings.response_timeout_ns);
 }
 
 bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
@@ -698,17 +722,49 @@ void ProxyExchange::notify() {
 
 Proxy::Proxy(std::shared_ptr<const ProxyConfig> cfg, dataplane::EventLoop &loop)
     : cfg_(std::move(cfg)), loop_(loop), scratch_(16 * 1024) {
-  for (const auto &r : cfg_->routes) {
-    std::vector<Upstream *> list;
+  cur_ = build(cfg_);
+}
+
+std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig> cfg) const {
+  auto g = std::make_unique<ProxyGeneration>();
+  g->routes.resize(cfg->routes.size());
+  for (size_t i = 0; i < cfg->routes.size(); ++i) {
+    const ProxyRoute &r = cfg->routes[i];
+    ProxyRouteState &state = g->routes[i];
+    state.settings = cfg->settings(r);
     for (const auto &a : r.upstreams) {
       auto u = std::make_unique<Upstream>();
       u->addr = a;
-      list.push_back(u.get());
-      upstreams_.push_back(std::move(u));
+      u->gen = g.get();
+      u->settings = &state.settings;
+      // The same route and URL as before a reload: its counters go on.
+      for (size_t j = 0; cur_ && j < cur_->routes.size(); ++j) {
+        if (cur_->cfg->routes[j].prefix != r.prefix) continue;
+        for (const Upstream *old : cur_->routes[j].upstreams) {
+          if (old->addr.text != a.text) continue;
+          u->stats = old->stats;
+          u->stats.outstanding = 0; // the old one's exchanges count down their own
+        }
+      }
+      state.upstreams.push_back(u.get());
+      g->upstreams.push_back(std::move(u));
     }
-    routes_.push_back(std::move(list));
-    next_.push_back(0);
   }
+  g->cfg = std::move(cfg);
+  return g;
+}
+
+void Proxy::reconfigure(std::shared_ptr<const ProxyConfig> cfg) {
+  auto g = build(cfg);
+  cur_->retired = true;
+  // Pooled connections to the old upstreams would never be used again.
+  for (auto &u : cur_->upstreams) {
+    while (!u->idle.empty()) u->idle.back()->close();
+  }
+  retired_.push_back(std::move(cur_));
+  cur_ = std::move(g);
+  cfg_ = std::move(cfg);
+  stats_.proxy_reconfigured += 1;
 }
 
 Proxy::~Proxy() {
@@ -774,17 +830,17 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
   return ex;
 }
 
-Upstream *Proxy::pick(size_t route) {
-  auto &list = routes_[route];
+Upstream *Proxy::pick(ProxyRouteState &route) {
+  auto &list = route.upstreams;
   const size_t n = list.size();
   const uint64_t now = loop_.now();
   Upstream *best = nullptr;
   size_t best_at = 0;
   for (size_t i = 0; i < n; ++i) {
-    size_t at = (next_[route] + i) % n;
+    size_t at = (route.next + i) % n;
     Upstream *u = list[at];
     if (u->down_until > now) continue;
-    if (cfg_->balancing == Balancing::round_robin) {
+    if (route.settings.balancing == Balancing::round_robin) {
       best = u;
       best_at = at;
       break;
@@ -794,7 +850,7 @@ Upstream *Proxy::pick(size_t route) {
       best_at = at;
     }
   }
-  if (best) next_[route] = (best_at + 1) % n;
+  if (best) route.next = (best_at + 1) % n;
   return best;
 }
 
@@ -804,7 +860,7 @@ UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &p
     reused = true;
     return c;
   }
-  if (u.conns >= cfg_->max_conns_per_upstream) {
+  if (u.conns >= u.settings->max_conns_per_upstream) {
     // Pooled ones first make room for a fresh one.
     if (!u.idle.empty()) {
       u.idle.front()->close();
@@ -836,8 +892,8 @@ void Proxy::mark_up(Upstream &u) {
 
 void Proxy::pool(UpstreamConn &c) {
   Upstream &u = c.upstream();
-  if (u.idle.size() >= cfg_->max_idle_per_upstream) return c.close();
-  c.make_idle(cfg_->idle_timeout_ns);
+  if (u.gen->retired || u.idle.size() >= u.settings->max_idle_per_upstream) return c.close();
+  c.make_idle(u.settings->idle_timeout_ns);
 }
 
 void Proxy::closed(UpstreamConn &c) {
@@ -849,7 +905,12 @@ void Proxy::closed(UpstreamConn &c) {
   conns_.pop_back();
 }
 
-void Proxy::end_of_pass() { dead_.clear(); }
+void Proxy::end_of_pass() {
+  dead_.clear();
+  if (!retired_.empty()) {
+    std::erase_if(retired_, [](const std::unique_ptr<ProxyGeneration> &g) { return g->users == 0; });
+  }
+}
 
 std::unique_ptr<uint8_t[]> Proxy::take_window() {
   if (windows_.empty()) return std::make_unique<uint8_t[]>(ProxyExchange::WINDOW);
@@ -865,7 +926,7 @@ void Proxy::give_window(std::unique_ptr<uint8_t[]> w) {
 
 void Proxy::upstream_stats(std::vector<UpstreamStats> &out) const {
   const uint64_t now = loop_.now();
-  for (const auto &u : upstreams_) {
+  for (const auto &u : cur_->upstreams) {
     UpstreamStats s = u->stats;
     s.idle_connections = u->idle.size();
     s.busy_connections = u->conns - u->idle.size();

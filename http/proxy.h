@@ -69,7 +69,8 @@ struct UpstreamStats {
   X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")           \
   X(proxy_body_aborts, "proxied request bodies cut short, too long or reset by the client")       \
   X(proxy_body_budget_refusals, "proxied request bodies refused mid-way: the body budget spent")  \
-  X(proxy_body_timeouts, "proxied requests answered 408: the client paused its body too long")
+  X(proxy_body_timeouts, "proxied requests answered 408: the client paused its body too long")   \
+  X(proxy_reconfigured, "reloads that changed the routes (new pools; the old ones finish)")
 
 struct ProxyStats {
   XDPQ_COUNTER_FIELDS(XDPQ_PROXY_COUNTERS)
@@ -91,6 +92,8 @@ protected:
 class Proxy;
 class UpstreamConn;
 struct Upstream;
+struct ProxyRouteState;
+struct ProxyGeneration;
 
 class ProxyExchange final : public Body, private UpstreamResponseParser::Handler {
 public:
@@ -188,7 +191,8 @@ private:
   void drop_body();
 
   Proxy &proxy_;
-  size_t route_;
+  ProxyGeneration &gen_; // the routes it started on (a reload may bring new ones)
+  ProxyRouteState &route_;
   std::string request_; // the HTTP/1.1 request head
   RequestFraming framing_;
   uint64_t req_length_; // the client's content-length (framing_ length)
@@ -225,6 +229,8 @@ private:
 
 class Proxy {
 public:
+  // cfg may have no routes (match() is then always -1) and gain some on a
+  // reload.
   Proxy(std::shared_ptr<const ProxyConfig> cfg, dataplane::EventLoop &loop);
   ~Proxy();
   Proxy(const Proxy &) = delete;
@@ -232,6 +238,7 @@ public:
 
   // The index of the route whose prefix matches path, or -1.
   int match(std::string_view path) const {
+    if (cfg_->routes.empty()) return -1; // the static server's path: no call
     const ProxyRoute *r = cfg_->match(path);
     return r ? static_cast<int>(r - cfg_->routes.data()) : -1;
   }
@@ -251,10 +258,16 @@ public:
                                        const Client &client, ProxyListener *listener, void *tag,
                                        BudgetAccount *budget);
 
-  // Frees the connections closed during this pass (call at its end).
+  // Routes, upstreams and settings from now on (a reload). Requests in
+  // flight finish on the upstreams they started with; pooled connections
+  // to those are closed, busy ones when their request ends.
+  void reconfigure(std::shared_ptr<const ProxyConfig> cfg);
+  // Frees the connections closed during this pass, and the routes a
+  // reload replaced once nothing uses them (call at the pass's end).
   void end_of_pass();
   const ProxyStats &stats() const { return stats_; }
-  // One entry per configured upstream, in configuration order.
+  // One entry per configured upstream, in configuration order (the
+  // current routes').
   void upstream_stats(std::vector<UpstreamStats> &out) const;
   static std::vector<std::string> upstream_names(const ProxyConfig &cfg);
 
@@ -262,9 +275,10 @@ public:
   const ProxyConfig &config() const { return *cfg_; }
   dataplane::EventLoop &loop() { return loop_; }
   ProxyStats &mutable_stats() { return stats_; }
+  ProxyGeneration &generation() { return *cur_; }
   // An upstream of the route for a new attempt (round robin or least
   // outstanding), skipping those held down; null if none is up.
-  Upstream *pick(size_t route);
+  Upstream *pick(ProxyRouteState &route);
   // A connection to u: a pooled one (reused set) unless fresh_only, or a
   // new one; null when the per-upstream limit is reached (pool_full set)
   // or the connect failed at once.
@@ -278,11 +292,12 @@ public:
   std::vector<uint8_t> &scratch() { return scratch_; }
 
 private:
-  std::shared_ptr<const ProxyConfig> cfg_;
+  std::unique_ptr<ProxyGeneration> build(std::shared_ptr<const ProxyConfig> cfg) const;
+
+  std::shared_ptr<const ProxyConfig> cfg_;               // cur_'s
   dataplane::EventLoop &loop_;
-  std::vector<std::unique_ptr<Upstream>> upstreams_;     // configuration order
-  std::vector<std::vector<Upstream *>> routes_;          // per route
-  std::vector<size_t> next_;                             // round robin, per route
+  std::unique_ptr<ProxyGeneration> cur_;
+  std::vector<std::unique_ptr<ProxyGeneration>> retired_; // replaced, still in use
   std::vector<std::unique_ptr<UpstreamConn>> conns_;     // open ones
   std::vector<std::unique_ptr<UpstreamConn>> dead_;      // closed this pass
   std::vector<std::unique_ptr<uint8_t[]>> windows_;      // free response windows

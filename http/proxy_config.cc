@@ -119,6 +119,78 @@ bool Cidr::contains(const dataplane::Address &a) const {
   return (b[full] & mask) == (bytes[full] & mask);
 }
 
+namespace {
+
+enum RouteKey : unsigned {
+  own_balancing = 1,
+  own_connect_timeout = 2,
+  own_timeout = 4,
+  own_idle_timeout = 8,
+  own_max_idle = 16,
+  own_max_connections = 32,
+};
+
+uint64_t route_number(std::string_view spec, std::string_view key, std::string_view v,
+                      uint64_t min, uint64_t max) {
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || n < min || n > max) {
+    throw ProxyConfigError("'" + std::string(spec) + "': " + std::string(key) +
+                           ": expected a number from " + std::to_string(min) + " to " +
+                           std::to_string(max) + ", got '" + std::string(v) + "'");
+  }
+  return n;
+}
+
+// One ";KEY=VALUE" of a route. The ranges are the --proxy-* flags'.
+void set_route_option(ProxyRoute &r, std::string_view spec, std::string_view option) {
+  auto eq = option.find('=');
+  auto key = option.substr(0, eq);
+  if (eq == std::string_view::npos) {
+    throw ProxyConfigError("'" + std::string(spec) + "': expected KEY=VALUE after ';', got '" +
+                           std::string(option) + "'");
+  }
+  auto v = option.substr(eq + 1);
+  constexpr uint64_t MS = 1'000'000, HOUR_MS = 3'600'000;
+  unsigned bit;
+  if (key == "balancing") {
+    bit = own_balancing;
+    if (v == "round-robin") r.own.balancing = Balancing::round_robin;
+    else if (v == "least-outstanding") r.own.balancing = Balancing::least_outstanding;
+    else {
+      throw ProxyConfigError("'" + std::string(spec) +
+                             "': balancing: expected round-robin or least-outstanding, got '" +
+                             std::string(v) + "'");
+    }
+  } else if (key == "connect_timeout_ms") {
+    bit = own_connect_timeout;
+    r.own.connect_timeout_ns = route_number(spec, key, v, 1, HOUR_MS) * MS;
+  } else if (key == "timeout_ms") {
+    bit = own_timeout;
+    r.own.response_timeout_ns = route_number(spec, key, v, 1, HOUR_MS) * MS;
+  } else if (key == "idle_timeout_ms") {
+    bit = own_idle_timeout;
+    r.own.idle_timeout_ns = route_number(spec, key, v, 1, HOUR_MS) * MS;
+  } else if (key == "max_idle") {
+    bit = own_max_idle;
+    r.own.max_idle_per_upstream = route_number(spec, key, v, 0, 1u << 16);
+  } else if (key == "max_connections") {
+    bit = own_max_connections;
+    r.own.max_conns_per_upstream = route_number(spec, key, v, 1, 1u << 20);
+  } else {
+    throw ProxyConfigError("'" + std::string(spec) + "': unknown route setting '" +
+                           std::string(key) +
+                           "'; a route takes balancing, connect_timeout_ms, timeout_ms, "
+                           "idle_timeout_ms, max_idle, max_connections");
+  }
+  if (r.own_set & bit) {
+    throw ProxyConfigError("'" + std::string(spec) + "': " + std::string(key) + " given twice");
+  }
+  r.own_set |= bit;
+}
+
+} // namespace
+
 void ProxyConfig::add_route(std::string_view spec) {
   auto eq = spec.find('=');
   if (eq == std::string_view::npos || eq == 0) {
@@ -129,7 +201,9 @@ void ProxyConfig::add_route(std::string_view spec) {
   if (r.prefix.front() != '/') {
     throw ProxyConfigError("'" + std::string(spec) + "': the prefix must start with '/'");
   }
-  auto urls = spec.substr(eq + 1);
+  auto rest = spec.substr(eq + 1);
+  auto semi = rest.find(';');
+  auto urls = rest.substr(0, semi);
   while (!urls.empty()) {
     auto comma = urls.find(',');
     auto one = urls.substr(0, comma);
@@ -140,12 +214,56 @@ void ProxyConfig::add_route(std::string_view spec) {
   if (r.upstreams.empty()) {
     throw ProxyConfigError("'" + std::string(spec) + "': no upstream URL after '='");
   }
+  while (semi != std::string_view::npos) {
+    rest = rest.substr(semi + 1);
+    semi = rest.find(';');
+    set_route_option(r, spec, rest.substr(0, semi));
+  }
   for (auto &existing : routes) {
     if (existing.prefix == r.prefix) {
       throw ProxyConfigError("prefix '" + r.prefix + "' is given twice");
     }
   }
   routes.push_back(std::move(r));
+}
+
+RouteSettings ProxyConfig::settings(const ProxyRoute &r) const {
+  RouteSettings s = *this;
+  if (r.own_set & own_balancing) s.balancing = r.own.balancing;
+  if (r.own_set & own_connect_timeout) s.connect_timeout_ns = r.own.connect_timeout_ns;
+  if (r.own_set & own_timeout) s.response_timeout_ns = r.own.response_timeout_ns;
+  if (r.own_set & own_idle_timeout) s.idle_timeout_ns = r.own.idle_timeout_ns;
+  if (r.own_set & own_max_idle) s.max_idle_per_upstream = r.own.max_idle_per_upstream;
+  if (r.own_set & own_max_connections) s.max_conns_per_upstream = r.own.max_conns_per_upstream;
+  return s;
+}
+
+std::string ProxyConfig::describe() const {
+  std::string d;
+  for (const auto &r : routes) {
+    RouteSettings s = settings(r);
+    d += r.prefix + "=";
+    for (size_t i = 0; i < r.upstreams.size(); ++i) {
+      // The resolved address too: a name that now resolves elsewhere is a change.
+      d += (i ? "," : "") + r.upstreams[i].text + "@" +
+           (r.upstreams[i].unix_path.empty() ? r.upstreams[i].inet.to_string() : "unix");
+    }
+    d += ";balancing=" +
+         std::string(s.balancing == Balancing::round_robin ? "round-robin" : "least-outstanding") +
+         ";connect_timeout_ns=" + std::to_string(s.connect_timeout_ns) +
+         ";timeout_ns=" + std::to_string(s.response_timeout_ns) +
+         ";idle_timeout_ns=" + std::to_string(s.idle_timeout_ns) +
+         ";max_idle=" + std::to_string(s.max_idle_per_upstream) +
+         ";max_connections=" + std::to_string(s.max_conns_per_upstream) + " ";
+  }
+  for (const auto &c : trusted) {
+    char text[INET6_ADDRSTRLEN] = "";
+    inet_ntop(c.family, c.bytes, text, sizeof(text));
+    d += std::string("trusted=") + text + "/" + std::to_string(c.prefix) + " ";
+  }
+  d += "down_backoff_ns=" + std::to_string(down_backoff_ns) +
+       (forwarded_headers ? " forwarded" : "") + (via ? " via" : "");
+  return d;
 }
 
 const ProxyRoute *ProxyConfig::match(std::string_view path) const {

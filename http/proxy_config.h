@@ -45,26 +45,43 @@ Cidr parse_cidr(std::string_view text);
 
 enum class Balancing { round_robin, least_outstanding };
 
-struct ProxyRoute {
-  std::string prefix; // matched against the path; passed on unchanged
-  std::vector<UpstreamAddress> upstreams;
-};
-
-struct ProxyConfig {
-  std::vector<ProxyRoute> routes;
+// What each route may set for itself (`--proxy PREFIX=URL;KEY=VALUE`, or
+// keys of a [[proxy]] table); what it leaves unset comes from the
+// --proxy-* defaults in ProxyConfig.
+struct RouteSettings {
   Balancing balancing = Balancing::round_robin;
   uint64_t connect_timeout_ns = 1'000'000'000ull;
   uint64_t response_timeout_ns = 30'000'000'000ull; // request sent to response head
   uint64_t idle_timeout_ns = 30'000'000'000ull;     // a pooled connection unused
   size_t max_idle_per_upstream = 32;                // per worker
   size_t max_conns_per_upstream = 512;              // per worker
+};
+
+struct ProxyRoute {
+  std::string prefix; // matched against the path; passed on unchanged
+  std::vector<UpstreamAddress> upstreams;
+  RouteSettings own;  // the fields named in own_set; the rest unused
+  unsigned own_set = 0;
+};
+
+// The RouteSettings it derives from are the defaults of every route.
+struct ProxyConfig : RouteSettings {
+  std::vector<ProxyRoute> routes;
   uint64_t down_backoff_ns = 2'000'000'000ull;      // after a failed connect (doubles, to 32x)
   std::vector<Cidr> trusted;                        // may send X-Forwarded-*
   bool forwarded_headers = true;                    // add X-Forwarded-For/-Proto/-Host
   bool via = false;                                 // add "via: 1.1 xdpq"
 
-  // Parses "PREFIX=URL[,URL...]" and adds the route. Throws ProxyConfigError.
+  // Parses "PREFIX=URL[,URL...][;KEY=VALUE...]" and adds the route. KEY is
+  // one of balancing, connect_timeout_ms, timeout_ms, idle_timeout_ms,
+  // max_idle, max_connections. Throws ProxyConfigError.
   void add_route(std::string_view spec);
+  // A route's settings: its own where it set them, the defaults above
+  // for the rest.
+  RouteSettings settings(const ProxyRoute &r) const;
+  // Routes, upstreams and settings as one line: equal texts, equal
+  // configurations (a reload compares them).
+  std::string describe() const;
   // The route whose prefix is the longest one path starts with, or null.
   const ProxyRoute *match(std::string_view path) const;
 };

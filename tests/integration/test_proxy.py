@@ -317,6 +317,50 @@ class ProxyTest(TimedTestCase):
             rc, out, _ = xdpqctl(srv, "stats")
             self.assertIn("upstream0_requests", out)
 
+    def test_routes_change_on_reload(self):
+        d = tempfile.mkdtemp()
+        cfg, sock = os.path.join(d, "xdpq.toml"), os.path.join(d, "ctl.sock")
+
+        def write(url):
+            with open(cfg, "w") as f:
+                f.write(f'[server]\ncontrol_socket = "{sock}"\n\n'
+                        f'[[proxy]]\nprefix = "/app"\nupstreams = ["{url}"]\n')
+        write(self.app.url)
+        with Server("--config", cfg) as srv:
+            srv.control_socket = sock
+            st, hdr, _, _, _ = curl(srv, "/app/info")
+            self.assertEqual((st, hdr.get("x-upstream")), (200, "a"))
+            # A request in flight on the old upstream when the routes change.
+            slow = {}
+            t = threading.Thread(target=lambda: slow.update(r=curl(srv, "/app/slow?s=1.5")))
+            t.start()
+            time.sleep(0.5)
+            write(self.app2.url)
+            rc, out, err = xdpqctl(srv, "reload")
+            self.assertEqual(rc, 0, err)
+            self.assertIn("proxy routes replaced (1 routes)", out)
+            for http in TCP:
+                st, hdr, _, _, _ = curl(srv, "/app/info", http=http)
+                self.assertEqual((st, hdr.get("x-upstream")), (200, "b"), http)
+            h3 = gtlsclient(srv, ["/app/x"])
+            self.assertEqual(h3.statuses.get(0), 200)
+            self.assertTrue(h3.file("x").startswith(b"b GET /app/x"), h3.file("x")[:100])
+            t.join()
+            st, hdr, body, _, _ = slow["r"]
+            self.assertEqual((st, hdr.get("x-upstream"), body), (200, "a", b"a slow"))
+            self.assertEqual(total(stats_json(srv), "proxy_reconfigured"), 1)
+            # The same file again changes nothing (the pools stay).
+            rc, out, _ = xdpqctl(srv, "reload")
+            self.assertNotIn("proxy routes replaced", out)
+            # A bad file is refused with where and why; the routes stay.
+            write("https://127.0.0.1:1")
+            rc, out, _ = xdpqctl(srv, "reload")
+            self.assertIn(f'{cfg}:4: [[proxy]] prefix "/app"', out)
+            self.assertIn("https upstreams are not supported", out)
+            st, hdr, _, _, _ = curl(srv, "/app/info")
+            self.assertEqual((st, hdr.get("x-upstream")), (200, "b"))
+            self.assertEqual(total(stats_json(srv), "proxy_reconfigured"), 1)
+
     def test_bad_upstream_heads_are_502(self):
         with self.serve(f"/app={self.app.url}") as srv:
             for path in ("/app/badhead", "/app/hugehead"):

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import (XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
                      pattern, require_tools)
 from netns import Topology  # noqa: E402
+from upstream_app import App  # noqa: E402
 
 H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
 XDPQCTL = os.path.join(os.path.dirname(XDPQD or "/"), "xdpqctl")
@@ -137,6 +138,34 @@ class Upgrade(TimedTestCase):
         self.assertEqual(fetch.file("4323"), pattern(4323), log[-3000:])
         self.assertIn("100 succeeded, 0 failed", h1)
         self.assertIn(f"the new process (pid {gen2}) exited after taking over", log)
+
+    def test_upgrade_takes_the_new_proxy_routes(self):
+        # The new process reads the file afresh: its routes go to the new
+        # upstream; the old process finished what it had.
+        def route(url):
+            return f'[[proxy]]\nprefix = "/app"\nupstreams = ["{url}"]\n'
+
+        def via_h2c(path):
+            with socket.create_connection(("127.0.0.1", self.h2c[0])) as c:
+                c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                          .encode())
+                data = b""
+                while chunk := c.recv(65536):
+                    data += chunk
+            return data.split(b"\r\n\r\n", 1)[1]
+
+        with App("a") as a, App("b") as b:
+            with self.start(sections=route(a.url)) as srv:
+                self.assertEqual(via_h2c("/app/x"), b"a GET /app/x")
+                write_config(self.config, self.port, self.h2c[:1], self.sock,
+                             os.path.join(self.tmp, "secrets"), sections=route(b.url))
+                up = ctl(self.sock, "upgrade")
+                self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+                self.new_pid(up.stdout)
+                self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
+                self.assertEqual(via_h2c("/app/y"), b"b GET /app/y")
+                h3 = gtlsclient(srv, ["/app/z"])
+                self.assertEqual(h3.file("z"), b"b GET /app/z", srv.output()[-3000:])
 
     def keep_alive(self):
         """An idle HTTP/1.1 keep-alive connection to the serving process: it

@@ -126,6 +126,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        b"\x01\x00\x00\x00\x00\x00\x00\x00")
             self.close_connection = True
+        elif p.endswith("/slow"):
+            time.sleep(float(q.get("s", "1")))
+            self.reply(200, f"{self.server.name} slow".encode())
         elif p.endswith("/hang"):
             time.sleep(float(q.get("s", "20")))
             self.close_connection = True

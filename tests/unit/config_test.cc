@@ -205,7 +205,7 @@ TEST(Config, BadFilesNameFileAndLine) {
        "got an array in it"},
       {"[tcp]\nenabled = \"yes\"\n", ":2: tcp.enabled", "expected true or false, got a string"},
       {"\nworkers = 2\n", ":2: workers", "keys belong in a [section]"},
-      {"[[server]]\n", ":1: [[server]]", "arrays of tables"},
+      {"[[server]]\n", ":1: [[server]]", "only [[proxy]] is an array of tables"},
       {"[server.extra]\n", ":1: server.extra", "unknown key; [server] takes listen, workers,"},
       {"[server]\n\"lis ten\" = 1\n", ":2: server.lis ten", "unknown key"},
   };
@@ -290,4 +290,87 @@ TEST(Config, NonAsciiOnlyInStringsAndComments) {
   EXPECT_EQ(o.cert_file, "\xc2\xa7");
   EXPECT_EQ(o.key_file, "\xc2\xa7x");
   EXPECT_EQ(o.secrets_file, "\xc2\xa7\n");
+}
+
+// [[proxy]] tables become --proxy routes with their own settings;
+// [proxy_defaults] the --proxy-* flags.
+TEST(Config, ProxyRoutesFromTables) {
+  auto path = write_config(R"([proxy_defaults]
+timeout_ms = 7000
+trusted = ["10.0.0.0/8"]
+via = true
+
+[[proxy]]
+prefix = "/api/"
+upstreams = ["http://127.0.0.1:8000", "unix:/run/app.sock"]
+balancing = "least-outstanding"
+connect_timeout_ms = 200
+
+[[proxy]]
+prefix = "/"
+upstreams = ["http://127.0.0.1:8001"]
+)");
+  auto o = parse({"--config", path});
+  ASSERT_EQ(o.proxy.routes.size(), 2u);
+  EXPECT_EQ(o.proxy.routes[0].prefix, "/api/");
+  ASSERT_EQ(o.proxy.routes[0].upstreams.size(), 2u);
+  EXPECT_EQ(o.proxy.routes[0].upstreams[1].unix_path, "/run/app.sock");
+  auto api = o.proxy.settings(o.proxy.routes[0]);
+  EXPECT_EQ(api.balancing, xdpq::http::Balancing::least_outstanding);
+  EXPECT_EQ(api.connect_timeout_ns, 200'000'000u);
+  EXPECT_EQ(api.response_timeout_ns, 7'000'000'000u);
+  auto root = o.proxy.settings(o.proxy.routes[1]);
+  EXPECT_EQ(root.balancing, xdpq::http::Balancing::round_robin);
+  EXPECT_EQ(root.response_timeout_ns, 7'000'000'000u);
+  EXPECT_EQ(o.proxy.trusted.size(), 1u);
+  EXPECT_TRUE(o.proxy.via);
+  // --proxy on the command line replaces the file's routes.
+  auto f = parse({"--config", path, "--proxy", "/x=http://127.0.0.1:9"});
+  ASSERT_EQ(f.proxy.routes.size(), 1u);
+  EXPECT_EQ(f.proxy.routes[0].prefix, "/x");
+}
+
+TEST(Config, ProxyTableErrorsSayWhere) {
+  struct Case {
+    const char *text;
+    const char *line;
+    const char *message;
+  };
+  const Case cases[] = {
+      {"[proxy]\nprefix = \"/\"\n", ":1: proxy", "[[proxy]] table (double brackets)"},
+      {"[[proxy]]\nupstreams = [\"http://127.0.0.1:1\"]\n", ":1: [[proxy]]", "missing prefix"},
+      {"[[proxy]]\nprefix = \"/a\"\n", ":1: [[proxy]]", "missing upstreams"},
+      {"[[proxy]]\nprefix = \"a\"\nupstreams = [\"http://127.0.0.1:1\"]\n", ":2: proxy.prefix",
+       "starting with '/'"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = []\n", ":3: proxy.upstreams",
+       "at least one upstream"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = \"http://127.0.0.1:1\"\n", ":3: proxy.upstreams",
+       "got a string"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:1\",\n 7]\n",
+       ":4: proxy.upstreams", "got an integer in it"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://a:1,http://b:2\"]\n",
+       ":3: proxy.upstreams", "cannot hold ','"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:1\"]\ntimeout = 5\n",
+       ":4: proxy.timeout", "unknown key; [[proxy]] takes prefix, upstreams,"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:1\"]\ntimeout_ms = -5\n",
+       ":4: proxy.timeout_ms", "not negative"},
+      // The validator's own errors name the route's table.
+      {"\n[[proxy]]\nprefix = \"/a\"\nupstreams = [\"https://127.0.0.1:1\"]\n",
+       ":2: [[proxy]] prefix \"/a\"", "https upstreams are not supported"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:1\"]\ntimeout_ms = 0\n",
+       ":1: [[proxy]] prefix \"/a\"", "timeout_ms: expected a number from 1"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:1\"]\n"
+       "[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:2\"]\n",
+       ":4: [[proxy]] prefix \"/a\"", "given twice"},
+      {"[proxy_defaults]\nbalancing = \"random\"\n", ":2: proxy_defaults.balancing",
+       "round-robin or least-outstanding"},
+      {"[proxy_defaults]\ntrusted = [\"nonsense\"]\n", ":2: proxy_defaults.trusted",
+       "ADDRESS[/PREFIX]"},
+  };
+  for (const auto &c : cases) {
+    auto path = write_config(c.text);
+    std::string e = error_of({"--config", path});
+    EXPECT_NE(e.find(path + c.line), std::string::npos) << c.text << " -> " << e;
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.text << " -> " << e;
+  }
 }

@@ -594,3 +594,50 @@ TEST_F(StreamedRequest, AnAnnouncedBodyThatCannotFollowIsRefused) {
   auto &bad = start("POST", {{"content-length", "5x"}}, true);
   EXPECT_EQ(bad.head().status, 400);
 }
+
+// A route's own settings win over the --proxy-* defaults, whichever
+// comes first on the command line; the rest come from the defaults.
+TEST(ProxyConfig, RouteSettingsOverrideTheDefaults) {
+  auto o = xdpq::testing::parse_args(
+      {"--proxy", "/api=http://127.0.0.1:8080;timeout_ms=1500;balancing=least-outstanding",
+       "--proxy", "/=http://127.0.0.1:8081;max_connections=7;max_idle=0", "--proxy-timeout",
+       "9000", "--proxy-max-idle", "3"});
+  ASSERT_EQ(o.proxy.routes.size(), 2u);
+  RouteSettings api = o.proxy.settings(o.proxy.routes[0]);
+  EXPECT_EQ(api.response_timeout_ns, 1'500'000'000u);
+  EXPECT_EQ(api.balancing, Balancing::least_outstanding);
+  EXPECT_EQ(api.max_idle_per_upstream, 3u);
+  EXPECT_EQ(api.connect_timeout_ns, 1'000'000'000u);
+  RouteSettings root = o.proxy.settings(o.proxy.routes[1]);
+  EXPECT_EQ(root.response_timeout_ns, 9'000'000'000u);
+  EXPECT_EQ(root.balancing, Balancing::round_robin);
+  EXPECT_EQ(root.max_conns_per_upstream, 7u);
+  EXPECT_EQ(root.max_idle_per_upstream, 0u);
+  EXPECT_EQ(o.proxy.routes[1].upstreams.size(), 1u);
+  for (const char *bad : {"/a=http://127.0.0.1:1;timeout_ms=0", "/a=http://127.0.0.1:1;speed=9",
+                          "/a=http://127.0.0.1:1;balancing=random", "/a=http://127.0.0.1:1;",
+                          "/a=http://127.0.0.1:1;max_idle=1;max_idle=2",
+                          "/a=http://127.0.0.1:1;timeout_ms"}) {
+    ProxyConfig cfg;
+    EXPECT_THROW(cfg.add_route(bad), ProxyConfigError) << bad;
+  }
+}
+
+// A reload compares descriptions: any change of route, upstream or
+// setting shows, and equal configurations describe alike.
+TEST(ProxyConfig, DescriptionsDifferWhenTheRoutesDo) {
+  auto make = [](std::initializer_list<const char *> specs, uint64_t timeout_ns) {
+    ProxyConfig c;
+    for (const char *s : specs) c.add_route(s);
+    c.response_timeout_ns = timeout_ns;
+    return c.describe();
+  };
+  const auto base = make({"/a=http://127.0.0.1:1"}, 5);
+  EXPECT_EQ(base, make({"/a=http://127.0.0.1:1"}, 5));
+  EXPECT_NE(base, make({"/a=http://127.0.0.1:2"}, 5));
+  EXPECT_NE(base, make({"/b=http://127.0.0.1:1"}, 5));
+  EXPECT_NE(base, make({"/a=http://127.0.0.1:1"}, 6));
+  EXPECT_NE(base, make({"/a=http://127.0.0.1:1;max_idle=4"}, 5));
+  EXPECT_NE(base, make({"/a=http://127.0.0.1:1,http://127.0.0.1:2"}, 5));
+  EXPECT_NE(make({}, 5), base);
+}
