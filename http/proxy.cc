@@ -1,9 +1,11 @@
 // The reverse proxy's per-worker half: upstream pools, balancing and
 // passive health, and the exchange that carries one request upstream and
-// its response back. About 670 lines in one file because the exchange's
-// states and the pool's connection life cycle drive each other (a
-// connection's events advance its exchange, an exchange's end returns its
-// connection); split, each half would need the other's internals.
+// its response back (the request body streamed up, the response streamed
+// down). About 940 lines in one file because the exchange's states and the
+// pool's connection life cycle drive each other (a connection's events
+// advance its exchange, an exchange's end returns its connection; the
+// connection writes the body the exchange holds); split, each half would
+// need the other's internals.
 
 #include "http/proxy.h"
 

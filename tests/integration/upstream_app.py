@@ -80,6 +80,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self):
+        if self.path.endswith("/early"):
+            # Answers after a few body bytes, as an application refusing an
+            # upload does, and closes.
+            self.rfile.read1(10)
+            self.send_response(413)
+            self.send_header("content-length", "0")
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            return
         body = self.body()
         self.server.requests.append((self.command, self.path))
         url = urllib.parse.urlparse(self.path)
