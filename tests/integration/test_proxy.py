@@ -90,28 +90,21 @@ def tls(srv, alpn=None):
     return ctx.wrap_socket(s, server_hostname="x")
 
 
-def read_http1_response(t):
-    """(status, body) of one HTTP/1.1 response with a content-length."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        part = t.recv(65536)
-        if not part:
+def read_http1_response(f):
+    """(status, body) of one HTTP/1.1 response with a content-length, read
+    from f (the socket's makefile("rb"), kept across pipelined responses)."""
+    status, length = 0, 0
+    line = f.readline()
+    if line.startswith(b"HTTP"):
+        status = int(line.split()[1])
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b"\n", b""):
             break
-        data += part
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode(errors="replace").split("\r\n")
-    status = int(lines[0].split()[1]) if lines and lines[0].startswith("HTTP") else 0
-    length = 0
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
+        k, _, v = line.decode(errors="replace").partition(":")
         if k.strip().lower() == "content-length":
             length = int(v)
-    while len(body) < length:
-        part = t.recv(65536)
-        if not part:
-            break
-        body += part
-    return status, body
+    return status, f.read(length)
 
 
 class H2Post:
@@ -547,10 +540,23 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
                     t.sendall(second)
                 else:
                     t.sendall(b"%x\r\n" % len(second) + second + b"\r\n0\r\n\r\n")
-                st, got = read_http1_response(t)
+                st, got = read_http1_response(t.makefile("rb"))
                 t.close()
                 self.assertEqual(st, 200, framing)
                 self.assertEqual(json.loads(got)["body_sha256"], sha256(first + second))
+            # Keep-alive and pipelining: two bodies, one chunked, one with a
+            # length, sent back to back on one connection.
+            t = tls(srv)
+            t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+                      b"%x\r\n" % len(first) + first + b"\r\n0\r\n\r\n" +
+                      b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
+                      % len(second) + second)
+            f = t.makefile("rb")
+            for want in (first, second):
+                st, got = read_http1_response(f)
+                self.assertEqual(st, 200)
+                self.assertEqual(json.loads(got)["body_sha256"], sha256(want))
+            t.close()
             self.app.first_body_byte.clear()
             post = H2Post(srv, "/app/sum", len(first) + len(second))
             post.send(first)
@@ -649,7 +655,7 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             t = tls(srv)
             t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n" +
                       b"a" * 1000)
-            st, _ = read_http1_response(t)  # the rest never comes
+            st, _ = read_http1_response(t.makefile("rb"))  # the rest never comes
             t.close()
             self.assertEqual(st, 408)
             self.assertEqual(total(stats_json(srv), "proxy_body_timeouts"), 1)
@@ -667,7 +673,7 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             t = tls(srv)
             t.sendall(b"POST /app/early HTTP/1.1\r\nhost: x\r\ncontent-length: 200000\r\n\r\n" +
                       b"a" * 30000)
-            st, _ = read_http1_response(t)
+            st, _ = read_http1_response(t.makefile("rb"))
             self.assertEqual(st, 413)
             try:  # the rest of the body is not read: the connection ends
                 self.assertEqual(t.recv(1), b"")
