@@ -10,7 +10,7 @@ server side, which AF_XDP copy mode needs; the same for every variant).
 Server pinned to one CPU, client to the other. All servers serve the same
 static files from one document root.
 
-One script (about 840 lines): the variants' launch recipes, the matrix and
+One script (about 1100 lines): the variants' launch recipes, the matrix and
 the report share one run's state; bench/summary.py and bench/breakdown.py
 are the separate tools.
 
@@ -22,6 +22,8 @@ are the separate tools.
     bench/peers.sh && bench/run.py --cells peers
                                   # xdpq (both dataplanes) against HAProxy 3.0 and
                                   # nginx 1.26 over HTTP/3, from a Debian 13 chroot
+    bench/run.py --cells proxy    # the same four as reverse proxies in front of
+                                  # one HTTP/1.1 upstream (Debian 12's nginx)
 
 Writes OUT/results.json (raw runs, git commit, machine, exact commands),
 OUT/report.md (medians, ratios) and OUT/*.png (plots). Benchmarks measure;
@@ -64,6 +66,24 @@ PEER_CELLS = [dict(body="3", c=c, m=m, handshake=False) for c, m in
               ((1, 1), (10, 1), (100, 1), (100, 32))]
 PEER_CELLS += [dict(body="16k", c=10, m=1, handshake=False),
                dict(body="3", c=16, m=1, handshake=True)]
+# The proxy comparison (--cells proxy): the same /b3 request, answered by one
+# HTTP/1.1 upstream behind each proxy (class Upstream below).
+PROXY_CELLS = [dict(body="3", c=c, m=m, handshake=False, proxy=True) for c, m in
+               ((10, 1), (100, 32))]
+# Servers that can proxy: xdpqd (--proxy) and the chroot's nginx and HAProxy.
+PROXY_PEERS = CHROOT_PEERS
+# The upstream shares the client's CPU, not the server's: the figure compared
+# is the proxy's own CPU per request (its process, /proc/PID/stat), and on a
+# 2-vCPU machine the server's core must hold the proxy alone so that the
+# upstream neither steals its cycles nor evicts its caches between requests.
+# The upstream's cost is the same for every proxy; it shows in machine CPU
+# per request (and lowers every proxy's ceiling alike through the client).
+UPSTREAM_CPU = CLIENT_CPU
+UPSTREAM_PORT = 8081
+# Idle keep-alive connections each proxy may keep to the upstream: as many
+# as c=100 m=32 can have in flight (3200), so that no proxy closes and
+# reopens connections for lack of room in its pool.
+UPSTREAM_IDLE = 4096
 
 
 def cpu_times():
@@ -109,6 +129,87 @@ def make_files(work):
     return docroot, cert, key
 
 
+class Upstream:
+    """The one HTTP/1.1 upstream every proxy variant forwards to: Debian 12's
+    nginx (/usr/sbin/nginx, the host's, not the chroot's) in the server's
+    namespace on 127.0.0.1:UPSTREAM_PORT, one worker pinned to UPSTREAM_CPU,
+    keep-alive without a request limit, serving /b3 from its own document
+    root (3 bytes: "u3" and a newline, so an answer that came through the
+    upstream is told apart from the servers' own "xxx"). stub_status counts
+    its accepted connections and requests: the run records both per cell,
+    which shows whether a proxy reused its connections. Runs for the whole
+    benchmark, so every proxy meets the same warm upstream."""
+
+    BODY = b"u3\n"
+
+    def __init__(self, work, ns):
+        self.ns = ns
+        self.dir = os.path.join(work, "upstream")
+        root = os.path.join(self.dir, "www")
+        os.makedirs(root, exist_ok=True)
+        os.chmod(self.dir, 0o755)  # its worker runs as nobody
+        with open(os.path.join(root, "b3"), "wb") as f:
+            f.write(self.BODY)
+        self.url = f"http://127.0.0.1:{UPSTREAM_PORT}"
+        d = self.dir
+        self.conf = f"""worker_processes 1;
+worker_cpu_affinity {'10' if UPSTREAM_CPU == '1' else '01'};
+worker_rlimit_nofile 20000;
+daemon off; pid {d}/nginx.pid; error_log {d}/error.log warn;
+events {{ worker_connections 10000; }}
+http {{ access_log off; default_type text/plain;
+  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi;
+  uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  keepalive_requests 1000000; keepalive_timeout 600s;
+  # Head and body in one write (one segment) and the file's descriptor kept.
+  sendfile off; open_file_cache max=16 inactive=600s; open_file_cache_valid 600s;
+  server {{
+    listen 127.0.0.1:{UPSTREAM_PORT} reuseport backlog=4096;
+    root {root};
+    location = /upstream-status {{ stub_status; }}
+  }}
+}}
+"""
+        with open(os.path.join(d, "nginx.conf"), "w") as f:
+            f.write(self.conf)
+        self.command = ["taskset", "-c", UPSTREAM_CPU, "/usr/sbin/nginx", "-c",
+                        os.path.join(d, "nginx.conf")]
+        self.log = open(os.path.join(d, "stdout.log"), "w")
+        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, *self.command],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(100):
+            if self.counters():
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not self.counters():
+            self.close()
+            raise RuntimeError("the upstream nginx did not start: "
+                               + open(os.path.join(d, "error.log")).read()[-1000:])
+
+    def pids(self):
+        return descendants(self.proc.pid)
+
+    def counters(self):
+        """{'accepts': N, 'requests': N} from stub_status (its own request
+        included), {} if it does not answer."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns, "curl", "-s", "--max-time", "2",
+                            f"{self.url}/upstream-status"], capture_output=True, text=True)
+        m = re.search(r"\n\s*(\d+)\s+(\d+)\s+(\d+)", r.stdout)
+        return {"accepts": int(m.group(1)), "requests": int(m.group(3))} if m else {}
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)  # nginx: finish and exit
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
 def chroot_ready(chroot):
     return os.path.exists(os.path.join(chroot, CHROOT_MARKER))
 
@@ -138,11 +239,14 @@ class ChrootPeers:
     def close(self):
         shutil.rmtree(self.outside, ignore_errors=True)
 
-    def cmd(self, variant, ip, port=4433):
+    def cmd(self, variant, ip, port=4433, upstream=None):
         """The command (to run inside the server namespace) and writes its
         configuration. Both answer /bN (the docroot's files) and /bytes/N
-        (the same bodies, as xdpq's generated route)."""
+        (the same bodies, as xdpq's generated route); with upstream (a URL),
+        they proxy every request to it instead."""
         d = self.inside
+        if upstream:
+            return self.proxy_cmd(variant, ip, port, upstream)
         if variant == "nginx-h3":
             exact = "".join(f"    location = /bytes/{size} {{ alias {d}/www/b{name}; }}\n"
                             for name, size in BODIES.items())
@@ -193,14 +297,98 @@ frontend h3
         self.configs[variant] = conf
         return ["taskset", "-c", SERVER_CPU, "chroot", self.chroot, *argv]
 
-    def curl(self, ns, ip, path="/b3", port=4433):
+    def proxy_cmd(self, variant, ip, port, upstream):
+        """As cmd(), as a reverse proxy to upstream. Like xdpqd's --proxy:
+        HTTP/1.1 to the upstream with idle connections kept for reuse (up to
+        UPSTREAM_IDLE), the client's host passed on, and X-Forwarded-For,
+        -Proto and -Host added (xdpqd adds them by default)."""
+        d = self.inside
+        if variant == "nginx-h3":
+            conf = f"""worker_processes 1;
+worker_cpu_affinity {'10' if SERVER_CPU == '1' else '01'};
+worker_rlimit_nofile 20000;
+daemon off; master_process on; pid {d}/nginx-proxy.pid; error_log stderr warn;
+events {{ worker_connections 10000; }}
+http {{ access_log off; keepalive_requests 1000000; default_type text/plain;
+  upstream app {{
+    server {upstream.split("//", 1)[1]};
+    # Idle connections kept per worker, without a request limit (the default
+    # closes one after 1000 requests).
+    keepalive {UPSTREAM_IDLE}; keepalive_requests 1000000; keepalive_timeout 600s;
+  }}
+  server {{
+    listen {ip}:{port} quic reuseport;
+    http3 on; quic_gso on;
+    ssl_protocols TLSv1.3;
+    ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;
+    location / {{
+      proxy_pass http://app;
+      # HTTP/1.1 without "Connection: close": the upstream connection is reused.
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $remote_addr;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $host;
+    }}
+  }}
+}}
+"""
+            path, argv = "nginx-proxy.conf", ["nginx", "-c", f"{d}/nginx-proxy.conf"]
+        elif variant == "haproxy-h3":
+            conf = f"""global
+  # Debian's HAProxy 3.0 is built on OpenSSL's QUIC compatibility layer.
+  limited-quic
+  # Its descriptor need must fit the limit (5000 does).
+  maxconn 5000
+  nbthread 1
+  cpu-map 1/1 {SERVER_CPU}
+  # Idle server connections are closed above 25 % of the descriptors by
+  # default: let it keep as many as the others may.
+  tune.pool-high-fd-ratio 90
+  tune.pool-low-fd-ratio 80
+defaults
+  mode http
+  timeout client 30s
+  timeout connect 5s
+  timeout server 30s
+  timeout http-keep-alive 600s
+frontend h3
+  bind quic4@{ip}:{port} ssl crt {d}/cert+key.pem alpn h3
+  option forwardfor
+  http-request set-header X-Forwarded-Proto https
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  default_backend app
+backend app
+  # Any idle connection serves any request, whichever client stream it
+  # comes from: what nginx's keepalive and xdpqd's pool do. (The default,
+  # "safe", keeps a client's first request off shared connections.)
+  http-reuse always
+  server app {upstream.split("//", 1)[1]}
+"""
+            path, argv = "haproxy-proxy.cfg", ["haproxy", "-db", "-f", f"{d}/haproxy-proxy.cfg"]
+        else:
+            raise ValueError(variant)
+        with open(os.path.join(self.outside, path), "w") as f:
+            f.write(conf)
+        self.configs[variant + " proxy"] = conf
+        return ["taskset", "-c", SERVER_CPU, "chroot", self.chroot, *argv]
+
+    def curl(self, ns, ip, path="/b3", port=4433, body=False):
         """One request with the chroot's curl (OpenSSL 3.5's QUIC stack), HTTP/3
-        only: an independent client. Returns (status, body length)."""
+        only: an independent client. Returns "version status length" (and
+        the body, repr'd, if asked)."""
+        fmt = "%{http_version} %{http_code} %{size_download}"
         r = subprocess.run(["ip", "netns", "exec", ns, "chroot", self.chroot, "curl", "-sk",
-                            "--http3-only", "--max-time", "5", "-o", "/dev/null", "-w",
-                            "%{http_version} %{http_code} %{size_download}",
+                            "--http3-only", "--max-time", "5",
+                            *(["-w", "\n" + fmt] if body else ["-o", "/dev/null", "-w", fmt]),
                             f"https://{ip}:{port}{path}"], capture_output=True, text=True)
-        return r.stdout.strip() or r.stderr.strip()
+        if not r.stdout.strip():
+            return r.stderr.strip()
+        if body:
+            got, _, line = r.stdout.rpartition("\n")
+            return f"{line} {got!r}"
+        return r.stdout.strip()
 
 
 class Bench:
@@ -219,6 +407,7 @@ class Bench:
         os.chmod(self.work, 0o755)  # nginx's workers run as nobody
         self.docroot, self.cert, self.key = make_files(self.work)
         self.peers = None  # ChrootPeers, made when a chroot variant first runs
+        self.upstream = None  # Upstream, started when a proxy cell first runs
         self.curl_checks = {}
         self.runs = []
         self.helps = {}
@@ -227,10 +416,20 @@ class Bench:
 
     # --- servers -------------------------------------------------------------
 
-    def server_cmd(self, variant, topo, echo=False):
+    def server_cmd(self, variant, topo, echo=False, proxy=False):
         pin = ["taskset", "-c", SERVER_CPU]
         common = ["--listen", f"{topo.srv_ip}:4433", "--cert", self.cert, "--key", self.key,
                   "--docroot", self.docroot] + (["--echo"] if echo else [])
+        if proxy and is_xdpq(variant):
+            # Every path to the upstream, idle connections pooled as the peers
+            # do (UPSTREAM_IDLE), and room for one upstream connection per
+            # request in flight (c=100 m=32: 3200) rather than a 503. The
+            # connect timeout is xdpqd's default, 5 s, HAProxy's here too
+            # (`timeout connect 5s`; nginx's default is 60 s): the first
+            # burst of c=100 m=32 (3200 connects) overflows the upstream's
+            # listen backlog, and a dropped SYN is resent after 1 s.
+            common += ["--proxy", f"/={self.upstream.url}", "--proxy-max-idle",
+                       str(UPSTREAM_IDLE), "--proxy-max-connections", str(UPSTREAM_IDLE)]
         if is_xdpq(variant):
             # Its own control socket: the run reads its counters mid-run.
             common += ["--control-socket", self.control_socket(variant)]
@@ -282,7 +481,8 @@ https://{topo.srv_ip}:4433 {{
         if variant in CHROOT_PEERS:
             if self.peers is None:
                 self.peers = ChrootPeers(self.args.chroot, self.docroot, self.cert, self.key)
-            return self.peers.cmd(variant, topo.srv_ip)
+            return self.peers.cmd(variant, topo.srv_ip,
+                                  upstream=self.upstream.url if proxy else None)
         if variant == "nginx-h2":
             conf = os.path.join(self.work, "nginx.conf")
             with open(conf, "w") as f:
@@ -316,9 +516,10 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         except (OSError, ValueError, KeyError, subprocess.TimeoutExpired):
             return {}
 
-    def start_server(self, variant, topo, echo=False):
-        cmd = self.server_cmd(variant, topo, echo)
-        self.commands[variant + (" --echo" if echo else "")] = " ".join(cmd)
+    def start_server(self, variant, topo, echo=False, proxy=False):
+        cmd = self.server_cmd(variant, topo, echo, proxy)
+        self.commands[variant + (" --echo" if echo else "") + (" proxy" if proxy else "")] = \
+            " ".join(cmd)
         log = open(os.path.join(self.work, f"{variant}.log"), "w")
         env = dict(os.environ)
         if is_xdpq(variant):
@@ -376,9 +577,15 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                               "server_stats": {}})
 
     def _run_cell(self, variant, proto, cell, topo):
-        proc, log = self.start_server(variant, topo, echo=proto == "udp")
+        proxy = bool(cell.get("proxy"))
+        if proxy and self.upstream is None:
+            self.upstream = Upstream(self.work, topo.srv_ns)
+        proc, log = self.start_server(variant, topo, echo=proto == "udp", proxy=proxy)
         try:
+            # The server's processes only (the upstream is no descendant).
             pids = descendants(proc.pid)
+            up0 = self.upstream.counters() if proxy else {}
+            upcpu0 = sum(proc_cpu(p) for p in self.upstream.pids()) if proxy else 0
             cmd = ["ip", "netns", "exec", topo.cli_ns, "taskset", "-c", CLIENT_CPU,
                    *self.client_cmd(proto, topo, cell)]
             busy0, total0 = cpu_times()
@@ -399,6 +606,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             elapsed = time.monotonic() - t0
             srv1 = sum(proc_cpu(p) for p in pids)
             busy1, total1 = cpu_times()
+            upcpu1 = sum(proc_cpu(p) for p in self.upstream.pids()) if proxy else 0
+            up1 = self.upstream.counters() if proxy else {}
         finally:
             self.stop_server(proc, log, variant)
         res = {"h3": parse_h3load, "h2": parse_h2load, "udp": parse_udpecho}[proto](r.stdout)
@@ -435,6 +644,17 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                              ("sends_per_req", "tx_sends")):
             run[key] = (server_stats.get(counter, 0) / served
                         if served and "rx_datagrams" in server_stats else None)
+        if proxy:
+            # What reached the upstream over the whole run (warm-up included;
+            # minus the two status requests), the connections it accepted
+            # (few: the proxy reuses them) and its own CPU, which machine CPU
+            # includes and server CPU does not.
+            run["upstream_requests"] = (up1.get("requests", 0) - up0.get("requests", 0) - 1
+                                        if up0 and up1 else None)
+            run["upstream_accepts"] = (up1.get("accepts", 0) - up0.get("accepts", 0) - 1
+                                       if up0 and up1 else None)
+            run["upstream_cpu_us_per_req"] = ((upcpu1 - upcpu0) / hz / reqs * 1e6
+                                              if reqs else None)
         run["server_cpu_us_per_req"] = run["server_cpu_s"] / reqs * 1e6 if reqs else None
         run["machine_cpu_us_per_req"] = run["machine_cpu_s"] / reqs * 1e6 if reqs else None
         self.runs.append(run)
@@ -442,6 +662,7 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
               f"p50 {res.get('p50_us', 0) / 1000:7.2f} ms  p99 {res.get('p99_us', 0) / 1000:7.2f} ms"
               f"  srv {run['server_cpu_us_per_req'] or 0:7.1f} us/req  "
               f"all {run['machine_cpu_us_per_req'] or 0:7.1f} us/req"
+              f"{'  upstream ' + str(run['upstream_requests']) + ' req ' + str(run['upstream_accepts']) + ' conns' if proxy else ''}"
               f"{'  ERRORS ' + str(res.get('errors')) if res.get('errors') else ''}",
               flush=True)
 
@@ -452,6 +673,10 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
         echo_cells = [dict(body=b, c=4, m=32, handshake=False, echo=True) for b in ("64", "1200")]
         if a.preset == "peers":
             return [dict(c) for c in PEER_CELLS], [], []
+        if a.preset == "proxy":
+            if a.smoke:
+                return [dict(body="3", c=2, m=4, handshake=False, proxy=True)], [], []
+            return [dict(c) for c in PROXY_CELLS], [], []
         if a.smoke:
             h3_cells = [dict(body="3", c=2, m=4, handshake=False, gen=True)]
             h2_cells = []
@@ -474,6 +699,10 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             h3_cells += [dict(body="3", c=c, m=1, handshake=True) for c in (4, 16)]
             h2_cells = [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
                         for c, m in loads(b)]
+            # The proxy cells compare xdpq with the chroot's nginx and HAProxy:
+            # in the full matrix when that chroot is there.
+            if chroot_ready(a.chroot):
+                h3_cells += [dict(c) for c in PROXY_CELLS]
         return h3_cells, h2_cells, echo_cells
 
     def wanted(self, variant, cell):
@@ -512,25 +741,35 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             h2_variants.append("base-h2")
             echo_variants += ["base-afxdp", "base-socket"]
         with Topology() as topo:
-            for rnd in range(self.args.rounds):
-                self.round = rnd
-                print(f"round {rnd + 1}/{self.args.rounds}", flush=True)
-                for proto, cells, variants in (("h3", h3_cells, h3_variants),
-                                               ("h2", h2_cells, h2_variants),
-                                               ("udp", echo_cells, echo_variants)):
-                    for cell in cells:
-                        # The order rotates from round to round, so no variant
-                        # always runs first (after a cell change) or last.
-                        k = rnd % len(variants)
-                        for v in variants[k:] + variants[:k]:
-                            if cell.get("gen") and not is_xdpq(v):
-                                continue  # /bytes/N is xdpq's own route
-                            if v in PEER_BODIES and cell["body"] not in PEER_BODIES[v]:
-                                continue  # HAProxy answers small bodies only
-                            if self.wanted(v, cell):
-                                self.run_cell(v, proto, cell, topo)
-                if rnd == 0 and self.peers and self.args.rounds:
-                    self.check_peers(topo)
+            try:
+                for rnd in range(self.args.rounds):
+                    self.round = rnd
+                    print(f"round {rnd + 1}/{self.args.rounds}", flush=True)
+                    for proto, cells, variants in (("h3", h3_cells, h3_variants),
+                                                   ("h2", h2_cells, h2_variants),
+                                                   ("udp", echo_cells, echo_variants)):
+                        for cell in cells:
+                            # The order rotates from round to round, so no variant
+                            # always runs first (after a cell change) or last.
+                            k = rnd % len(variants)
+                            for v in variants[k:] + variants[:k]:
+                                if cell.get("gen") and not is_xdpq(v):
+                                    continue  # /bytes/N is xdpq's own route
+                                if cell.get("proxy"):
+                                    if not (is_xdpq(v) or v in PROXY_PEERS):
+                                        continue  # gtlsserver and Caddy do not proxy here
+                                elif v in PEER_BODIES and cell["body"] not in PEER_BODIES[v]:
+                                    continue  # HAProxy answers small bodies only
+                                if self.wanted(v, cell):
+                                    self.run_cell(v, proto, cell, topo)
+                    if rnd == 0 and self.peers and self.args.rounds:
+                        self.check_peers(topo)
+                    if rnd == 0 and self.upstream:
+                        self.check_proxies(topo, [v for v in h3_variants if is_xdpq(v) or
+                                                  v in PROXY_PEERS])
+            finally:
+                if self.upstream:
+                    self.upstream.close()  # before its namespace goes
         if self.peers:
             self.peers.close()
         self.report()
@@ -538,7 +777,7 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
     def check_peers(self, topo):
         """Once: the chroot's curl (an independent HTTP/3 client) fetches
         /b3 from each chroot peer that ran; the answers go in the report."""
-        for v in self.peers.configs:
+        for v in [v for v in self.peers.configs if v in CHROOT_PEERS]:
             try:
                 proc, log = self.start_server(v, topo)
             except RuntimeError as e:
@@ -549,6 +788,35 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             finally:
                 self.stop_server(proc, log, v)
             print(f"  {v:12s} curl --http3-only /b3: {self.curl_checks[v]}", flush=True)
+
+    def check_proxies(self, topo, variants):
+        """Once: the chroot's curl fetches /b3 through each proxy variant that
+        ran a proxy cell; the answer must be the upstream's body ("u3" and a
+        newline), and the upstream must count the request. Without the
+        chroot (CI) there is no HTTP/3 curl: the cells' upstream counters
+        stand in."""
+        if not chroot_ready(self.args.chroot):
+            return
+        if self.peers is None:
+            self.peers = ChrootPeers(self.args.chroot, self.docroot, self.cert, self.key)
+        for v in variants:
+            if not any(r["variant"] == v and r.get("proxy") for r in self.runs):
+                continue
+            key = v + " proxy"
+            try:
+                proc, log = self.start_server(v, topo, proxy=True)
+            except RuntimeError as e:
+                self.curl_checks[key] = f"did not start: {e}"[:300]
+                continue
+            try:
+                before = self.upstream.counters().get("requests", 0)
+                got = self.peers.curl(topo.cli_ns, topo.srv_ip, body=True)
+                seen = self.upstream.counters().get("requests", 0) - before - 1
+                self.curl_checks[key] = f"{got}; upstream counted {seen}"
+            finally:
+                self.stop_server(proc, log, v)
+            print(f"  {v:12s} curl --http3-only /b3 through the proxy: {self.curl_checks[key]}",
+                  flush=True)
 
     # --- report --------------------------------------------------------------
 
@@ -565,6 +833,8 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             "command": " ".join(sys.argv),
             "server_commands": self.commands,
             "server_configs": self.peers.configs if self.peers else {},
+            "upstream": ({"command": " ".join(self.upstream.command), "config": self.upstream.conf,
+                          "cpu": UPSTREAM_CPU} if self.upstream else None),
             "curl_http3_checks": self.curl_checks,
             "seconds_per_run": self.args.seconds, "rounds": self.args.rounds,
             "topology": "two netns, veth pair, GRO off on the server side; server on CPU "
@@ -633,8 +903,8 @@ def fmallocs(r):
 def cell_name(c):
     if c.get("echo"):
         return f"UDP echo {c['body']}B x{c['c']} w={c['m']}"
-    return (f"{c['body']}B c={c['c']} m={c['m']}" + (" newconn" if c.get("handshake") else "")
-            + (" /bytes" if c.get("gen") else " file"))
+    kind = " /bytes" if c.get("gen") else (" proxy" if c.get("proxy") else " file")
+    return f"{c['body']}B c={c['c']} m={c['m']}" + (" newconn" if c.get("handshake") else "") + kind
 
 
 def cpu_model():
@@ -656,7 +926,8 @@ def parse_h3load(out):
     return {"req_per_s": j["req_per_s"], "succeeded": req["succeeded"],
             "errors": req["failed"] + req["errored"] + j["connect_failures"],
             "p50_us": j["latency_us"]["request"]["p50"],
-            "p99_us": j["latency_us"]["request"]["p99"], "bytes_per_s": j["bytes_per_s"]}
+            "p99_us": j["latency_us"]["request"]["p99"], "bytes_per_s": j["bytes_per_s"],
+            "status": j.get("status", {})}
 
 
 def parse_udpecho(out):
@@ -817,13 +1088,14 @@ def main():
     p.add_argument("--cells", help="regex: run only cells whose name matches; 'peers': the "
                    "peer comparison (3 B at c=1, 10, 100 m=1 and c=100 m=32, 16 KiB c=10 m=1, "
                    "a new connection per request at c=16; by default on xdpq-afxdp, "
-                   "xdpq-socket, haproxy-h3, nginx-h3)")
+                   "xdpq-socket, haproxy-h3, nginx-h3); 'proxy': the same variants as "
+                   "reverse proxies to one HTTP/1.1 upstream (3 B at c=10 m=1 and c=100 m=32)")
     p.add_argument("--chroot", default=DEFAULT_CHROOT,
                    help="the Debian 13 chroot made by bench/peers.sh (nginx-h3, haproxy-h3)")
     a = p.parse_args()
     a.preset = None
-    if a.cells == "peers":
-        a.preset, a.cells = "peers", None
+    if a.cells in ("peers", "proxy"):
+        a.preset, a.cells = a.cells, None
         if not a.variants:
             a.variants = "xdpq-afxdp,xdpq-socket,haproxy-h3,nginx-h3"
     if a.rounds is None:

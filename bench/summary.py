@@ -2,7 +2,8 @@
 """Condenses a bench/run.py results directory into the README's key tables:
 one row per cell, the median req/s of each variant and the verdict of the
 per-round ratios; then the median server CPU and machine CPU per request of
-each variant, with xdpq's over each peer's (see report.md for every number).
+each variant, with xdpq's over each peer's (see report.md for every number);
+and for the proxy cells, xdpq over nginx and HAProxy as reverse proxies.
     bench/summary.py bench/results/DIR
 """
 
@@ -76,6 +77,78 @@ def main():
             print(f"| {proto} | {cell} | " + " | ".join("" if x is None else f"{x:,.1f}"
                                                      for x in row)
                   + " | " + "; ".join(ratios) + " |")
+    proxy_tables(runs, cells, median)
+
+
+# The line the proxy cells are read against: xdpq's server CPU per request
+# at most this fraction of the peer's, at a request rate at least the peer's.
+PROXY_CPU_LINE = 0.7
+
+
+def proxy_tables(runs, cells, median):
+    """The proxy cells (bench/run.py --cells proxy): xdpq on each dataplane
+    over each peer, on the medians; then how many upstream connections each
+    proxy opened, which tells a proxy that reuses them from one that does
+    not."""
+    pcells = [(c, p) for c, p in cells if c.endswith(" proxy")]
+    if not pcells:
+        return
+    print(f"\nProxy cells: xdpq over each peer, ratios of the medians (server CPU per "
+          f"request, machine CPU per request, requests/s). \"meets\": server CPU at most "
+          f"{PROXY_CPU_LINE}x the peer's at a request rate at least the peer's.\n")
+    print("| cell | xdpq vs peer | server CPU/req | machine CPU/req | req/s | "
+          f"server CPU <= {PROXY_CPU_LINE}x at >= 1x rate |")
+    print("|---|---|---:|---:|---:|---|")
+    for cell, proto in pcells:
+        for a in ("xdpq-afxdp", "xdpq-socket"):
+            for b in ("nginx-h3", "haproxy-h3"):
+                v = {}
+                for key in ("server_cpu_us_per_req", "machine_cpu_us_per_req", "req_per_s"):
+                    x, y = median(key, cell, proto, a), median(key, cell, proto, b)
+                    v[key] = x / y if x and y else None
+                if all(x is None for x in v.values()):
+                    ra = [r for r in runs if cell_name(r) == cell and r["variant"] == a]
+                    if ra and median("req_per_s", cell, proto, b) and not any(
+                            r.get("succeeded") for r in ra):
+                        # Nothing came back: say so rather than leave a gap.
+                        errs = statistics.median(r["errors"] if isinstance(r["errors"], int)
+                                                 else 0 for r in ra)
+                        print(f"| {cell} | {a.replace('xdpq-', '')} vs {b} | - | - | 0 | "
+                              f"misses: no request succeeded (median {errs:,.0f} "
+                              "errors a run) |")
+                    continue
+                srv, mach, rate = (v["server_cpu_us_per_req"], v["machine_cpu_us_per_req"],
+                                   v["req_per_s"])
+                meets = ("-" if srv is None or rate is None else
+                         "meets" if srv <= PROXY_CPU_LINE and rate >= 1 else "misses")
+                f = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+                print(f"| {cell} | {a.replace('xdpq-', '')} vs {b} | {f(srv)} | {f(mach)} | "
+                      f"{f(rate)} | {meets} |")
+    print("\nUpstream connections the proxy opened per 1000 requests the upstream counted "
+          "(medians; warm-up included, so a proxy that reuses its connections is near 0), "
+          "and the upstream's own CPU per request (µs), which machine CPU includes and "
+          "server CPU does not.\n")
+    cols = [v for v in ("xdpq-afxdp", "xdpq-socket", "haproxy-h3", "nginx-h3")
+            if any(r["variant"] == v and r.get("proxy") for r in runs)]
+    print("| cell | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for cell, proto in pcells:
+        row = []
+        for v in cols:
+            xs = [1000 * r["upstream_accepts"] / r["upstream_requests"] for r in runs
+                  if cell_name(r) == cell and r["variant"] == v and r.get("upstream_requests")
+                  and r.get("upstream_accepts") is not None]
+            up = median("upstream_cpu_us_per_req", cell, proto, v)
+            none = [r["upstream_accepts"] for r in runs if cell_name(r) == cell
+                    and r["variant"] == v and r.get("upstream_requests") == 0]
+            if xs and up:
+                row.append(f"{statistics.median(xs):,.1f} conns, {up:.1f} µs")
+            elif none:  # connections opened, not one request sent on them
+                row.append(f"no requests, {statistics.median(none):,.0f} conns")
+            else:
+                row.append("")
+        print(f"| {cell} | " + " | ".join(row) + " |")
+
 
 if __name__ == "__main__":
     main()

@@ -110,6 +110,12 @@ constexpr Key KEYS[] = {
     {"proxy_defaults", "via", Kind::flag_if_true, "--proxy-via", "true or false"},
     {"proxy_defaults", "forwarded_headers", Kind::flag_if_false, "--no-proxy-forwarded-headers",
      "true or false"},
+    {"proxy_defaults", "health_check", Kind::string, "--proxy-health-check",
+     "a path string starting with '/'"},
+    {"proxy_defaults", "health_interval_ms", Kind::integer, "--proxy-health-interval",
+     "milliseconds"},
+    {"proxy_defaults", "health_timeout_ms", Kind::integer, "--proxy-health-timeout",
+     "milliseconds"},
 };
 
 // The keys of a [[proxy]] table (one route): prefix and upstreams, and
@@ -593,7 +599,7 @@ idle_timeout_ms = 60000
 write_timeout_ms = 30000
 
 [proxy_defaults]                         # reverse proxy (docs/proxy.md); each route a [[proxy]] table
-connect_timeout_ms = 1000                # a connect not done by then fails (the upstream is held down)
+connect_timeout_ms = 5000                # a connect not done by then fails (the upstream is held down)
 timeout_ms = 30000                       # request sent to response head; past it: 504
 idle_timeout_ms = 30000                  # pooled keep-alive connections unused this long are closed
 max_idle = 32                            # pooled connections per upstream and worker
@@ -602,12 +608,15 @@ balancing = "round-robin"                # or "least-outstanding"
 trusted = []                             # clients whose own X-Forwarded-* are kept, "10.0.0.0/8"
 via = false                              # add "via: 1.1 xdpq"
 forwarded_headers = true                 # add X-Forwarded-For, -Proto and -Host
+# health_check = "/healthz"              # GET it on every upstream (each worker); unset: no checks
+health_interval_ms = 2000                # one check per upstream and worker this often
+health_timeout_ms = 1000                 # a check not answered by then fails
 
 # [[proxy]]                              # one table per route; the longest prefix wins
 # prefix = "/api/"                       # matched against the path, passed on unchanged
 # upstreams = ["http://127.0.0.1:8000", "unix:/run/app/app.sock"]
-# timeout_ms = 5000                      # a route may set any [proxy_defaults] key
-                                         # but trusted, via and forwarded_headers
+# timeout_ms = 5000                      # a route may set its own balancing, timeouts,
+                                         # max_idle and max_connections
 )";
 }
 

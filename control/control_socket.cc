@@ -199,7 +199,7 @@ std::string Server::status_text(bool json) {
       j += ",\"quic_connections\":" + std::to_string(s.gauges.quic_connections) +
            ",\"tcp_connections\":" + std::to_string(s.gauges.tcp_connections) + "}";
     }
-    return j + "]}";
+    return j + "]" + upstreams_json(snaps) + "}";
   }
   std::ostringstream t;
   t << "xdpqd " XDPQ_VERSION " (pid " << getpid() << "), up " << up << " s, "
@@ -231,36 +231,49 @@ std::string Server::status_text(bool json) {
   if (!names.empty()) {
     t << "upstream    state  requests  errors  idle  busy  route=url\n";
     for (size_t i = 0; i < names.size(); ++i) {
-      http::UpstreamStats u;
-      size_t down_in = 0;
-      for (const auto &s : snaps) {
-        if (i >= s.upstreams.size()) continue;
-        const auto &w = s.upstreams[i];
-        u.requests += w.requests;
-        u.connect_failures += w.connect_failures;
-        u.timeouts += w.timeouts;
-        u.resets += w.resets;
-        u.bad_responses += w.bad_responses;
-        u.idle_connections += w.idle_connections;
-        u.busy_connections += w.busy_connections;
-        down_in += w.down;
-      }
+      const http::UpstreamStats u = upstream_total(snaps, i);
       char line[160];
       snprintf(line, sizeof(line), "upstream%-3zu %5s  %8llu  %6llu  %4llu  %4llu  ", i,
-               down_in ? "down" : "up", static_cast<unsigned long long>(u.requests),
+               u.down ? "down" : "up", static_cast<unsigned long long>(u.requests),
                static_cast<unsigned long long>(u.connect_failures + u.timeouts + u.resets +
                                                u.bad_responses),
                static_cast<unsigned long long>(u.idle_connections),
                static_cast<unsigned long long>(u.busy_connections));
       t << line << names[i] << "\n";
     }
+    t << upstream_latency_table(snaps, names);
   }
   return t.str();
 }
 
+std::string Server::upstreams_json(const std::vector<WorkerSnapshot> &snaps) const {
+  const auto labels = upstream_labels(opts_.proxy);
+  if (labels.empty()) return {};
+  std::string j = ",\"upstreams\":[";
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const http::UpstreamStats u = upstream_total(snaps, i);
+    j += (i ? ",{" : "{") + std::string("\"id\":") + std::to_string(i) + ",\"route\":\"" +
+         json_escape(labels[i].route) + "\",\"url\":\"" + json_escape(labels[i].url) +
+         "\",\"state\":\"" + (u.down ? "down" : "up") +
+         "\",\"down_in_workers\":" + std::to_string(u.down) +
+         ",\"requests\":" + std::to_string(u.requests) +
+         ",\"errors\":" +
+         std::to_string(u.connect_failures + u.timeouts + u.resets + u.bad_responses) +
+         ",\"probes\":" + std::to_string(u.probes) +
+         ",\"probe_failures\":" + std::to_string(u.probe_failures) +
+         ",\"idle_connections\":" + std::to_string(u.idle_connections) +
+         ",\"busy_connections\":" + std::to_string(u.busy_connections) + "," +
+         upstream_latency_json(u) + "}";
+  }
+  return j + "]";
+}
+
 std::string Server::stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const {
   Counters xdp = xdp_counters(program_.get());
-  if (!json) return counters_table(snaps, xdp);
+  if (!json) {
+    return counters_table(snaps, xdp) +
+           upstream_latency_table(snaps, http::Proxy::upstream_names(opts_.proxy));
+  }
   Counters all = sum(snaps);
   all.insert(all.end(), xdp.begin(), xdp.end());
   std::string j = "{\"total\":" + counters_json(all) + ",\"workers\":[";
@@ -268,7 +281,7 @@ std::string Server::stats_text(const std::vector<WorkerSnapshot> &snaps, bool js
     j += (i ? "," : "") + std::string("{\"id\":") + std::to_string(snaps[i].id) +
          ",\"counters\":" + counters_json(counters_of(snaps[i])) + "}";
   }
-  return j + "]}";
+  return j + "]" + upstreams_json(snaps) + "}";
 }
 
 std::string Server::conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const {
@@ -322,7 +335,7 @@ std::string Server::conns_text(const std::vector<WorkerSnapshot> &snaps, bool js
 
 bool Server::metrics_page(std::string_view path, std::string &body) {
   if (path != "/metrics" && path != "/") return false;
-  body = prometheus_text(snapshots(false), xdp_counters(program_.get()));
+  body = prometheus_text(snapshots(false), xdp_counters(program_.get()), opts_.proxy);
   return true;
 }
 

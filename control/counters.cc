@@ -24,6 +24,144 @@ std::string fmt_seconds(double s) {
   return b;
 }
 
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(std::string_view v) {
+  std::string o;
+  for (char c : v) {
+    if (c == '\\') o += "\\\\";
+    else if (c == '"') o += "\\\"";
+    else if (c == '\n') o += "\\n";
+    else o += c;
+  }
+  return o;
+}
+
+// One histogram's _bucket (cumulative), _sum and _count lines. bound(i)
+// is bucket i's upper bound in ns for i < finite; the last is +Inf.
+template <typename H, typename Bound>
+void write_histogram(std::ostringstream &t, const std::string &name, const std::string &labels,
+                     const H &h, size_t finite, Bound bound) {
+  uint64_t cum = 0;
+  for (size_t i = 0; i < h.counts.size(); ++i) {
+    cum += h.counts[i];
+    std::string le = i < finite ? fmt_seconds(static_cast<double>(bound(i)) / 1e9) : "+Inf";
+    t << name << "_bucket{" << labels << (labels.empty() ? "" : ",") << "le=\"" << le << "\"} "
+      << cum << "\n";
+  }
+  t << name << "_sum{" << labels << "} " << fmt_seconds(static_cast<double>(h.sum_ns) / 1e9)
+    << "\n";
+  t << name << "_count{" << labels << "} " << cum << "\n";
+}
+
+void add_upstream(http::UpstreamStats &a, const http::UpstreamStats &b) {
+#define XDPQ_ADD_(name, help) a.name += b.name;
+  XDPQ_UPSTREAM_COUNTERS(XDPQ_ADD_)
+  XDPQ_UPSTREAM_GAUGES(XDPQ_ADD_)
+#undef XDPQ_ADD_
+  a.connect_time.merge(b.connect_time);
+  a.head_latency.merge(b.head_latency);
+}
+
+std::string fmt_ms(uint64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.3f", static_cast<double>(ns) / 1e6);
+  return b;
+}
+
+// {"count":N,"sum_s":S,"p50_s":A,"p99_s":B,"buckets":[[le_s,cumulative],...]}
+std::string histogram_json(const dataplane::Log2Histogram &h) {
+  std::string j = "{\"count\":" + std::to_string(h.count()) +
+                  ",\"sum_s\":" + fmt_seconds(static_cast<double>(h.sum_ns) / 1e9) +
+                  ",\"p50_s\":" + fmt_seconds(static_cast<double>(h.quantile(0.5)) / 1e9) +
+                  ",\"p99_s\":" + fmt_seconds(static_cast<double>(h.quantile(0.99)) / 1e9) +
+                  ",\"buckets\":[";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < h.counts.size(); ++i) {
+    cum += h.counts[i];
+    j += (i ? ",[" : "[") +
+         (i < dataplane::Log2Histogram::FINITE
+              ? fmt_seconds(static_cast<double>(dataplane::Log2Histogram::bound_ns(i)) / 1e9)
+              : std::string("null")) +
+         "," + std::to_string(cum) + "]";
+  }
+  return j + "]}";
+}
+
+} // namespace
+
+namespace {
+
+// The upstreams' counters and gauges per worker, and their latency
+// histograms summed over workers, labelled by route and upstream URL: each
+// metric's lines together, as the exposition format wants.
+void upstream_metrics(std::ostringstream &t, const std::vector<WorkerSnapshot> &snaps,
+                      const http::ProxyConfig &proxy) {
+  const auto labels = upstream_labels(proxy);
+  if (labels.empty() || snaps.empty()) return;
+  std::vector<std::string> sel;
+  for (const auto &l : labels) {
+    sel.push_back("route=\"" + label_value(l.route) + "\",upstream=\"" + label_value(l.url) +
+                  "\"");
+  }
+  struct Field {
+    const char *name;
+    const char *help;
+    bool gauge;
+  };
+  std::vector<Field> fields;
+  const http::UpstreamStats none;
+  none.visit([&](const char *n, const char *h, uint64_t) { fields.push_back({n, h, false}); });
+  none.visit_gauges([&](const char *n, const char *h, uint64_t) {
+    fields.push_back({n, h, true});
+  });
+  // values[w][u] lists worker w's upstream u in the order of fields.
+  std::vector<std::vector<std::vector<uint64_t>>> values(snaps.size());
+  for (size_t w = 0; w < snaps.size(); ++w) {
+    for (size_t u = 0; u < labels.size(); ++u) {
+      std::vector<uint64_t> v;
+      if (u < snaps[w].upstreams.size()) {
+        const auto &s = snaps[w].upstreams[u];
+        s.visit([&](const char *, const char *, uint64_t x) { v.push_back(x); });
+        s.visit_gauges([&](const char *, const char *, uint64_t x) { v.push_back(x); });
+      }
+      v.resize(fields.size());
+      values[w].push_back(std::move(v));
+    }
+  }
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const std::string metric =
+        std::string("xdpq_upstream_") + fields[f].name + (fields[f].gauge ? "" : "_total");
+    t << "# HELP " << metric << " " << fields[f].help << "\n";
+    t << "# TYPE " << metric << (fields[f].gauge ? " gauge\n" : " counter\n");
+    for (size_t u = 0; u < labels.size(); ++u) {
+      for (size_t w = 0; w < snaps.size(); ++w) {
+        t << metric << "{worker=\"" << snaps[w].id << "\"," << sel[u] << "} " << values[w][u][f]
+          << "\n";
+      }
+    }
+  }
+  std::vector<http::UpstreamStats> totals;
+  for (size_t u = 0; u < labels.size(); ++u) totals.push_back(upstream_total(snaps, u));
+  const auto bound = [](size_t i) { return dataplane::Log2Histogram::bound_ns(i); };
+  const struct {
+    const char *name, *help;
+    dataplane::Log2Histogram http::UpstreamStats::*h;
+  } hists[] = {
+      {"xdpq_upstream_connect_duration_seconds", "connect started to connected (all workers)",
+       &http::UpstreamStats::connect_time},
+      {"xdpq_upstream_response_head_duration_seconds",
+       "request started out (connected) to its response head parsed (all workers)",
+       &http::UpstreamStats::head_latency},
+  };
+  for (const auto &h : hists) {
+    t << "# HELP " << h.name << " " << h.help << "\n# TYPE " << h.name << " histogram\n";
+    for (size_t u = 0; u < labels.size(); ++u) {
+      write_histogram(t, h.name, sel[u], totals[u].*(h.h), dataplane::Log2Histogram::FINITE,
+                      bound);
+    }
+  }
+}
+
 } // namespace
 
 uint64_t thread_malloc_count() {
@@ -32,7 +170,7 @@ uint64_t thread_malloc_count() {
   return fn ? fn() : 0;
 }
 
-Counters counters_of(const WorkerSnapshot &s) {
+Counters counters_of(const WorkerSnapshot &s, bool with_upstreams) {
   Counters c;
   c.reserve(128);
   add_group(c, s.port, "");
@@ -48,7 +186,7 @@ Counters counters_of(const WorkerSnapshot &s) {
   add_group(c, s.proxy, "");
   // Upstreams by position in the configuration (`xdpqctl status` names
   // them); every worker has the same list.
-  for (size_t i = 0; i < s.upstreams.size(); ++i) {
+  for (size_t i = 0; with_upstreams && i < s.upstreams.size(); ++i) {
     const std::string prefix = "upstream" + std::to_string(i) + "_";
     add_group(c, s.upstreams[i], prefix.c_str());
     s.upstreams[i].visit_gauges([&](const char *name, const char *help, uint64_t v) {
@@ -137,10 +275,61 @@ std::string counters_table(const std::vector<WorkerSnapshot> &snaps, const Count
   return t.str();
 }
 
-std::string prometheus_text(const std::vector<WorkerSnapshot> &snaps, const Counters &xdp) {
+std::vector<UpstreamLabel> upstream_labels(const http::ProxyConfig &cfg) {
+  std::vector<UpstreamLabel> out;
+  for (const auto &r : cfg.routes) {
+    for (size_t i = 0; i < r.upstreams.size(); ++i) {
+      UpstreamLabel l{r.prefix, r.upstreams[i].text};
+      // The same URL twice in a route (a crude weight) needs its own series.
+      size_t seen = 0;
+      for (size_t k = 0; k < i; ++k) seen += r.upstreams[k].text == l.url;
+      if (seen) l.url += "#" + std::to_string(seen + 1);
+      out.push_back(std::move(l));
+    }
+  }
+  return out;
+}
+
+http::UpstreamStats upstream_total(const std::vector<WorkerSnapshot> &snaps, size_t i) {
+  http::UpstreamStats u;
+  for (const auto &s : snaps) {
+    if (i < s.upstreams.size()) add_upstream(u, s.upstreams[i]);
+  }
+  return u;
+}
+
+std::string upstream_latency_table(const std::vector<WorkerSnapshot> &snaps,
+                                   const std::vector<std::string> &names) {
+  if (names.empty()) return {};
+  std::ostringstream t;
+  t << "upstream    connects  connect p50/p99 ms      heads  head p50/p99 ms         route=url\n";
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto u = upstream_total(snaps, i);
+    const auto p50_p99 = [](const dataplane::Log2Histogram &h) {
+      return h.count() == 0 ? std::string("-")
+                            : fmt_ms(h.quantile(0.5)) + " / " + fmt_ms(h.quantile(0.99));
+    };
+    char line[200];
+    std::snprintf(line, sizeof(line), "upstream%-3zu %8llu  %-20s  %8llu  %-22s  ", i,
+                  static_cast<unsigned long long>(u.connect_time.count()),
+                  p50_p99(u.connect_time).c_str(),
+                  static_cast<unsigned long long>(u.head_latency.count()),
+                  p50_p99(u.head_latency).c_str());
+    t << line << names[i] << "\n";
+  }
+  return t.str();
+}
+
+std::string upstream_latency_json(const http::UpstreamStats &u) {
+  return "\"connect_time\":" + histogram_json(u.connect_time) +
+         ",\"head_latency\":" + histogram_json(u.head_latency);
+}
+
+std::string prometheus_text(const std::vector<WorkerSnapshot> &snaps, const Counters &xdp,
+                            const http::ProxyConfig &proxy) {
   std::ostringstream t;
   std::vector<Counters> per;
-  for (const auto &s : snaps) per.push_back(counters_of(s));
+  for (const auto &s : snaps) per.push_back(counters_of(s, false));
   if (!per.empty()) {
     for (size_t i = 0; i < per[0].size(); ++i) {
       const Counter &k = per[0][i];
@@ -163,18 +352,8 @@ std::string prometheus_text(const std::vector<WorkerSnapshot> &snaps, const Coun
       t << "# HELP " << name << " " << help << "\n";
       t << "# TYPE " << name << " histogram\n";
     }
-    uint64_t cum = 0;
-    for (size_t i = 0; i < h.counts.size(); ++i) {
-      cum += h.counts[i];
-      std::string le = i < dataplane::Histogram::BOUNDS_NS.size()
-                           ? fmt_seconds(static_cast<double>(dataplane::Histogram::BOUNDS_NS[i]) / 1e9)
-                           : "+Inf";
-      t << name << "_bucket{" << labels << (labels.empty() ? "" : ",") << "le=\"" << le << "\"} "
-        << cum << "\n";
-    }
-    t << name << "_sum{" << labels << "} " << fmt_seconds(static_cast<double>(h.sum_ns) / 1e9)
-      << "\n";
-    t << name << "_count{" << labels << "} " << h.count << "\n";
+    write_histogram(t, name, labels, h, dataplane::Histogram::BOUNDS_NS.size(),
+                    [](size_t i) { return dataplane::Histogram::BOUNDS_NS[i]; });
   };
   dataplane::Histogram h3, tcp, hs;
   for (const auto &s : snaps) {
@@ -187,6 +366,7 @@ std::string prometheus_text(const std::vector<WorkerSnapshot> &snaps, const Coun
   histogram("xdpq_request_duration_seconds", "", "proto=\"tcp\"", tcp, false);
   histogram("xdpq_quic_handshake_duration_seconds", "first Initial to handshake completed", "",
             hs, true);
+  upstream_metrics(t, snaps, proxy);
   return t.str();
 }
 

@@ -177,7 +177,7 @@ Reverse proxy (see docs/proxy.md):
   --proxy-connect-timeout MS
                           A connect to an upstream not done within MS
                           fails (the next upstream is tried, else 502;
-                          default 1000).
+                          default 5000).
   --proxy-timeout MS      No response head within MS of the request being
                           sent: 504 (default 30000).
   --proxy-idle-timeout MS Pooled keep-alive connections unused for MS are
@@ -198,6 +198,18 @@ Reverse proxy (see docs/proxy.md):
   --no-proxy-forwarded-headers
                           Pass requests without adding X-Forwarded-* (the
                           client's own are still removed unless trusted).
+  --proxy-health-check PATH
+                          Active health checks (default: none): every
+                          worker sends GET PATH to each upstream on a
+                          connection of its own; a 2xx or 3xx passes, and
+                          an upstream failing one gets no requests until
+                          one passes.
+  --proxy-health-interval MS
+                          Time between a worker's checks of an upstream
+                          (default 2000).
+  --proxy-health-timeout MS
+                          A check without a response head within MS fails
+                          (default 1000).
 
 Operation:
   --config FILE           Read a TOML configuration file (see
@@ -332,6 +344,19 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.proxy.via = true;
     } else if (arg == "--no-proxy-forwarded-headers") {
       o.proxy.forwarded_headers = false;
+    } else if (arg == "--proxy-health-check") {
+      std::string v(need());
+      const bool printable =
+          std::all_of(v.begin(), v.end(), [](char c) { return c > ' ' && c < 0x7f; });
+      if (!v.starts_with('/') || v.size() > 1024 || !printable) {
+        throw UsageError("--proxy-health-check: expected a path starting with '/' (visible ASCII, "
+                         "at most 1024 bytes), got '" + v + "'");
+      }
+      o.proxy.health_check_path = std::move(v);
+    } else if (arg == "--proxy-health-interval") {
+      o.proxy.health_interval_ns = parse_number(arg, need(), 10, 3600'000) * 1'000'000ull;
+    } else if (arg == "--proxy-health-timeout") {
+      o.proxy.health_timeout_ns = parse_number(arg, need(), 10, 3600'000) * 1'000'000ull;
     } else if (arg == "--echo") {
       o.echo = true;
     } else if (arg == "--drain-timeout") {

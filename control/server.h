@@ -70,6 +70,8 @@ private:
   std::vector<WorkerSnapshot> snapshots(bool with_conns);
   std::string status_text(bool json);
   std::string stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
+  // ,"upstreams":[...] per upstream summed over workers; empty without any.
+  std::string upstreams_json(const std::vector<WorkerSnapshot> &snaps) const;
   std::string conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
   // control_plane.cc
   std::string reload();

@@ -10,14 +10,13 @@
 #include "http/proxy.h"
 
 #include "http/proxy_headers.h"
+#include "http/upstream_health.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,7 +43,7 @@ struct ProxyGeneration {
   bool retired = false;
 };
 
-struct Upstream {
+struct Upstream final : HealthListener {
   UpstreamAddress addr;
   ProxyGeneration *gen = nullptr;
   const RouteSettings *settings = nullptr; // its route's
@@ -53,6 +52,18 @@ struct Upstream {
   uint64_t down_until = 0;
   unsigned fails = 0;
   UpstreamStats stats;
+  std::unique_ptr<HealthProbe> probe; // with --proxy-health-check
+
+  // Skipped by pick(): within a passive back-off, or its last probe failed.
+  bool held_down(uint64_t now) const { return down_until > now || (probe && probe->failing()); }
+  // A passing probe is proof the upstream accepts and answers again: it
+  // ends a passive back-off too. A failing one holds it down by itself.
+  void probe_done(bool passed) override {
+    if (passed) {
+      fails = 0;
+      down_until = 0;
+    }
+  }
 };
 
 // One socket to an upstream. Owned by the Proxy; freed at the end of the
@@ -69,25 +80,12 @@ public:
 
   // Starts a non-blocking connect. False (and closed) if it failed at once.
   bool open() {
-    const bool unix_socket = !up_.addr.unix_path.empty();
-    fd_ = ::socket(unix_socket ? AF_UNIX : up_.addr.inet.family(),
-                   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool connected = false;
+    fd_ = start_connect(up_.addr, connected);
     if (fd_ < 0) return false;
-    int rv;
-    if (unix_socket) {
-      sockaddr_un sun{};
-      sun.sun_family = AF_UNIX;
-      std::memcpy(sun.sun_path, up_.addr.unix_path.data(), up_.addr.unix_path.size());
-      rv = ::connect(fd_, reinterpret_cast<sockaddr *>(&sun), sizeof(sun));
-    } else {
-      int one = 1;
-      setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      rv = ::connect(fd_, &up_.addr.inet.u.sa, up_.addr.inet.len);
-    }
-    // EAGAIN from a unix socket means its backlog is full: a failed connect,
-    // as nginx counts it, not one in progress.
-    if (rv != 0 && errno != EINPROGRESS) return false;
-    state_ = rv == 0 ? State::sending : State::connecting;
+    state_ = connected ? State::sending : State::connecting;
+    opened_at_ = proxy_.loop().now();
+    if (connected) up_.stats.connect_time.record(0);
     up_.conns += 1;
     up_.stats.connects += 1;
     counted_ = true;
@@ -97,6 +95,8 @@ public:
   }
 
   bool connecting() const { return state_ == State::connecting; }
+  // Where the Proxy keeps it among its open connections.
+  size_t index = SIZE_MAX;
 
   // Writes what the exchange holds of its request now (the session handed
   // in body bytes).
@@ -112,6 +112,8 @@ public:
     frame_len_ = frame_off_ = 0;
     chunk_left_ = 0;
     chunks_ = last_chunk_ = write_failed_ = false;
+    sent_at_ = proxy_.loop().now(); // a connecting one sets it again when connected
+    head_timed_ = false;
     proxy_.loop().timers().cancel(timer_);
     if (state_ == State::idle) {
       std::erase(up_.idle, this);
@@ -168,6 +170,8 @@ public:
       if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) return failed_before_response(true);
       if (!(events & EPOLLOUT)) return;
       state_ = State::sending;
+      sent_at_ = proxy_.loop().now();
+      up_.stats.connect_time.record(sent_at_ - opened_at_);
       if (ex_) ex_->connected();
       wrote_and_tell();
       break;
@@ -320,10 +324,12 @@ private:
       ssize_t n = ::recv(fd_, buf.data(), std::min(room, buf.size()), 0);
       if (n > 0) {
         progressed = true;
-        if (parser_.feed(buf.data(), static_cast<size_t>(n)) !=
-            UpstreamResponseParser::Result::ok) {
-          return broke(true);
+        const auto r = parser_.feed(buf.data(), static_cast<size_t>(n));
+        if (!head_timed_ && parser_.head_done()) {
+          head_timed_ = true;
+          up_.stats.head_latency.record(proxy_.loop().now() - sent_at_);
         }
+        if (r != UpstreamResponseParser::Result::ok) return broke(true);
         if (parser_.complete()) return done();
         continue;
       }
@@ -385,6 +391,9 @@ private:
   bool write_failed_ = false;
   bool want_read_ = false;      // the epoll interest set
   bool want_write_ = false;
+  uint64_t opened_at_ = 0; // the connect started (loop time)
+  uint64_t sent_at_ = 0;   // the request started out
+  bool head_timed_ = false;
   dataplane::Timer timer_;
 };
 
@@ -739,6 +748,7 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
       u->addr = a;
       u->gen = g.get();
       u->settings = &state.settings;
+      const Upstream *before = nullptr;
       // The same route and URL as before a reload: its counters go on.
       for (size_t j = 0; cur_ && j < cur_->routes.size(); ++j) {
         if (cur_->cfg->routes[j].prefix != r.prefix) continue;
@@ -746,7 +756,15 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
           if (old->addr.text != a.text) continue;
           u->stats = old->stats;
           u->stats.outstanding = 0; // the old one's exchanges count down their own
+          before = old;
         }
+      }
+      if (!cfg->health_check_path.empty()) {
+        u->probe = std::make_unique<HealthProbe>(loop_, u->addr, cfg->health_check_path,
+                                                 cfg->health_interval_ns, cfg->health_timeout_ns,
+                                                 u->stats, *u);
+        // Nor does a failed check's verdict: out until a check passes.
+        if (before && before->probe && before->probe->failing()) u->probe->assume_failing();
       }
       state.upstreams.push_back(u.get());
       g->upstreams.push_back(std::move(u));
@@ -759,9 +777,11 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
 void Proxy::reconfigure(std::shared_ptr<const ProxyConfig> cfg) {
   auto g = build(cfg);
   cur_->retired = true;
-  // Pooled connections to the old upstreams would never be used again.
+  // Pooled connections to the old upstreams would never be used again,
+  // nor would checks of them (the new upstreams have their own).
   for (auto &u : cur_->upstreams) {
     while (!u->idle.empty()) u->idle.back()->close();
+    if (u->probe) u->probe->stop();
   }
   retired_.push_back(std::move(cur_));
   cur_ = std::move(g);
@@ -841,7 +861,7 @@ Upstream *Proxy::pick(ProxyRouteState &route) {
   for (size_t i = 0; i < n; ++i) {
     size_t at = (route.next + i) % n;
     Upstream *u = list[at];
-    if (u->down_until > now) continue;
+    if (u->held_down(now)) continue;
     if (route.settings.balancing == Balancing::round_robin) {
       best = u;
       best_at = at;
@@ -854,6 +874,10 @@ Upstream *Proxy::pick(ProxyRouteState &route) {
   }
   if (best) route.next = (best_at + 1) % n;
   return best;
+}
+
+Upstream *Proxy::pick_route(size_t i) {
+  return i < cur_->routes.size() ? pick(cur_->routes[i]) : nullptr;
 }
 
 UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full) {
@@ -873,6 +897,7 @@ UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &p
   }
   conns_.push_back(std::make_unique<UpstreamConn>(*this, u));
   UpstreamConn *c = conns_.back().get();
+  c->index = conns_.size() - 1;
   if (!c->open()) {
     conns_.pop_back();
     return nullptr;
@@ -899,11 +924,15 @@ void Proxy::pool(UpstreamConn &c) {
 }
 
 void Proxy::closed(UpstreamConn &c) {
-  auto it = std::find_if(conns_.begin(), conns_.end(),
-                         [&](const std::unique_ptr<UpstreamConn> &p) { return p.get() == &c; });
-  if (it == conns_.end()) return;
-  dead_.push_back(std::move(*it));
-  *it = std::move(conns_.back());
+  // Swap with the last and pop: O(1) however many connections are open.
+  const size_t at = c.index;
+  if (at >= conns_.size() || conns_[at].get() != &c) return;
+  c.index = SIZE_MAX;
+  dead_.push_back(std::move(conns_[at]));
+  if (at + 1 != conns_.size()) {
+    conns_[at] = std::move(conns_.back());
+    conns_[at]->index = at;
+  }
   conns_.pop_back();
 }
 
@@ -932,7 +961,7 @@ void Proxy::upstream_stats(std::vector<UpstreamStats> &out) const {
     UpstreamStats s = u->stats;
     s.idle_connections = u->idle.size();
     s.busy_connections = u->conns - u->idle.size();
-    s.down = u->down_until > now ? 1 : 0;
+    s.down = u->held_down(now) ? 1 : 0;
     out.push_back(s);
   }
 }

@@ -20,6 +20,7 @@
 #include "base/counters.h"
 #include "dataplane/address.h"
 #include "dataplane/event_loop.h"
+#include "dataplane/histogram.h"
 #include "http/memory_budget.h"
 #include "http/message.h"
 #include "http/proxy_config.h"
@@ -44,17 +45,24 @@ namespace xdpq::http {
   X(resets, "responses cut short: the upstream closed or reset mid-body (client stream reset)")   \
   X(bad_responses, "malformed or oversized response heads (502)")                                  \
   X(retries, "requests moved to another connection or upstream before any response byte")        \
-  X(marked_down, "times passive health marked the upstream down")
+  X(marked_down, "times passive health marked the upstream down")                                \
+  X(probes, "active health checks started")                                                        \
+  X(probe_failures, "health checks failed: a status not 2xx/3xx, no connect, a bad head, timeout") \
+  X(probe_timeouts, "health checks without a response head within the health check timeout")
 
 #define XDPQ_UPSTREAM_GAUGES(X)                                                                    \
   X(idle_connections, "pooled keep-alive connections")                                             \
   X(busy_connections, "connections connecting or carrying a request")                              \
   X(outstanding, "requests in flight")                                                             \
-  X(down, "1 while passive health holds the upstream down")
+  X(down, "1 while passive health or a failed health check holds the upstream down")
 
 struct UpstreamStats {
   XDPQ_COUNTER_FIELDS(XDPQ_UPSTREAM_COUNTERS)
   XDPQ_COUNTER_FIELDS(XDPQ_UPSTREAM_GAUGES)
+  // Connect started to connected (a unix socket's usually at once: 0), and
+  // the request starting out (the connect done) to its response head parsed.
+  dataplane::Log2Histogram connect_time;
+  dataplane::Log2Histogram head_latency;
   template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_UPSTREAM_COUNTERS) }
   template <typename F> void visit_gauges(F &&f) const {
     XDPQ_COUNTER_VISIT(XDPQ_UPSTREAM_GAUGES)
@@ -279,6 +287,9 @@ public:
   // An upstream of the route for a new attempt (round robin or least
   // outstanding), skipping those held down; null if none is up.
   Upstream *pick(ProxyRouteState &route);
+  // pick() on the current configuration's route i; null past the last
+  // (for tests).
+  Upstream *pick_route(size_t i);
   // A connection to u: a pooled one (reused set) unless fresh_only, or a
   // new one; null when the per-upstream limit is reached (pool_full set)
   // or the connect failed at once.

@@ -263,6 +263,10 @@ std::string ProxyConfig::describe() const {
   }
   d += "down_backoff_ns=" + std::to_string(down_backoff_ns) +
        (forwarded_headers ? " forwarded" : "") + (via ? " via" : "");
+  if (!health_check_path.empty()) {
+    d += " health_check=" + health_check_path + ";interval_ns=" +
+         std::to_string(health_interval_ns) + ";timeout_ns=" + std::to_string(health_timeout_ns);
+  }
   return d;
 }
 

@@ -50,7 +50,7 @@ enum class Balancing { round_robin, least_outstanding };
 // --proxy-* defaults in ProxyConfig.
 struct RouteSettings {
   Balancing balancing = Balancing::round_robin;
-  uint64_t connect_timeout_ns = 1'000'000'000ull;
+  uint64_t connect_timeout_ns = 5'000'000'000ull; // past two lost SYNs (1 s, then 2 s)
   uint64_t response_timeout_ns = 30'000'000'000ull; // request sent to response head
   uint64_t idle_timeout_ns = 30'000'000'000ull;     // a pooled connection unused
   size_t max_idle_per_upstream = 32;                // per worker
@@ -68,6 +68,9 @@ struct ProxyRoute {
 struct ProxyConfig : RouteSettings {
   std::vector<ProxyRoute> routes;
   uint64_t down_backoff_ns = 2'000'000'000ull;      // after a failed connect (doubles, to 32x)
+  std::string health_check_path;                    // empty: no active health checks
+  uint64_t health_interval_ns = 2'000'000'000ull;   // between a probe's starts, per worker
+  uint64_t health_timeout_ns = 1'000'000'000ull;    // a probe without a head by then fails
   std::vector<Cidr> trusted;                        // may send X-Forwarded-*
   bool forwarded_headers = true;                    // add X-Forwarded-For/-Proto/-Host
   bool via = false;                                 // add "via: 1.1 xdpq"

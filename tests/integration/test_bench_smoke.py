@@ -47,6 +47,41 @@ class BenchSmokeTest(TimedTestCase):
             with open(os.path.join(out, png), "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_proxy_cell(self):
+        """One short proxy cell on both dataplanes (the chroot's nginx and
+        HAProxy are not needed, nor run): the requests went through xdpqd's
+        proxy to the upstream and came back with status 200."""
+        require_tools()
+        build = os.path.dirname(XDPQD)
+        out = tempfile.mkdtemp(prefix="xdpq-bench-proxy-")
+        r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "run.py"), "--smoke",
+                            "--cells", "proxy", "--build", build, "--out", out],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        runs = res["runs"]
+        self.assertEqual({run["variant"] for run in runs}, {"xdpq-afxdp", "xdpq-socket"})
+        self.assertIn("/usr/sbin/nginx", res["meta"]["upstream"]["command"])
+        for run in runs:
+            name = run["variant"]
+            self.assertTrue(run["proxy"], name)
+            self.assertIn("--proxy /=http://127.0.0.1:", res["meta"]["server_commands"][
+                name + " proxy"])
+            self.assertGreater(run["succeeded"], 0, f"{name}: nothing came back")
+            self.assertEqual(run["errors"], 0, name)
+            self.assertEqual(run["status"]["2xx"], run["succeeded"], name)
+            self.assertEqual(run["status"]["5xx"], 0, name)
+            # The answers came from the upstream, not xdpqd's own document
+            # root: it counted at least every request the client completed,
+            # and xdpqd counted the upstream's responses.
+            self.assertGreaterEqual(run["upstream_requests"], run["succeeded"], name)
+            self.assertGreaterEqual(run["server_stats"].get("upstream0_responses", 0),
+                                    run["succeeded"], name)
+            self.assertIsNotNone(run["server_cpu_us_per_req"], name)
+        with open(os.path.join(out, "report.md")) as f:
+            self.assertIn("3B c=2 m=4 proxy", f.read())
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -2,11 +2,13 @@
 """The reverse proxy against real upstreams (an application on Python's
 http.server, Debian's nginx) from real clients: gtlsclient (HTTP/3), curl
 --http2 and --http1.1 (the TCP side). Bodies both ways, forwarding and
-hop-by-hop fields, 502/504, resets on a cut body, balancing and passive
-health, a client that never reads, counters."""
+hop-by-hop fields, 502/504, resets on a cut body, balancing (least
+outstanding against round robin), passive and active health, a client that
+never reads, counters, latency histograms and their Prometheus form."""
 
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -15,10 +17,11 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (Server, TimedTestCase, gtlsclient, require_tools, sha256,  # noqa: E402
-                     xdpqctl)
+from harness import (Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
+                     require_tools, sha256, xdpqctl)
 from upstream_app import App, UnixApp, pattern  # noqa: E402
 
 H3_INTERNAL_ERROR = 0x102
@@ -70,6 +73,80 @@ def total(stats, name):
             if key in stats:
                 return total(stats[key], name)
     raise AssertionError(f"no counter {name} in {str(stats)[:300]}")
+
+
+def status_json(srv):
+    rc, out, err = xdpqctl(srv, "status", json_out=True)
+    if rc != 0:
+        raise AssertionError(f"xdpqctl status failed: {err}")
+    return json.loads(out)
+
+
+def wait_for(cond, what, timeout=20):
+    """Polls cond() until it returns something true (a bound, not a timing
+    assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def parse_prometheus(text):
+    """{family: (type, [(name, {label: value}, float)])} from the text
+    format, checking what a scraper relies on: every sample belongs to the
+    family TYPE'd just before it (a family's lines together), labels parse,
+    no series twice."""
+    fams, current, seen = {}, None, set()
+    for line in text.splitlines():
+        if not line:
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            if name in fams:
+                raise AssertionError(f"family {name} declared twice")
+            fams[name] = (kind, [])
+            current = name
+            continue
+        if line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        if not m:
+            raise AssertionError(f"unparsable sample line: {line!r}")
+        name, raw, value = m.groups()
+        labels, pos = {}, 0
+        raw = raw or ""
+        while pos < len(raw):
+            lm = LABEL.match(raw, pos)
+            if not lm:
+                raise AssertionError(f"bad labels in {line!r}")
+            labels[lm.group(1)] = lm.group(2).replace('\\"', '"').replace("\\\\", "\\")
+            pos = lm.end()
+        family = name
+        if current and fams[current][0] == "histogram":
+            family = re.sub(r"_(bucket|sum|count)$", "", name)
+        if family != current:
+            raise AssertionError(f"{name} outside its family's group (after TYPE {current})")
+        key = (name, tuple(sorted(labels.items())))
+        if key in seen:
+            raise AssertionError(f"series twice: {key}")
+        seen.add(key)
+        fams[current][1].append((name, labels, float(value)))
+    return fams
+
+
+def samples(fams, name, **labels):
+    family = re.sub(r"_(bucket|sum|count)$", "", name)
+    if family not in fams:
+        family = name
+    return [(lb, v) for n, lb, v in fams[family][1]
+            if n == name and all(lb.get(k) == want for k, want in labels.items())]
 
 
 def rss_kib(pid):
@@ -206,6 +283,24 @@ class ProxyTest(TimedTestCase):
             stats = stats_json(srv)
             self.assertGreaterEqual(total(stats, "upstream0_requests"), 6)
             self.assertGreaterEqual(total(stats, "upstream0_reused"), 1)  # keep-alive pool
+
+    def test_each_http3_request_reaches_the_upstream_once(self):
+        # A request whose HEADERS end the stream was started on the
+        # upstream twice (at the end of its headers and at the end of its
+        # stream): twice the upstream requests, a fresh connection for the
+        # second, and a repeated request whenever the first had gone out.
+        with self.serve(f"/app={self.app.url}") as srv:
+            paths = [f"/app/once{i}" for i in range(8)]
+            for round_ in range(2):  # the second round on pooled connections
+                h3 = gtlsclient(srv, paths)
+                for i in range(len(paths)):
+                    self.assertEqual(h3.statuses.get(i), 200, h3.output[-2000:])
+            time.sleep(0.3)
+            seen = [p for _, p in self.app.requests if p.startswith("/app/once")]
+            self.assertEqual(sorted(seen), sorted(paths * 2))
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "upstream0_requests"), 2 * len(paths))
+            self.assertEqual(total(stats, "upstream0_responses"), 2 * len(paths))
 
     def test_chunked_close_delimited_interim_and_head(self):
         n = 300_000
@@ -689,6 +784,157 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             stats = stats_json(srv)
             self.assertEqual(total(stats, "proxy_body_aborts"), 0)  # an answer, not an abort
             self.assertEqual(total(stats, "upstream0_idle_connections"), 1)  # only the GET's
+
+    def gated_run(self, balancing, n=20):
+        """n requests, one after another but not waiting for each other, to
+        a route of a slow upstream (holding every request until released)
+        and a fast one. Returns the counters (and outstanding requests) as
+        they were with the slow one's requests held."""
+        slow, fast = App("slow"), App("fast")
+        slow.gate = threading.Event()
+        with slow, fast, self.serve(f"/lb={slow.url},{fast.url}",
+                                    extra=("--proxy-balancing", balancing)) as srv:
+            clients = []
+            try:
+                for i in range(n):
+                    held = len(slow.requests)
+                    got = {}
+                    t = threading.Thread(target=lambda i=i, got=got: got.update(
+                        st=curl(srv, f"/lb/{i}", http="--http1.1")[0]), daemon=True)
+                    t.start()
+                    clients.append((t, got))
+                    # Held by the slow one, or answered by the fast one: only
+                    # then the next, so the counts depend on balancing alone.
+                    wait_for(lambda: len(slow.requests) > held or not t.is_alive(),
+                             f"request {i} to reach an upstream")
+                stats = stats_json(srv)
+            finally:
+                slow.gate.set()
+            for t, got in clients:
+                t.join(60)
+                self.assertEqual(got.get("st"), 200)
+            return {"slow": total(stats, "upstream0_requests"),
+                    "fast": total(stats, "upstream1_requests"),
+                    "slow_outstanding": total(stats, "upstream0_outstanding")}
+
+    def test_least_outstanding_sends_to_the_idle_upstream(self):
+        lo = self.gated_run("least-outstanding")
+        # The first request finds both idle and may go to the slow one; from
+        # then on it has one outstanding and the fast one none.
+        self.assertLessEqual(lo["slow"], 1, lo)
+        self.assertGreaterEqual(lo["fast"], 19, lo)
+        self.assertEqual(lo["slow_outstanding"], lo["slow"], lo)
+        rr = self.gated_run("round-robin")
+        self.assertEqual((rr["slow"], rr["fast"]), (10, 10), rr)
+        self.assertEqual(rr["slow_outstanding"], 10, rr)
+
+    def test_health_check_skips_a_failing_upstream_until_it_recovers(self):
+        sick, well = App("sick"), App("well")
+        sick.health = 503
+        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100")
+        with sick, well, self.serve(f"/hc={sick.url},{well.url}", extra=checks) as srv:
+            ups = wait_for(lambda: (lambda u: u if u[0]["probe_failures"] >= 1 and
+                                    u[1]["probes"] >= 1 else None)(status_json(srv)["upstreams"]),
+                           "the first health checks")
+            self.assertEqual((ups[0]["state"], ups[1]["state"]), ("down", "up"), ups)
+            rc, out, _ = xdpqctl(srv, "status")
+            self.assertRegex(out, r"upstream0\s+down\s")
+            for i in range(8):
+                st, hdr, _, _, _ = curl(srv, f"/hc/{i}", http="--http1.1")
+                self.assertEqual((st, hdr.get("x-upstream")), (200, "well"), i)
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "upstream0_requests"), 0)  # never reached
+            self.assertEqual(total(stats, "upstream1_requests"), 8)
+            self.assertEqual(sick.requests, [])
+            self.assertEqual(total(stats, "upstream1_probe_failures"), 0)
+            # It recovers: the next passing check puts it back.
+            sick.health = 200
+            wait_for(lambda: status_json(srv)["upstreams"][0]["state"] == "up", "recovery")
+            seen = [curl(srv, f"/hc/again{i}", http="--http1.1")[1].get("x-upstream")
+                    for i in range(8)]
+            self.assertGreaterEqual(seen.count("sick"), 3, seen)
+            self.assertGreaterEqual(total(stats_json(srv), "upstream0_requests"), 3)
+            self.assertGreaterEqual(sick.health_checks, 2)
+            self.assertEqual(total(stats_json(srv), "upstream0_marked_down"), 0)  # not passive
+
+    def test_health_check_of_a_silent_upstream_ends_at_the_timeout(self):
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # connects complete in the backlog; nothing answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100",
+                  "--proxy-health-timeout", "200")
+        try:
+            with self.serve(f"/s={url}", extra=checks) as srv:
+                # A probe that never ended would leave the count at one.
+                wait_for(lambda: total(stats_json(srv), "upstream0_probe_timeouts") >= 3,
+                         "three probe timeouts")
+                stats = stats_json(srv)
+                probes = total(stats, "upstream0_probes")
+                failures = total(stats, "upstream0_probe_failures")
+                self.assertLessEqual(probes, failures + 1)  # one in flight at most
+                self.assertEqual(status_json(srv)["upstreams"][0]["state"], "down")
+                st, _, _, _, _ = curl(srv, "/s/x")
+                self.assertEqual(st, 502)  # every upstream of the route down
+                stats = stats_json(srv)
+                self.assertEqual(total(stats, "upstream0_requests"), 0)
+                self.assertGreaterEqual(total(stats, "proxy_no_upstream"), 1)
+        finally:
+            silent.close()
+
+    def test_latency_histograms_and_prometheus(self):
+        mport = free_udp_port()
+        n = 7
+        with self.serve(f"/app={self.app.url}", f"/two={self.app.url},{self.app2.url}",
+                        extra=("--metrics", f"127.0.0.1:{mport}")) as srv:
+            for i in range(n):
+                st, _, _, _, _ = curl(srv, f"/app/h{i}", http=TCP[i % 2])
+                self.assertEqual(st, 200)
+            stats = stats_json(srv)
+            up = stats["upstreams"][0]
+            self.assertEqual(total(stats, "upstream0_requests"), n)
+            self.assertEqual(up["head_latency"]["count"], n)  # one head per request
+            self.assertEqual(up["connect_time"]["count"], total(stats, "upstream0_connects"))
+            self.assertGreaterEqual(up["connect_time"]["count"], 1)
+            for h in (up["head_latency"], up["connect_time"]):
+                cum = [c for _, c in h["buckets"]]
+                self.assertEqual(cum, sorted(cum))  # cumulative: never decreasing
+                self.assertEqual(cum[-1], h["count"])
+                self.assertLessEqual(h["p50_s"], h["p99_s"])
+                self.assertGreater(h["sum_s"], 0)
+            self.assertEqual(stats["upstreams"][1]["head_latency"]["count"], 0)
+            rc, out, _ = xdpqctl(srv, "stats")
+            self.assertIn("head p50/p99 ms", out)
+            self.assertRegex(out, rf"upstream0\s+\d+\s+\S+ / \S+\s+{n}\s")
+            rc, out, _ = xdpqctl(srv, "status")
+            self.assertRegex(out, rf"upstream0\s+\d+\s+\S+ / \S+\s+{n}\s")
+
+            text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics",
+                                          timeout=10).read().decode()
+            fams = parse_prometheus(text)
+            self.assertNotIn("xdpq_upstream0_requests_total", fams)  # labels instead
+            got = samples(fams, "xdpq_upstream_requests_total", route="/app",
+                          upstream=self.app.url)
+            self.assertEqual([(lb["worker"], v) for lb, v in got], [("0", n)])
+            two = samples(fams, "xdpq_upstream_requests_total", route="/two")
+            self.assertEqual(sorted(lb["upstream"] for lb, _ in two),
+                             sorted([self.app.url, self.app2.url]))
+            self.assertEqual(fams["xdpq_upstream_down"][0], "gauge")
+            self.assertEqual(fams["xdpq_upstream_response_head_duration_seconds"][0], "histogram")
+            name = "xdpq_upstream_response_head_duration_seconds"
+            buckets = samples(fams, name + "_bucket", route="/app")
+            les = [float(lb["le"]) for lb, _ in buckets]
+            self.assertEqual(les, sorted(les))
+            self.assertEqual(les[0], 64e-6)
+            self.assertEqual(les[-1], float("inf"))
+            counts = [v for _, v in buckets]
+            self.assertEqual(counts, sorted(counts))
+            self.assertEqual(counts[-1], n)
+            self.assertEqual(samples(fams, name + "_count", route="/app")[0][1], n)
+            self.assertGreater(samples(fams, name + "_sum", route="/app")[0][1], 0)
+            conn = samples(fams, "xdpq_upstream_connect_duration_seconds_count", route="/app")
+            self.assertEqual(conn[0][1], total(stats, "upstream0_connects"))
+            self.assertIn("xdpq_requests_total", fams)  # the rest is still there
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """A real HTTP/1.1 application for the proxy tests, on Python's standard
 http.server: it tells what it received, echoes bodies, answers chunked or
-close-delimited, closes mid-body, hangs, and sends hop-by-hop fields."""
+close-delimited, closes mid-body, hangs, and sends hop-by-hop fields. Its
+/health answers the status in `health` (counted apart from requests), and
+with `gate` set every other request waits until the gate opens."""
 
 import hashlib
 import http.server
@@ -91,11 +93,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         body = self.body()
-        self.server.requests.append((self.command, self.path))
         url = urllib.parse.urlparse(self.path)
         q = dict(urllib.parse.parse_qsl(url.query))
         n = int(q.get("n", "1000"))
         p = url.path
+        if p == "/health":
+            self.server.health_checks += 1
+            self.reply(self.server.health, b"health")
+            return
+        self.server.requests.append((self.command, self.path))
+        if self.server.gate is not None:
+            self.server.gate.wait(30)
         if p.endswith("/sum"):
             # The body's length and digest, not the body: for big uploads.
             info = {"body_len": len(body), "body_sha256": hashlib.sha256(body).hexdigest(),
@@ -183,6 +191,10 @@ class App(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     def handle_error(self, request, client_address):
         pass  # clients (the proxy) going away mid-response are part of the tests
+
+    health = 200
+    health_checks = 0
+    gate = None  # a threading.Event: requests wait for it
 
     def __init__(self, name, address=("127.0.0.1", 0), family=socket.AF_INET):
         self.address_family = family

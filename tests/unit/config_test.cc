@@ -374,3 +374,15 @@ TEST(Config, ProxyTableErrorsSayWhere) {
     EXPECT_NE(e.find(c.message), std::string::npos) << c.text << " -> " << e;
   }
 }
+
+TEST(Config, ProxyHealthChecksFromTheFile) {
+  auto path = write_config("[proxy_defaults]\nhealth_check = \"/healthz\"\n"
+                           "health_interval_ms = 500\nhealth_timeout_ms = 200\n");
+  auto o = parse({"--config", path});
+  EXPECT_EQ(o.proxy.health_check_path, "/healthz");
+  EXPECT_EQ(o.proxy.health_interval_ns, 500'000'000u);
+  EXPECT_EQ(o.proxy.health_timeout_ns, 200'000'000u);
+  auto bad = write_config("[proxy_defaults]\nhealth_check = \"healthz\"\n");
+  auto e = error_of({"--config", bad});
+  EXPECT_NE(e.find(bad + ":2: proxy_defaults.health_check"), std::string::npos) << e;
+}

@@ -2,6 +2,7 @@
 // mapping in both directions, route and URL parsing, the proxy flags; and
 // a request body streamed to an upstream on a unix socket.
 
+#include "dataplane/histogram.h"
 #include "http/proxy.h"
 #include "http/proxy_config.h"
 #include "http/proxy_headers.h"
@@ -607,7 +608,7 @@ TEST(ProxyConfig, RouteSettingsOverrideTheDefaults) {
   EXPECT_EQ(api.response_timeout_ns, 1'500'000'000u);
   EXPECT_EQ(api.balancing, Balancing::least_outstanding);
   EXPECT_EQ(api.max_idle_per_upstream, 3u);
-  EXPECT_EQ(api.connect_timeout_ns, 1'000'000'000u);
+  EXPECT_EQ(api.connect_timeout_ns, 5'000'000'000u);
   RouteSettings root = o.proxy.settings(o.proxy.routes[1]);
   EXPECT_EQ(root.response_timeout_ns, 9'000'000'000u);
   EXPECT_EQ(root.balancing, Balancing::round_robin);
@@ -640,4 +641,60 @@ TEST(ProxyConfig, DescriptionsDifferWhenTheRoutesDo) {
   EXPECT_NE(base, make({"/a=http://127.0.0.1:1;max_idle=4"}, 5));
   EXPECT_NE(base, make({"/a=http://127.0.0.1:1,http://127.0.0.1:2"}, 5));
   EXPECT_NE(make({}, 5), base);
+}
+
+TEST(ProxyOptions, HealthChecks) {
+  auto o = xdpq::testing::parse_args({"--proxy", "/api=http://127.0.0.1:8080"});
+  EXPECT_TRUE(o.proxy.health_check_path.empty()); // off by default
+  o = xdpq::testing::parse_args({"--proxy", "/api=http://127.0.0.1:8080", "--proxy-health-check",
+                                 "/healthz?deep=1", "--proxy-health-interval", "500",
+                                 "--proxy-health-timeout", "250"});
+  EXPECT_EQ(o.proxy.health_check_path, "/healthz?deep=1");
+  EXPECT_EQ(o.proxy.health_interval_ns, 500'000'000u);
+  EXPECT_EQ(o.proxy.health_timeout_ns, 250'000'000u);
+  // A reload that changes only the checks still counts as a change.
+  EXPECT_NE(o.proxy.describe(),
+            xdpq::testing::parse_args({"--proxy", "/api=http://127.0.0.1:8080"}).proxy.describe());
+  for (const char *bad : {"healthz", "/a b", "/a\r\nx: y", ""}) {
+    auto err = xdpq::testing::parse_error({"--proxy-health-check", bad});
+    EXPECT_NE(err.find("--proxy-health-check"), std::string::npos) << bad;
+  }
+  EXPECT_NE(xdpq::testing::parse_error({"--proxy-health-check", "/" + std::string(1024, 'a')}),
+            "");
+  EXPECT_NE(xdpq::testing::parse_error({"--proxy-health-interval", "0"}), "");
+  EXPECT_NE(xdpq::testing::parse_error({"--proxy-health-timeout", "x"}), "");
+}
+
+TEST(Log2Histogram, PowerOfTwoBucketsFrom64Microseconds) {
+  using H = xdpq::dataplane::Log2Histogram;
+  EXPECT_EQ(H::bucket(0), 0u);
+  EXPECT_EQ(H::bucket(64'000), 0u); // bounds are inclusive, as Prometheus's le
+  EXPECT_EQ(H::bucket(64'001), 1u);
+  EXPECT_EQ(H::bucket(128'000), 1u);
+  EXPECT_EQ(H::bucket(128'001), 2u);
+  EXPECT_EQ(H::bound_ns(H::FINITE - 1), 16'777'216'000u); // ~16.8 s
+  EXPECT_EQ(H::bucket(H::bound_ns(H::FINITE - 1)), H::FINITE - 1);
+  EXPECT_EQ(H::bucket(H::bound_ns(H::FINITE - 1) + 1), H::FINITE); // +Inf
+  EXPECT_EQ(H::bucket(UINT64_MAX), H::FINITE);
+  for (size_t i = 0; i + 1 < H::FINITE; ++i) {
+    EXPECT_EQ(H::bucket(H::bound_ns(i)), i);
+    EXPECT_EQ(H::bucket(H::bound_ns(i) + 1), i + 1);
+  }
+}
+
+TEST(Log2Histogram, CountsSumsMergesAndQuantiles) {
+  xdpq::dataplane::Log2Histogram a, b;
+  EXPECT_EQ(a.quantile(0.5), 0u);
+  for (int i = 0; i < 98; ++i) a.record(1'000'000); // 1 ms: bucket (0.512, 1.024] ms
+  b.record(100'000'000);                            // 100 ms
+  b.record(60'000'000'000ull);                      // a minute: +Inf
+  a.merge(b);
+  EXPECT_EQ(a.count(), 100u);
+  EXPECT_EQ(a.sum_ns, 98'000'000ull + 100'000'000ull + 60'000'000'000ull);
+  const uint64_t p50 = a.quantile(0.5);
+  EXPECT_GT(p50, 512'000u);
+  EXPECT_LE(p50, 1'024'000u);
+  EXPECT_GT(a.quantile(0.99), 65'536'000u); // the 100 ms one: (65.5, 131] ms
+  EXPECT_LE(a.quantile(0.99), 131'072'000u);
+  EXPECT_EQ(a.quantile(1.0), xdpq::dataplane::Log2Histogram::bound_ns(18)); // +Inf reads as the top
 }
