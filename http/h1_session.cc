@@ -62,16 +62,28 @@ public:
     if (closing_) return;
     // Bytes that arrived while paused (pipelining backpressure) are kept
     // and parsed first.
-    if (!buffered_.empty() || paused_) {
+    if (!buffered_.empty() || input_paused()) {
       buffered_.append(reinterpret_cast<const char *>(data), len);
-      if (paused_) return;
+      if (input_paused()) return;
       data = reinterpret_cast<const uint8_t *>(buffered_.data());
       len = buffered_.size();
     }
-    size_t n = http_parser_execute(&parser_, &settings_, reinterpret_cast<const char *>(data), len);
+    // A proxied body is parsed only as far as its exchange has room: the
+    // rest waits here (at most one read) and the socket is not read meanwhile.
+    size_t n = 0;
+    while (n < len) {
+      size_t take = len - n;
+      if (body_ex_) take = std::min(take, body_ex_->body_room());
+      if (take == 0) break;
+      size_t k = http_parser_execute(&parser_, &settings_,
+                                     reinterpret_cast<const char *>(data) + n, take);
+      n += k;
+      if (k < take || HTTP_PARSER_ERRNO(&parser_) != HPE_OK || parser_.upgrade || closing_) break;
+    }
+    flush_body(nullptr);
     if (!buffered_.empty()) {
       buffered_.erase(0, n);
-    } else if (n < len && HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED) {
+    } else if (n < len && (HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED || body_ex_)) {
       buffered_.assign(reinterpret_cast<const char *>(data) + n, len - n);
     }
     if (parser_.upgrade) {
@@ -81,7 +93,14 @@ public:
       return;
     }
     if (HTTP_PARSER_ERRNO(&parser_) != HPE_OK && HTTP_PARSER_ERRNO(&parser_) != HPE_PAUSED) {
-      if (!closing_) fail(400);
+      if (body_ex_) {
+        // A broken proxied body (a bad chunk size): its exchange answers
+        // 400 or is cut, and the upstream connection is closed.
+        env_.stats->bad_requests += 1;
+        abort_proxy_body();
+      } else if (!closing_) {
+        fail(400);
+      }
       return;
     }
     (void)n;
@@ -143,6 +162,13 @@ public:
         continue;
       }
       if (q.close_after) closing_ = true;
+      if (q.ex && q.ex == body_ex_) {
+        // Answered before its body was all in: the rest of the body is not
+        // read (nor parsed for the next request); the connection ends here.
+        body_ex_ = nullptr;
+        closing_ = true;
+      }
+      if (q.ex && q.ex == flush_ex_) flush_ex_ = nullptr;
       budget_.give_back(q.charged);
       queue_.pop_front();
       if (paused_ && queue_.size() < env_.limits.max_pipelined / 2) {
@@ -154,6 +180,7 @@ public:
 
   void abort_output() {
     closing_ = true;
+    body_ex_ = flush_ex_ = nullptr; // their exchanges go with the queue
     for (auto &q : queue_)
       budget_.give_back(q.charged);
     queue_.clear();
@@ -164,8 +191,15 @@ public:
   void proxy_progress(void *) override {
     if (host_) host_->session_wake();
   }
-  bool has_buffered_input() const override { return !buffered_.empty() && !paused_ && !closing_; }
-  bool input_paused() const override { return paused_ || closing_; }
+  bool has_buffered_input() const override { return !buffered_.empty() && !input_paused(); }
+  bool input_paused() const override {
+    return paused_ || closing_ || (body_ex_ && body_ex_->body_room() == 0);
+  }
+  void input_ended() override {
+    // The client left in the middle of a proxied body: the upstream must
+    // not wait for the rest.
+    if (body_ex_) abort_proxy_body();
+  }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
   bool busy() const override { return in_message_ || !queue_.empty(); }
   void shutdown() override {
@@ -242,10 +276,50 @@ private:
       fail(431);
       return 0;
     }
+    int route = env_.proxy ? env_.proxy->match(path_only(req_.path)) : -1;
+    if (route >= 0) {
+      // Proxied at once: the body streams upstream as it is parsed.
+      const bool body_follows = (parser_.flags & F_CHUNKED) ||
+                                ((parser_.flags & F_CONTENTLENGTH) && parser_.content_length > 0);
+      Queued q;
+      q.close_after = !keep_alive_;
+      auto ex = start_proxy(route, req_, body_follows, this, nullptr, budget_, env_);
+      q.ex = ex.get();
+      q.body = std::move(ex);
+      queue_.push_back(std::move(q));
+      proxied_ = true;
+      if (body_follows) body_ex_ = queue_.back().ex;
+    }
     return 0;
   }
 
+  // Writes what the exchange took in this input (once per input, so a
+  // body that came with its head leaves in one write); next: the
+  // exchange that takes bytes from now on.
+  void flush_body(ProxyExchange *next) {
+    if (flush_ex_ && flush_ex_ != next) flush_ex_->flush_body();
+    flush_ex_ = next;
+  }
+
+  void abort_proxy_body() {
+    body_ex_->abort_body();
+    body_ex_ = nullptr;
+    flush_ex_ = nullptr;
+    // What the client sends after it cannot be parsed as requests: the
+    // connection ends after the answer already queued (400, or the cut one).
+    closing_ = true;
+  }
+
   int body(const char *at, size_t n) {
+    if (proxied_) {
+      if (!body_ex_ || closing_) return 0;
+      if (!body_ex_->put_body(reinterpret_cast<const uint8_t *>(at), n)) {
+        abort_proxy_body(); // over the body budget
+        return 0;
+      }
+      flush_body(body_ex_);
+      return 0;
+    }
     if (closing_ || body_too_large_) return 0;
     if (req_.body.size() + n > env_.limits.max_request_body) {
       body_too_large_ = true;
@@ -274,16 +348,15 @@ private:
 
   int message_complete() {
     in_message_ = false;
+    const bool proxied = proxied_;
+    proxied_ = false;
+    if (proxied && body_ex_) {
+      body_ex_->end_body(); // http-parser saw the whole length or the last chunk
+      flush_body(body_ex_);
+      body_ex_ = nullptr;
+    }
     if (closing_) return 0;
-    int route = env_.proxy ? env_.proxy->match(path_only(req_.path)) : -1;
-    if (route >= 0) {
-      Queued q;
-      q.close_after = !keep_alive_;
-      auto ex = start_proxy(route, req_, this, nullptr, budget_, env_);
-      q.ex = ex.get();
-      q.body = std::move(ex);
-      queue_.push_back(std::move(q));
-    } else {
+    if (!proxied) {
       Response resp;
       env_.router->route(req_, resp);
       enqueue(resp, !keep_alive_);
@@ -369,6 +442,9 @@ private:
   uint64_t now_ = 0;
   std::deque<Queued> queue_;
   std::string buffered_;
+  bool proxied_ = false;             // the request being parsed went to the proxy
+  ProxyExchange *body_ex_ = nullptr; // ... and its body is being received (in queue_)
+  ProxyExchange *flush_ex_ = nullptr; // took body bytes not yet flushed (in queue_)
 };
 
 } // namespace

@@ -34,6 +34,8 @@ struct H2Stream {
   uint64_t offset = 0; // response body bytes handed to nghttp2
   TcpStats *stats = nullptr;
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
+  uint64_t credited = 0;     // request body bytes given to the exchange and consumed
+  bool flush_queued = false; // in flush_: body bytes to write upstream after this input
 };
 
 // Request latency: headers received to the whole response handed to nghttp2.
@@ -64,6 +66,9 @@ public:
     nghttp2_option_set_max_continuations(opt, env_.limits.max_continuations);
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 256);
+    // Credit is ours to give: at once for bodies we hold whole, and for a
+    // proxied body only as it goes upstream (nghttp2_session_consume).
+    nghttp2_option_set_no_auto_window_update(opt, 1);
     // Bound nghttp2's own HPACK buffering a little above what we enforce.
     nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
     // nghttp2's frames and HPACK strings come from the worker's block cache.
@@ -88,6 +93,7 @@ public:
     now_ = now_ns;
     if (dead_) return;
     auto rv = nghttp2_session_mem_recv(session_, data, len);
+    if (!flush_.empty()) flush_bodies();
     if (rv < 0) {
       // A fatal error (bad preface, flood, too many CONTINUATIONs): make
       // sure a GOAWAY goes out before the close, then stop reading.
@@ -163,6 +169,8 @@ private:
           st->charged = 0;
           st->offset = 0;
           st->exchange = nullptr;
+          st->credited = 0;
+          st->flush_queued = false;
           st->started_ns = me.now_;
           st->stats = me.env_.stats;
           if (nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st) != 0) {
@@ -243,11 +251,20 @@ private:
               me.respond(*st);
               return 0;
             }
+            if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+              me.dispatch(*st, true); // a proxied request starts now
+              return 0;
+            }
           }
-          if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
-            st->ended = true;
-          if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->responded && !st->refused) {
-            me.dispatch(*st);
+          if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+            return 0;
+          st->ended = true;
+          if (st->exchange) {
+            if (st->refused) return 0;
+            if (!st->exchange->end_body()) me.abort_request(*st); // short of its length
+            else me.queue_flush(*st);
+          } else if (!st->responded && !st->refused) {
+            me.dispatch(*st, false);
           }
           return 0;
         },
@@ -260,6 +277,11 @@ private:
         [&]() -> int {
           auto &me = self(ud);
           auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, id));
+          if (st && st->exchange) {
+            me.on_proxy_data(*st, data, len);
+            return 0;
+          }
+          nghttp2_session_consume(s, id, len);
           if (!st || st->responded || st->refused)
             return 0;
           if (st->req.body.size() + len > me.env_.limits.max_request_body) {
@@ -294,6 +316,13 @@ private:
           nghttp2_session_set_stream_user_data(s, id, nullptr);
           if (!st->headers_done && me.pending_headers_ > 0)
             --me.pending_headers_;
+          if (st->exchange) {
+            if (st->exchange->body_expected()) st->exchange->abort_body(); // reset mid-body
+            // Body bytes held for the upstream die with the stream: the
+            // connection's credit for them comes back.
+            uint64_t held = st->exchange->body_in() - st->credited;
+            if (held) nghttp2_session_consume_connection(s, held);
+          }
           me.budget_.give_back(st->charged); // the body or the response made from it
           st->charged = 0;
           st->req.reset();
@@ -414,24 +443,89 @@ private:
     return static_cast<ssize_t>(n);
   }
 
-  void dispatch(H2Stream &st) {
+  // A request whose head is complete: to the proxy if a prefix matches
+  // (its body, if one follows, streams upstream), else the router once the
+  // body is in (body_follows false).
+  void dispatch(H2Stream &st, bool body_follows) {
     if (env_.proxy) {
       int route = env_.proxy->match(path_only(st.req.path));
       if (route >= 0) {
-        auto ex = start_proxy(route, st.req, this, &st, budget_, env_);
+        auto ex = start_proxy(route, st.req, body_follows, this, &st, budget_, env_);
         st.exchange = ex.get();
         st.resp.body = std::move(ex);
+        if (body_follows) {
+          // Past the initial window, the client gets credit for at most a
+          // request window more than the upstream took.
+          nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, st.id,
+                                                ProxyExchange::REQUEST_WINDOW);
+        }
         if (st.exchange->head_ready()) respond(st);
         return;
       }
     }
+    if (body_follows) return;
     env_.router->route(st.req, st.resp);
     respond(st);
+  }
+
+  // A proxied request's body: into the exchange, credited as it leaves.
+  void on_proxy_data(H2Stream &st, const uint8_t *data, size_t len) {
+    if (st.refused) {
+      nghttp2_session_consume(session_, st.id, len);
+      return;
+    }
+    if (!st.exchange->put_body(data, len)) {
+      // Past its content-length, or over the body budget.
+      nghttp2_session_consume(session_, st.id, len);
+      abort_request(st);
+      return;
+    }
+    queue_flush(st);
+  }
+
+  void queue_flush(H2Stream &st) {
+    if (!st.flush_queued) {
+      st.flush_queued = true;
+      flush_.push_back(&st);
+    }
+  }
+
+  // Writes the bodies handed to exchanges during one input pass.
+  void flush_bodies() {
+    for (size_t i = 0; i < flush_.size(); ++i) {
+      H2Stream &st = *flush_[i];
+      st.flush_queued = false;
+      if (!st.exchange || st.refused) continue;
+      st.exchange->flush_body();
+      credit(st);
+    }
+    flush_.clear();
+  }
+
+  // Flow-control credit for the body bytes that left the exchange.
+  void credit(H2Stream &st) {
+    uint64_t out = st.exchange->body_out();
+    if (out > st.credited) {
+      nghttp2_session_consume(session_, st.id, static_cast<size_t>(out - st.credited));
+      st.credited = out;
+    }
+  }
+
+  // The proxied request cannot go on (body overrun or short, over budget):
+  // the stream is reset, the upstream connection closed.
+  void abort_request(H2Stream &st) {
+    st.exchange->abort_body();
+    if (st.refused) return;
+    st.refused = true;
+    st.responded = true;
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
   }
 
 public:
   void proxy_progress(void *tag) override {
     auto &st = *static_cast<H2Stream *>(tag);
+    if (st.refused) return;
+    credit(st);
     if (!st.responded) {
       if (st.exchange->head_ready()) respond(st);
     } else {
@@ -471,6 +565,7 @@ private:
   // at once): nghttp2's stream user data points into pool_.
   std::vector<std::unique_ptr<H2Stream>> pool_;
   std::vector<H2Stream *> free_;
+  std::vector<H2Stream *> flush_; // proxied bodies to write after this input
   size_t active_ = 0;
   std::vector<nghttp2_nv> nva_;
   ResponseHead head_;

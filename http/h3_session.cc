@@ -27,6 +27,9 @@ struct H3Session::Stream {
   size_t charged = 0; // bytes taken from the body budget
   uint64_t acked = 0; // response body bytes the peer acknowledged
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
+  uint64_t credited = 0;      // request body bytes given to the exchange and credited
+  bool flush_queued = false;  // in flush_: body bytes to write upstream after this read
+  bool stop_sent = false;     // STOP_SENDING: the rest of the body is not wanted
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -45,6 +48,9 @@ struct H3Session::Stream {
     charged = 0;
     acked = 0;
     exchange = nullptr;
+    credited = 0;
+    flush_queued = false;
+    stop_sent = false;
   }
 };
 
@@ -88,10 +94,12 @@ int cb_recv_data(nghttp3_conn *, int64_t stream_id, const uint8_t *data, size_t 
   return guarded(
       [&]() -> int {
         auto &s = session_of(ud);
-        // DATA payload is ours to credit: we copy it out at once.
-        s.transport().app_consume(stream_id, len);
-        if (!sud)
+        // DATA payload is ours to credit (on_data() does, at once or, for
+        // a proxied body, as the bytes go upstream).
+        if (!sud) {
+          s.transport().app_consume(stream_id, len);
           return 0;
+        }
         return s.on_data(*static_cast<H3Session::Stream *>(sud), data, len);
       },
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
@@ -245,6 +253,7 @@ int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t le
   reading_early_ = early;
   auto n = nghttp3_conn_read_stream(conn_, stream_id, data, len, fin ? 1 : 0);
   reading_early_ = false;
+  if (!flush_.empty()) flush_bodies();
   return n;
 }
 
@@ -287,6 +296,15 @@ int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
 
 void H3Session::shutdown_stream_read(int64_t stream_id) {
   nghttp3_conn_shutdown_stream_read(conn_, stream_id);
+  // The client reset its request (or stopped our response): a proxied body
+  // still coming will not, and the upstream must not wait for it. Rare:
+  // a scan of this connection's streams.
+  for (auto &p : pool_) {
+    if (p->id == stream_id && p->exchange) {
+      if (p->exchange->body_expected()) abort_request(*p);
+      break;
+    }
+  }
 }
 
 void H3Session::set_max_client_streams_bidi(uint64_t n) {
@@ -366,29 +384,33 @@ int H3Session::on_end_headers(Stream &s, bool fin) {
       transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     return 0;
   }
-  if (fin) dispatch(s);
+  dispatch(s, !fin);
   return 0;
 }
 
-void H3Session::dispatch(Stream &s) {
+void H3Session::dispatch(Stream &s, bool body_follows) {
   if (limits_.proxy) {
     int route = limits_.proxy->match(path_only(s.req.path));
     if (route >= 0) {
+      // Proxied at once: the body streams upstream as it arrives.
       Proxy::Client client;
       client.peer = transport_.app_peer();
-      auto ex = limits_.proxy->start(route, s.req, client, this, &s, &budget_);
+      auto ex = limits_.proxy->start(route, s.req, body_follows, client, this, &s, &budget_);
       s.exchange = ex.get();
       s.resp.body = std::move(ex);
       if (s.exchange->head_ready()) respond(s);
       return;
     }
   }
+  if (body_follows) return; // the router takes the request with its body
   router_->route(s.req, s.resp);
   respond(s);
 }
 
 void H3Session::proxy_progress(void *tag) {
   auto &s = *static_cast<Stream *>(tag);
+  if (s.aborted) return;
+  credit(s);
   if (!s.responded) {
     if (s.exchange->head_ready()) respond(s);
   } else {
@@ -397,7 +419,66 @@ void H3Session::proxy_progress(void *tag) {
   transport_.app_want_write();
 }
 
+void H3Session::credit(Stream &s) {
+  uint64_t out = s.exchange->body_out();
+  if (out > s.credited) {
+    transport_.app_consume(s.id, out - s.credited);
+    s.credited = out;
+  }
+}
+
+void H3Session::flush_bodies() {
+  for (size_t i = 0; i < flush_.size(); ++i) {
+    Stream &s = *flush_[i];
+    s.flush_queued = false;
+    if (!s.exchange || s.aborted) continue;
+    s.exchange->flush_body();
+    credit(s);
+  }
+  flush_.clear();
+  transport_.app_want_write();
+}
+
+void H3Session::abort_request(Stream &s) {
+  s.exchange->abort_body();
+  if (s.aborted) return;
+  s.aborted = true;
+  s.responded = true; // whatever the exchange says now, the stream is reset
+  stats_.stream_errors += 1;
+  aborted_.push_back(s.id);
+  transport_.app_want_write();
+}
+
+// A proxied request's body: into the exchange, credited as it leaves.
+void H3Session::on_proxy_data(Stream &s, const uint8_t *data, size_t len) {
+  if (s.aborted || s.refused) {
+    transport_.app_consume(s.id, len);
+    return;
+  }
+  if (!s.exchange->put_body(data, len)) {
+    // Past its content-length, or over the body budget.
+    transport_.app_consume(s.id, len);
+    abort_request(s);
+    return;
+  }
+  if (s.exchange->ended() && !s.stop_sent) {
+    // Answered whole already: the rest of the body is not wanted
+    // (RFC 9114 4.1).
+    s.stop_sent = true;
+    transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
+  }
+  if (!s.flush_queued) {
+    s.flush_queued = true;
+    flush_.push_back(&s);
+  }
+}
+
 int H3Session::on_data(Stream &s, const uint8_t *data, size_t len) {
+  if (s.exchange) {
+    on_proxy_data(s, data, len);
+    return 0;
+  }
+  transport_.app_consume(s.id, len);
   if (s.responded || s.refused) return 0;
   if (s.req.body.size() + len > limits_.max_request_body) {
     s.body_too_large = true;
@@ -433,8 +514,16 @@ void H3Session::refuse(Stream &s) {
 }
 
 int H3Session::on_end_stream(Stream &s) {
-  // A proxied request whose headers ended the stream went at their end.
-  if (!s.responded && !s.refused && !s.exchange) dispatch(s);
+  if (s.exchange) {
+    if (s.aborted) return 0;
+    if (!s.exchange->end_body()) return abort_request(s), 0; // short of its content-length
+    if (!s.flush_queued) {
+      s.flush_queued = true;
+      flush_.push_back(&s);
+    }
+    return 0;
+  }
+  if (!s.responded && !s.refused) dispatch(s, false);
   return 0;
 }
 
@@ -442,6 +531,12 @@ void H3Session::on_stream_close(Stream &s) {
   active_ -= 1;
   budget_.give_back(s.charged); // the body, or the response made from it
   s.charged = 0;
+  if (s.exchange && s.exchange->body_expected()) s.exchange->abort_body(); // reset mid-body
+  if (s.exchange && s.exchange->body_in() > s.credited) {
+    // Body bytes held for the upstream die with the stream: the
+    // connection's credit for them comes back.
+    transport_.app_consume(s.id, s.exchange->body_in() - s.credited);
+  }
   s.req.reset();
   s.exchange = nullptr;
   s.resp.reset(); // releases the body (a cached file entry, a proxied exchange) now

@@ -104,8 +104,18 @@ public:
   void proxy_progress(void *tag) override;
 
 private:
-  // A complete request: to the proxy if a prefix matches, else the router.
-  void dispatch(Stream &s);
+  // A request whose head is complete: to the proxy if a prefix matches
+  // (its body, if one follows, streams upstream), else the router once the
+  // body is in (body_follows false).
+  void dispatch(Stream &s, bool body_follows);
+  void on_proxy_data(Stream &s, const uint8_t *data, size_t len);
+  // Flow-control credit for the body bytes that left the exchange.
+  void credit(Stream &s);
+  // Writes the bodies that on_data() handed to exchanges during one read.
+  void flush_bodies();
+  // The proxied request cannot go on (body cut, overrun, over budget):
+  // the stream is reset both ways, the upstream connection closed.
+  void abort_request(Stream &s);
   nghttp3_ssize read_streamed(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void respond(Stream &s);
   // Over the connection's or worker's body budget: H3_REQUEST_REJECTED
@@ -126,6 +136,7 @@ private:
   std::vector<Stream *> free_;                // reusable ones
   std::vector<nghttp3_nv> nva_;               // scratch for submit_response
   std::vector<int64_t> aborted_;              // streams to reset after this write
+  std::vector<Stream *> flush_;               // proxied bodies to write after this read
   bool reading_early_ = false;                // read_stream() is feeding 0-RTT bytes
   static constexpr uint64_t READ_AHEAD = 128 * 1024;
   ResponseHead head_;

@@ -1,9 +1,11 @@
 // The reverse proxy's per-worker half: upstream pools, balancing and
 // passive health, and the exchange that carries one request upstream and
-// its response back. About 670 lines in one file because the exchange's
-// states and the pool's connection life cycle drive each other (a
-// connection's events advance its exchange, an exchange's end returns its
-// connection); split, each half would need the other's internals.
+// its response back (the request body streamed up, the response streamed
+// down). About 940 lines in one file because the exchange's states and the
+// pool's connection life cycle drive each other (a connection's events
+// advance its exchange, an exchange's end returns its connection; the
+// connection writes the body the exchange holds); split, each half would
+// need the other's internals.
 
 #include "http/proxy.h"
 
@@ -18,7 +20,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace xdpq::http {
@@ -86,6 +90,7 @@ public:
     up_.stats.connects += 1;
     counted_ = true;
     proxy_.loop().watch(fd_, this, true);
+    want_read_ = want_write_ = true;
     return true;
   }
 
@@ -93,11 +98,20 @@ public:
   // Where the Proxy keeps it among its open connections.
   size_t index = SIZE_MAX;
 
+  // Writes what the exchange holds of its request now (the session handed
+  // in body bytes).
+  void flush() {
+    if (state_ == State::sending) write_some();
+  }
+
   // Carries ex's request from now on.
   void assign(ProxyExchange *ex) {
     ex_ = ex;
     parser_.reset(&ex->parser_handler(), ex->head_request());
-    head_off_ = body_off_ = 0;
+    head_off_ = 0;
+    frame_len_ = frame_off_ = 0;
+    chunk_left_ = 0;
+    chunks_ = last_chunk_ = write_failed_ = false;
     sent_at_ = proxy_.loop().now(); // a connecting one sets it again when connected
     head_timed_ = false;
     proxy_.loop().timers().cancel(timer_);
@@ -105,7 +119,7 @@ public:
       std::erase(up_.idle, this);
       state_ = State::sending;
     }
-    if (state_ == State::sending) write_some();
+    if (state_ == State::sending && ex->ready_to_send()) write_some();
   }
 
   // The exchange is gone (its client left): a connection in the middle of
@@ -118,7 +132,7 @@ public:
   void make_idle(uint64_t idle_timeout) {
     state_ = State::idle;
     up_.idle.push_back(this);
-    proxy_.loop().set_interest(fd_, this, true, false);
+    interest(true, false);
     proxy_.loop().timers().schedule(timer_, proxy_.loop().now() + idle_timeout);
   }
 
@@ -137,7 +151,7 @@ public:
 
   void resume_read() {
     if (state_ == State::receiving || state_ == State::sending) {
-      proxy_.loop().set_interest(fd_, this, true, state_ == State::sending);
+      interest(true, state_ == State::sending && want_write_);
     }
   }
 
@@ -159,11 +173,11 @@ public:
       sent_at_ = proxy_.loop().now();
       up_.stats.connect_time.record(sent_at_ - opened_at_);
       if (ex_) ex_->connected();
-      write_some();
+      wrote_and_tell();
       break;
     }
     case State::sending:
-      if (events & EPOLLOUT) write_some();
+      if (events & EPOLLOUT) wrote_and_tell();
       if (state_ == State::closed) return;
       if (events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) read_some();
       break;
@@ -188,40 +202,110 @@ private:
     if (c->state_ == State::idle) c->close();
   }
 
-  void write_some() {
-    if (!ex_) return close();
-    const std::string &head = ex_->request_head();
-    const std::string &body = ex_->request_body();
-    while (head_off_ < head.size() || body_off_ < body.size()) {
-      iovec iov[2];
+  // Sets the epoll interest, skipping the call when it is unchanged.
+  void interest(bool read, bool write) {
+    if (read == want_read_ && write == want_write_) return;
+    want_read_ = read;
+    want_write_ = write;
+    proxy_.loop().set_interest(fd_, this, read, write);
+  }
+
+  // write_some() from a socket event: the session learns that body bytes
+  // left (it gives the client credit for them).
+  void wrote_and_tell() {
+    ProxyExchange *ex = ex_;
+    if (write_some() && ex_ == ex && ex) ex->notify();
+  }
+
+  // The next chunk's framing when the previous one is out: its size line
+  // (after the previous chunk's CRLF), or the last chunk once the body ended.
+  void next_frame(size_t held, bool ended) {
+    const char *sep = chunks_ ? "\r\n" : "";
+    int n = 0;
+    if (held > 0) {
+      n = std::snprintf(frame_, sizeof(frame_), "%s%zx\r\n", sep, held);
+      chunk_left_ = held;
+      chunks_ = true;
+    } else if (ended && !last_chunk_) {
+      n = std::snprintf(frame_, sizeof(frame_), "%s0\r\n\r\n", sep);
+      last_chunk_ = true;
+    }
+    frame_len_ = static_cast<uint8_t>(n);
+    frame_off_ = 0;
+  }
+
+  // Writes the head, then the body as the exchange holds it (framed as it
+  // says), in one sendmsg while the socket takes it. Then the connection
+  // waits for the socket (EPOLLOUT), for the client's next body bytes, or
+  // for the response once the whole request is out. True if body bytes left.
+  bool write_some() {
+    ProxyExchange *ex = ex_;
+    if (!ex) {
+      close();
+      return false;
+    }
+    const std::string &head = ex->request_head();
+    const bool chunked = ex->framing() == RequestFraming::chunked;
+    bool body_left = false;
+    while (!write_failed_) {
+      auto data = ex->body_data();
+      if (chunked && frame_off_ == frame_len_ && chunk_left_ == 0) {
+        next_frame(data.size(), ex->body_ended());
+      }
+      iovec iov[3];
       int n = 0;
       if (head_off_ < head.size()) {
         iov[n++] = {const_cast<char *>(head.data()) + head_off_, head.size() - head_off_};
       }
-      if (body_off_ < body.size()) {
-        iov[n++] = {const_cast<char *>(body.data()) + body_off_, body.size() - body_off_};
+      if (frame_off_ < frame_len_) {
+        iov[n++] = {frame_ + frame_off_, static_cast<size_t>(frame_len_ - frame_off_)};
       }
+      size_t take = chunked ? std::min(data.size(), chunk_left_) : data.size();
+      if (take > 0) iov[n++] = {const_cast<uint8_t *>(data.data()), take};
+      if (n == 0) break;
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = static_cast<size_t>(n);
       ssize_t w = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          proxy_.loop().set_interest(fd_, this, true, true);
-          return;
+          interest(ex->room() > 0, true);
+          ex->send_state(ProxyExchange::Send::blocked);
+          return body_left;
         }
         if (errno == EINTR) continue;
         // The upstream closed on us; if it answered first, that answer
-        // is still in the socket for read_some().
+        // is still in the socket for read_some(). The rest of the body has
+        // nowhere to go.
+        write_failed_ = true;
         break;
       }
       size_t k = static_cast<size_t>(w);
-      size_t from_head = std::min(k, head.size() - head_off_);
-      head_off_ += from_head;
-      body_off_ += k - from_head;
+      size_t part = std::min(k, head.size() - head_off_);
+      head_off_ += part;
+      k -= part;
+      part = std::min<size_t>(k, frame_len_ - frame_off_);
+      frame_off_ = static_cast<uint8_t>(frame_off_ + part);
+      k -= part;
+      if (k > 0) {
+        if (chunked) chunk_left_ -= k;
+        ex->body_written(k);
+        body_left = true;
+      }
     }
-    state_ = State::receiving;
-    proxy_.loop().set_interest(fd_, this, true, false);
+    const bool complete = head_off_ == head.size() && ex->body_ended() && ex->body_held() == 0 &&
+                          (!chunked || (last_chunk_ && frame_off_ == frame_len_));
+    // Reading stays off while the client holds the response window full.
+    if (complete || write_failed_) {
+      state_ = State::receiving;
+      interest(ex->room() > 0, false);
+      if (write_failed_) ex->send_state(ProxyExchange::Send::failed);
+      else ex->send_state(ProxyExchange::Send::complete);
+    } else {
+      interest(ex->room() > 0, false); // and wait for the client's next bytes
+      ex->send_state(ProxyExchange::Send::waiting);
+    }
+    return body_left;
   }
 
   void read_some() {
@@ -234,7 +318,7 @@ private:
       if (room == 0) {
         // The client has not taken what we hold: pause reading the
         // upstream until it does (release() resumes us).
-        proxy_.loop().set_interest(fd_, this, false, state_ == State::sending);
+        interest(false, state_ == State::sending && want_write_);
         break;
       }
       ssize_t n = ::recv(fd_, buf.data(), std::min(room, buf.size()), 0);
@@ -298,7 +382,15 @@ private:
   ProxyExchange *ex_ = nullptr;
   UpstreamResponseParser parser_;
   size_t head_off_ = 0;
-  size_t body_off_ = 0;
+  char frame_[24];              // a chunk's framing being written
+  uint8_t frame_len_ = 0;
+  uint8_t frame_off_ = 0;
+  size_t chunk_left_ = 0;       // body bytes of the current chunk not yet written
+  bool chunks_ = false;         // a chunk went out (the next framing starts with its CRLF)
+  bool last_chunk_ = false;
+  bool write_failed_ = false;
+  bool want_read_ = false;      // the epoll interest set
+  bool want_write_ = false;
   uint64_t opened_at_ = 0; // the connect started (loop time)
   uint64_t sent_at_ = 0;   // the request started out
   bool head_timed_ = false;
@@ -308,9 +400,10 @@ private:
 // --- ProxyExchange -----------------------------------------------------------
 
 ProxyExchange::ProxyExchange(Proxy &proxy, size_t route, Request &req, std::string head,
-                             ProxyListener *l, void *tag, BudgetAccount *budget)
+                             RequestFraming framing, uint64_t length, ProxyListener *l, void *tag,
+                             BudgetAccount *budget)
     : proxy_(proxy), gen_(proxy.generation()), route_(gen_.routes[route]),
-      request_(std::move(head)), body_(std::move(req.body)), listener_(l), tag_(tag),
+      request_(std::move(head)), framing_(framing), req_length_(length), listener_(l), tag_(tag),
       budget_(budget), timer_(timer_fired, this) {
   gen_.users += 1;
   const auto &m = req.method;
@@ -325,6 +418,7 @@ ProxyExchange::~ProxyExchange() {
   proxy_.loop().timers().cancel(timer_);
   if (window_) proxy_.give_window(std::move(window_));
   if (charged_ && budget_) budget_->give_back(WINDOW);
+  if (budget_) budget_->give_back(req_charged_);
   gen_.users -= 1;
 }
 
@@ -373,10 +467,13 @@ void ProxyExchange::attempt(bool fresh) {
       const auto &cfg = route_.settings;
       const bool connecting = conn_->connecting();
       if (!connecting) proxy_.mark_up(*upstream_);
-      proxy_.loop().timers().schedule(
-          timer_, proxy_.loop().now() +
-                      (connecting ? cfg.connect_timeout_ns : cfg.response_timeout_ns));
+      // The response timeout starts once the request is out (send_state()).
+      if (connecting) {
+        proxy_.loop().timers().schedule(timer_, proxy_.loop().now() + cfg.connect_timeout_ns);
+      }
       conn_->assign(this);
+      // A pooled connection waits for the first body bytes before writing.
+      if (!connecting && !ready_to_send()) send_state(Send::waiting);
       return;
     }
     if (pool_full) {
@@ -391,10 +488,88 @@ void ProxyExchange::attempt(bool fresh) {
   }
 }
 
-void ProxyExchange::connected() {
-  proxy_.mark_up(*upstream_);
+void ProxyExchange::connected() { proxy_.mark_up(*upstream_); }
+
+void ProxyExchange::send_state(Send st) {
+  if (head_ready_) return;
+  // Request out (or the socket full): the upstream has --proxy-timeout to
+  // answer (or to take more). Waiting for the client's body: the client
+  // has as long to send more (past it: 408).
+  waiting_for_client_ = st == Send::waiting;
   proxy_.loop().timers().schedule(timer_,
                                   proxy_.loop().now() + route_.settings.response_timeout_ns);
+}
+
+bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
+  if (len == 0) return true;
+  if (req_ended_ || (framing_ == RequestFraming::length && req_length_ - req_in_ < len)) {
+    // More than the client announced: the body cannot be framed upstream.
+    abort_body();
+    return false;
+  }
+  if (req_dropping_) {
+    req_in_ += len;
+    req_out_ += len;
+    return true;
+  }
+  if (budget_ && !budget_->try_take(len)) {
+    proxy_.mutable_stats().proxy_body_budget_refusals += 1;
+    abort_body();
+    return false; // not taken: the session credits them itself
+  }
+  req_in_ += len;
+  req_charged_ += len;
+  req_buf_.append(reinterpret_cast<const char *>(data), len);
+  return true;
+}
+
+bool ProxyExchange::end_body() {
+  if (req_ended_) return true;
+  if (framing_ == RequestFraming::length && req_in_ != req_length_) {
+    abort_body();
+    return false;
+  }
+  req_ended_ = true;
+  return true;
+}
+
+void ProxyExchange::flush_body() {
+  if (conn_ && (body_held() > 0 || req_ended_)) conn_->flush();
+}
+
+void ProxyExchange::abort_body() {
+  if (req_aborted_) return;
+  req_aborted_ = true;
+  req_ended_ = true;
+  drop_body();
+  if (ended_) return; // answered whole already: the rest of the body does not matter
+  proxy_.mutable_stats().proxy_body_aborts += 1;
+  detach(); // never back to the pool half-written
+  if (!head_ready_) fail_with(400);
+  else failed_ = true;
+}
+
+void ProxyExchange::body_written(size_t n) {
+  req_off_ += n;
+  req_out_ += n;
+  req_charged_ -= n;
+  if (budget_) budget_->give_back(n);
+  if (req_off_ == req_buf_.size()) {
+    req_buf_.clear();
+    req_off_ = 0;
+  } else if (req_off_ >= REQUEST_WINDOW / 4 && req_off_ * 2 >= req_buf_.size()) {
+    req_buf_.erase(0, req_off_); // at most as much again moved
+    req_off_ = 0;
+  }
+}
+
+void ProxyExchange::drop_body() {
+  req_dropping_ = true;
+  req_out_ += body_held();
+  if (budget_) budget_->give_back(req_charged_);
+  req_charged_ = 0;
+  std::string().swap(req_buf_);
+  req_off_ = 0;
 }
 
 void ProxyExchange::conn_failed(bool connect) {
@@ -414,7 +589,8 @@ void ProxyExchange::conn_failed(bool connect) {
     // connection, or an upstream that dropped the request. Only a request
     // that may be repeated goes again.
     upstream_->stats.resets += 1;
-    retry = idempotent_ && attempts_ < 3;
+    // Body bytes that left cannot be sent again: the request is not repeated.
+    retry = idempotent_ && attempts_ < 3 && req_out_ == 0;
   }
   if (!retry) {
     fail_with(502);
@@ -451,6 +627,9 @@ void ProxyExchange::conn_done() {
   }
   upstream_->stats.responses += 1;
   ended_ = true;
+  // Answered before the whole body went up (the connection was closed):
+  // the rest has nowhere to go.
+  if (!req_ended_) drop_body();
   notify();
 }
 
@@ -464,6 +643,13 @@ void ProxyExchange::timer_fired(dataplane::Timer &t) {
     c->detach();
     return ex->conn_failed(true);
   }
+  if (ex->waiting_for_client_) {
+    // The client stopped sending its body: the upstream must not wait.
+    ex->proxy_.mutable_stats().proxy_body_timeouts += 1;
+    ex->detach();
+    ex->fail_with(408);
+    return ex->notify();
+  }
   ex->upstream_->stats.timeouts += 1;
   ex->detach();
   ex->fail_with(504);
@@ -472,6 +658,7 @@ void ProxyExchange::timer_fired(dataplane::Timer &t) {
 
 void ProxyExchange::fail_with(int status) {
   detach();
+  drop_body();
   proxy_.loop().timers().cancel(timer_);
   head_.reset();
   head_.status = status;
@@ -616,9 +803,9 @@ std::vector<std::string> Proxy::upstream_names(const ProxyConfig &cfg) {
   return names;
 }
 
-std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, const Client &client,
-                                            ProxyListener *listener, void *tag,
-                                            BudgetAccount *budget) {
+std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_follows,
+                                            const Client &client, ProxyListener *listener,
+                                            void *tag, BudgetAccount *budget) {
   stats_.proxy_requests += 1;
   char ip[INET6_ADDRSTRLEN] = "unknown";
   bool trusted = false;
@@ -641,11 +828,26 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, const Clien
   ctx.trusted = trusted;
   ctx.forwarded_headers = cfg_->forwarded_headers;
   ctx.via = cfg_->via;
+  // The client's content-length frames the body upstream too; without one
+  // a body goes chunked. A length that is no number, or that promises a
+  // body which cannot follow, makes the request unforwardable (400).
+  bool framable = true;
+  if (const std::string *cl = req.find("content-length")) {
+    const char *end = cl->data() + cl->size();
+    auto r = std::from_chars(cl->data(), end, ctx.content_length);
+    framable = !cl->empty() && r.ec == std::errc() && r.ptr == end &&
+               (body_follows || ctx.content_length == 0);
+    ctx.framing = RequestFraming::length;
+  } else if (body_follows) {
+    ctx.framing = RequestFraming::chunked;
+  }
   std::string head;
   head.reserve(512);
-  if (!build_upstream_request(req, ctx, head)) head.clear();
+  if (!framable || !build_upstream_request(req, ctx, head)) head.clear();
   auto ex = std::make_unique<ProxyExchange>(*this, static_cast<size_t>(route), req,
-                                            std::move(head), listener, tag, budget);
+                                            std::move(head), ctx.framing, ctx.content_length,
+                                            listener, tag, budget);
+  if (!body_follows && framable) ex->end_body();
   ex->begin();
   return ex;
 }

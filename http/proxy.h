@@ -10,6 +10,12 @@
 // 64 KiB window that the client's transport drains; the upstream socket is
 // read only while the window has room, so a client that reads nothing
 // holds its upstream still, and nothing waits in an unbounded buffer.
+//
+// The other way, it starts with the request head and streams the request
+// body: the session hands body bytes in as they arrive, they go out as the
+// upstream socket takes them, and the session gives the client flow-control
+// credit (or reads its socket) only as bytes leave. The bytes held between
+// are charged to the connection's and worker's body budgets.
 
 #include "base/counters.h"
 #include "dataplane/address.h"
@@ -18,6 +24,7 @@
 #include "http/memory_budget.h"
 #include "http/message.h"
 #include "http/proxy_config.h"
+#include "http/proxy_headers.h"
 #include "http/upstream_response.h"
 
 #include <cstdint>
@@ -69,6 +76,9 @@ struct UpstreamStats {
   X(proxy_pool_full, "proxied requests answered 503: connection limit per upstream reached")      \
   X(proxy_budget_refusals, "proxied requests answered 503: the response window budget spent")    \
   X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")           \
+  X(proxy_body_aborts, "proxied request bodies cut short, too long or reset by the client")       \
+  X(proxy_body_budget_refusals, "proxied request bodies refused mid-way: the body budget spent")  \
+  X(proxy_body_timeouts, "proxied requests answered 408: the client paused its body too long")   \
   X(proxy_reconfigured, "reloads that changed the routes (new pools; the old ones finish)")
 
 struct ProxyStats {
@@ -97,9 +107,12 @@ struct ProxyGeneration;
 class ProxyExchange final : public Body, private UpstreamResponseParser::Handler {
 public:
   static constexpr size_t WINDOW = 64 * 1024; // response bytes held at most
+  // Request body bytes held before the client is given no more credit.
+  static constexpr size_t REQUEST_WINDOW = 64 * 1024;
 
-  ProxyExchange(Proxy &proxy, size_t route, Request &req, std::string head, ProxyListener *l,
-                void *tag, BudgetAccount *budget);
+  ProxyExchange(Proxy &proxy, size_t route, Request &req, std::string head,
+                RequestFraming framing, uint64_t length, ProxyListener *l, void *tag,
+                BudgetAccount *budget);
   ~ProxyExchange() override;
 
   // Body: the bytes in [offset, received()) that are contiguous in the
@@ -120,6 +133,32 @@ public:
   // must be reset, never finished.
   bool failed() const { return failed_; }
 
+  // The request body, from the session. put_body() takes bytes (all of
+  // them: what the client was allowed to send); false when they cannot be
+  // held (budget) or overrun the content-length: the exchange is aborted
+  // and the client's stream must be reset. Bytes that arrive after the
+  // exchange no longer wants them (it failed or the upstream answered
+  // whole) are dropped and count as sent.
+  bool put_body(const uint8_t *data, size_t len);
+  // The client's body is complete; false if it is short of its length.
+  bool end_body();
+  // Writes what put_body() took; call once after a batch of them.
+  void flush_body();
+  // The client broke off its body (reset, closed): the upstream connection
+  // is closed, the client gets 502 or a reset.
+  void abort_body();
+  // Body bytes taken and not yet written upstream.
+  size_t body_held() const { return req_buf_.size() - req_off_; }
+  // How much more the session should take now (0: stop reading / crediting).
+  size_t body_room() const {
+    return body_held() >= REQUEST_WINDOW ? 0 : REQUEST_WINDOW - body_held();
+  }
+  // Body bytes that left the exchange (written upstream or dropped): the
+  // client's credit may grow by as much.
+  uint64_t body_out() const { return req_out_; }
+  uint64_t body_in() const { return req_in_; }
+  bool body_expected() const { return framing_ != RequestFraming::none && !req_ended_; }
+
   // Used by the proxy and the upstream connection.
   void begin();
   void connected();
@@ -131,7 +170,23 @@ public:
   UpstreamResponseParser::Handler &parser_handler() { return *this; }
   bool head_request() const { return head_request_; }
   const std::string &request_head() const { return request_; }
-  const std::string &request_body() const { return body_; }
+  RequestFraming framing() const { return framing_; }
+  bool body_ended() const { return req_ended_; }
+  // The held body bytes, contiguous.
+  std::span<const uint8_t> body_data() const {
+    return {reinterpret_cast<const uint8_t *>(req_buf_.data()) + req_off_, body_held()};
+  }
+  void body_written(size_t n);
+  // Where writing the request stands: waiting for the client's body,
+  // blocked on the upstream socket, complete, or failed (the upstream
+  // closed). Arms the response timeout unless waiting for the client.
+  enum class Send : uint8_t { waiting, blocked, complete, failed };
+  void send_state(Send st);
+  // Something is there to write (the head alone waits for the first body
+  // bytes when a body follows, so both leave in one write).
+  bool ready_to_send() const {
+    return framing_ == RequestFraming::none || body_held() > 0 || req_ended_;
+  }
   void notify();
 
 private:
@@ -142,12 +197,23 @@ private:
   void attempt(bool fresh);
   void fail_with(int status);
   void detach();
+  void drop_body();
 
   Proxy &proxy_;
   ProxyGeneration &gen_; // the routes it started on (a reload may bring new ones)
   ProxyRouteState &route_;
   std::string request_; // the HTTP/1.1 request head
-  std::string body_;    // the request body (moved from the client's request)
+  RequestFraming framing_;
+  uint64_t req_length_; // the client's content-length (framing_ length)
+  std::string req_buf_; // request body bytes [req_off_, size()) not yet written
+  size_t req_off_ = 0;
+  uint64_t req_in_ = 0;  // body bytes taken from the client
+  uint64_t req_out_ = 0; // ... written upstream or dropped
+  size_t req_charged_ = 0; // budget held for req_buf_
+  bool req_ended_ = false;
+  bool req_dropping_ = false; // the body has nowhere to go any more
+  bool req_aborted_ = false;
+  bool waiting_for_client_ = false; // the timer runs for the client's next body bytes
   ProxyListener *listener_;
   void *tag_;
   BudgetAccount *budget_;
@@ -190,11 +256,16 @@ public:
     const dataplane::Address *peer = nullptr; // null: unknown (tests)
     bool tls = true;
   };
-  // Starts proxying req (complete, body received) on route. Moves the
-  // body out of req. The exchange may be finished at once (a 502 or 400
-  // with head_ready()): the listener is not called for that.
-  std::unique_ptr<ProxyExchange> start(int route, Request &req, const Client &client,
-                                       ProxyListener *listener, void *tag, BudgetAccount *budget);
+  // Starts proxying req on route once its head is complete. body_follows:
+  // the client will send a body (HTTP/1.1 chunked or with a length, HTTP/2
+  // and HTTP/3 HEADERS without END_STREAM); the session then hands it in
+  // through put_body()/end_body(). Its content-length field, if any, is
+  // the upstream framing; without one a body goes chunked. The exchange
+  // may be finished at once (a 502 or 400 with head_ready()): the
+  // listener is not called for that.
+  std::unique_ptr<ProxyExchange> start(int route, Request &req, bool body_follows,
+                                       const Client &client, ProxyListener *listener, void *tag,
+                                       BudgetAccount *budget);
 
   // Routes, upstreams and settings from now on (a reload). Requests in
   // flight finish on the upstreams they started with; pooled connections

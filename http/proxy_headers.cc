@@ -88,7 +88,8 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
   const std::string *host = req.authority.empty() ? req.find("host") : &req.authority;
   if (host && !host->empty()) field(out, "host", *host);
   for (const auto &f : req.headers) {
-    // The body is complete before the request goes upstream: no 100-continue.
+    // Framing is the proxy's (below); Expect is not passed on: the body is
+    // streamed as the client sends it.
     if (f.name == "host" || f.name == "content-length" || f.name == "expect" ||
         is_hop_by_hop(f.name, connection)) {
       continue;
@@ -120,10 +121,17 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
     v += "1.1 xdpq";
     field(out, "via", v);
   }
-  // A body, or a method that defines one (an empty POST still says so).
-  if (!req.body.empty() || req.method == "POST" || req.method == "PUT" ||
-      req.method == "PATCH") {
-    field(out, "content-length", std::to_string(req.body.size()));
+  switch (ctx.framing) {
+  case RequestFraming::length:
+    field(out, "content-length", std::to_string(ctx.content_length));
+    break;
+  case RequestFraming::chunked: field(out, "transfer-encoding", "chunked"); break;
+  case RequestFraming::none:
+    // A method that defines a body still says it has none.
+    if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
+      field(out, "content-length", "0");
+    }
+    break;
   }
   out += "\r\n";
   return true;

@@ -8,10 +8,15 @@
 
 #include "http/message.h"
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace xdpq::http {
+
+// How the request body goes upstream: none, Content-Length (the client's
+// own), or chunked (the client announced no length).
+enum class RequestFraming : uint8_t { none, length, chunked };
 
 struct ForwardContext {
   std::string_view client_ip; // the client's address without port
@@ -19,14 +24,19 @@ struct ForwardContext {
   bool trusted = false;       // the client may bring X-Forwarded-* / Forwarded
   bool forwarded_headers = true;
   bool via = false;
+  RequestFraming framing = RequestFraming::none;
+  uint64_t content_length = 0; // framing length
 };
 
 // True for a field that never crosses a proxy (connection lists the names
 // the message's Connection field adds; empty if none).
 bool is_hop_by_hop(std::string_view name, std::string_view connection);
 
-// The HTTP/1.1 request head for the upstream, appended to out, with a
-// Content-Length for the (fully received) body. Returns false, adding
+// The HTTP/1.1 request head for the upstream, appended to out, with the
+// body framing ctx says (Content-Length, Transfer-Encoding: chunked, or
+// none; a POST, PUT or PATCH without a body still says "content-length:
+// 0"). The client's own framing fields and Expect never cross (the body is
+// streamed as it comes; the upstream is not asked to confirm it). Returns false, adding
 // nothing, when a field cannot be written as HTTP/1.1 (CR, LF or NUL in
 // it, an empty method or path): the caller answers 400.
 bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::string &out);

@@ -298,6 +298,10 @@ private:
     }
     if (total)
       last_activity_ = srv_.loop().now();
+    if (peer_closed_ && !input_ended_) {
+      input_ended_ = true;
+      session_->input_ended();
+    }
     return total > 0;
   }
 
@@ -416,6 +420,7 @@ private:
   uint64_t accepted_at_, last_activity_, last_progress_;
   bool want_write_ = false;
   bool peer_closed_ = false;
+  bool input_ended_ = false; // the session was told
   bool dead_ = false;
   bool wake_pending_ = false;
   mutable dataplane::Address peer_; // session_peer()'s answer

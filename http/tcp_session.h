@@ -109,6 +109,8 @@ public:
   virtual bool input_paused() const = 0;
   // Input kept while paused is ready to parse: call on_input(nullptr, 0).
   virtual bool has_buffered_input() const { return false; }
+  // The peer closed its side (or the TLS session ended): no more input.
+  virtual void input_ended() {}
   // When the oldest request whose headers are incomplete began, or 0.
   virtual uint64_t headers_started() const = 0;
   // True while requests are open (not idle).
@@ -118,14 +120,15 @@ public:
 
 protected:
   // A proxied request: the worker's proxy takes it on route.
-  std::unique_ptr<ProxyExchange> start_proxy(int route, Request &req, ProxyListener *l, void *tag,
-                                             BudgetAccount &budget, const SessionEnv &env) {
+  std::unique_ptr<ProxyExchange> start_proxy(int route, Request &req, bool body_follows,
+                                             ProxyListener *l, void *tag, BudgetAccount &budget,
+                                             const SessionEnv &env) {
     Proxy::Client client;
     if (host_) {
       client.peer = host_->session_peer();
       client.tls = host_->session_tls();
     }
-    return env.proxy->start(route, req, client, l, tag, &budget);
+    return env.proxy->start(route, req, body_follows, client, l, tag, &budget);
   }
   SessionHost *host_ = nullptr;
 };

@@ -157,6 +157,76 @@ def rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
+def tls(srv, alpn=None):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if alpn:
+        ctx.set_alpn_protocols([alpn])
+    s = socket.create_connection((srv.host, srv.port), timeout=20)
+    return ctx.wrap_socket(s, server_hostname="x")
+
+
+def read_http1_response(f):
+    """(status, body) of one HTTP/1.1 response with a content-length, read
+    from f (the socket's makefile("rb"), kept across pipelined responses)."""
+    status, length = 0, 0
+    line = f.readline()
+    if line.startswith(b"HTTP"):
+        status = int(line.split()[1])
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        k, _, v = line.decode(errors="replace").partition(":")
+        if k.strip().lower() == "content-length":
+            length = int(v)
+    return status, f.read(length)
+
+
+class H2Post:
+    """An HTTP/2 POST with a content-length, its body sent piece by piece
+    through python3-h2 as the test says."""
+
+    def __init__(self, srv, path, length):
+        import h2.config
+        import h2.connection
+        self.t = tls(srv, "h2")
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.sid = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(self.sid, [(":method", "POST"), (":path", path),
+                                          (":scheme", "https"), (":authority", "x"),
+                                          ("content-length", str(length))])
+        self.t.sendall(self.conn.data_to_send())
+
+    def send(self, data, end=False):
+        for i in range(0, len(data), 16384):  # the default frame size
+            last = end and i + 16384 >= len(data)
+            self.conn.send_data(self.sid, data[i:i + 16384], end_stream=last)
+        self.t.sendall(self.conn.data_to_send())
+
+    def response(self):
+        """(status, body) once the stream ends or is reset."""
+        import h2.events
+        status, body, done = 0, b"", False
+        while not done:
+            data = self.t.recv(65536)
+            if not data:
+                break
+            for ev in self.conn.receive_data(data):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status = int(dict(ev.headers)[b":status"])
+                elif isinstance(ev, h2.events.DataReceived):
+                    body += ev.data
+                    self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    done = True
+            self.t.sendall(self.conn.data_to_send())
+        self.t.close()
+        return status, body
+
+
 def dead_port():
     """A loopback port nobody listens on (connects are refused)."""
     with socket.socket() as s:
@@ -519,6 +589,218 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             for t in stalled:
                 t.close()
             h3.join(timeout=60)
+
+    def upload(self, srv, path, src, http):
+        """Uploads the file src over http ("h3", "--http2", "--http1.1",
+        with "-chunked" for a body without a length); (status, body)."""
+        if http == "h3":
+            r = gtlsclient(srv, [path], "-d", src, timeout=120)
+            name = path.rsplit("/", 1)[-1]
+            return r.statuses.get(0), r.file(name)
+        if http.endswith("-chunked"):
+            # From stdin: HTTP/1.1 chunked, HTTP/2 DATA without content-length.
+            with open(src, "rb") as f:
+                r = subprocess.run(["curl", "-sk", http[:-len("-chunked")], "-X", "POST",
+                                    "-T", "-", "-H", "expect:", "-o", "-", "-w", "\n%{http_code}",
+                                    srv.url(path)], stdin=f, stdout=subprocess.PIPE,
+                                   timeout=120)
+            body, _, code = r.stdout.rpartition(b"\n")
+            return int(code or 0), body
+        st, _, got, _, _ = curl(srv, path, "--data-binary", f"@{src}", "-H", "expect:",
+                                http=http, timeout=120)
+        return st, got
+
+    def test_uploads_keep_their_framing_on_every_protocol(self):
+        body = os.urandom((1 << 20) + 3)
+        src = tempfile.mktemp()
+        with open(src, "wb") as f:
+            f.write(body)
+        with self.serve(f"/app={self.app.url}") as srv:
+            for http, framing in (("h3", "length"), ("--http2", "length"),
+                                  ("--http1.1", "length"), ("--http2-chunked", "chunked"),
+                                  ("--http1.1-chunked", "chunked")):
+                st, got = self.upload(srv, "/app/sum", src, http)
+                self.assertEqual(st, 200, http)
+                info = json.loads(got)
+                self.assertEqual(info["body_len"], len(body), http)
+                self.assertEqual(info["body_sha256"], sha256(body), http)
+                # A length the client gave is kept; without one, chunked.
+                self.assertEqual(info["framing"], framing, http)
+            # GET and an empty POST: no body framing beyond content-length: 0.
+            st, _, got, _, _ = curl(srv, "/app/info", http="--http1.1")
+            hdr = dict(json.loads(got)["headers"])
+            self.assertNotIn("transfer-encoding", hdr)
+            self.assertNotIn("content-length", hdr)
+        os.unlink(src)
+
+    def test_upstream_sees_the_body_before_the_client_finishes(self):
+        first, second = os.urandom(30000), os.urandom(30000)
+        with self.serve(f"/app={self.app.url}") as srv:
+            for framing in ("length", "chunked"):
+                self.app.first_body_byte.clear()
+                t = tls(srv)
+                if framing == "length":
+                    t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
+                              % (len(first) + len(second)) + first)
+                else:
+                    t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\n"
+                              b"transfer-encoding: chunked\r\n\r\n%x\r\n" % len(first) + first +
+                              b"\r\n")
+                # The second half is sent only once the upstream has the first.
+                self.assertTrue(self.app.first_body_byte.wait(10), framing)
+                if framing == "length":
+                    t.sendall(second)
+                else:
+                    t.sendall(b"%x\r\n" % len(second) + second + b"\r\n0\r\n\r\n")
+                st, got = read_http1_response(t.makefile("rb"))
+                t.close()
+                self.assertEqual(st, 200, framing)
+                self.assertEqual(json.loads(got)["body_sha256"], sha256(first + second))
+            # Keep-alive and pipelining: two bodies, one chunked, one with a
+            # length, sent back to back on one connection.
+            t = tls(srv)
+            t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+                      b"%x\r\n" % len(first) + first + b"\r\n0\r\n\r\n" +
+                      b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
+                      % len(second) + second)
+            f = t.makefile("rb")
+            for want in (first, second):
+                st, got = read_http1_response(f)
+                self.assertEqual(st, 200)
+                self.assertEqual(json.loads(got)["body_sha256"], sha256(want))
+            t.close()
+            self.app.first_body_byte.clear()
+            post = H2Post(srv, "/app/sum", len(first) + len(second))
+            post.send(first)
+            self.assertTrue(self.app.first_body_byte.wait(10), "h2")
+            post.send(second, end=True)
+            st, got = post.response()
+            self.assertEqual(st, 200)
+            self.assertEqual(json.loads(got)["body_sha256"], sha256(first + second))
+
+    def test_upload_over_max_request_body_is_streamed_not_refused(self):
+        body = os.urandom(3 << 20)
+        src = tempfile.mktemp()
+        with open(src, "wb") as f:
+            f.write(body)
+        with self.serve(f"/app={self.app.url}", extra=["--max-request-body", str(1 << 20)]) as srv:
+            for http in ("h3", "--http2", "--http1.1"):
+                st, got = self.upload(srv, "/app/sum", src, http)
+                self.assertEqual(st, 200, http)
+                self.assertEqual(json.loads(got)["body_sha256"], sha256(body), http)
+            # Requests the server answers itself keep the limit.
+            st, _, _, _, _ = curl(srv, "/echo", "--data-binary", f"@{src}", "-H", "expect:",
+                                  http="--http1.1")
+            self.assertEqual(st, 413)
+        os.unlink(src)
+
+    def test_upload_to_a_slow_upstream_holds_bounded_memory(self):
+        size = 64 << 20
+        src = tempfile.mktemp()
+        with open(src, "wb") as f:
+            block = os.urandom(1 << 20)
+            for _ in range(size >> 20):
+                f.write(block)
+        digest = sha256(block * (size >> 20))
+        # The upstream reads 256 KiB, then sleeps 10 ms: far slower than loopback.
+        path = "/app/sum?piece=262144&delay=0.01"
+        with self.serve(f"/app={self.app.url}") as srv:
+            base = rss_kib(srv.proc.pid)
+            peak = {"held": 0, "rss": 0}
+            stop = threading.Event()
+
+            def sample():
+                while not stop.is_set():
+                    peak["held"] = max(peak["held"], total(stats_json(srv), "body_bytes_held"))
+                    peak["rss"] = max(peak["rss"], rss_kib(srv.proc.pid) - base)
+                    time.sleep(0.1)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            results = {}
+            protos = ("h3", "--http2", "--http1.1")
+            clients = [threading.Thread(target=lambda h=h: results.__setitem__(
+                h, self.upload(srv, path, src, h))) for h in protos]
+            for c in clients:
+                c.start()
+            for c in clients:
+                c.join(timeout=150)
+            stop.set()
+            sampler.join()
+            for h in protos:
+                st, got = results.get(h, (0, b""))
+                self.assertEqual(st, 200, h)
+                self.assertEqual(json.loads(got)["body_sha256"], digest, h)
+            print(f"peak held {peak['held']} B, RSS +{peak['rss']} KiB", end=" ", flush=True)
+            # Three uploads of 64 MiB: each holds at most what its flow
+            # control lets the client send ahead (HTTP/1.1 64 KiB, HTTP/2 its
+            # 1 MiB initial window, HTTP/3 the stream window ngtcp2 tunes up
+            # to 6 MiB at most) plus a 64 KiB response window.
+            self.assertLess(peak["held"], 8 << 20)
+            # Buffering any one upload whole would cost 64 MiB; the margin
+            # below that is for what a sanitizer build keeps of freed memory.
+            self.assertLess(peak["rss"], 48 * 1024)
+        os.unlink(src)
+
+    def test_client_lying_about_its_length_closes_the_upstream(self):
+        with self.serve(f"/app={self.app.url}") as srv:
+            before = len(self.app.requests)
+            t = tls(srv)
+            # 100000 announced, 1000 sent, then the client goes away.
+            t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n" +
+                      b"a" * 1000)
+            time.sleep(0.5)
+            t.close()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and total(stats_json(srv), "proxy_body_aborts") < 1:
+                time.sleep(0.1)
+            self.assertEqual(total(stats_json(srv), "proxy_body_aborts"), 1)
+            # The upstream saw its connection close mid-body: no request completed.
+            time.sleep(0.3)
+            self.assertEqual(len(self.app.requests), before)
+            st, _, _, _, _ = curl(srv, "/app/info")
+            self.assertEqual(st, 200)  # and bystanders are served
+
+    def test_client_that_stalls_mid_body_gets_408(self):
+        with self.serve(f"/app={self.app.url}", extra=["--proxy-timeout", "1000"]) as srv:
+            before = len(self.app.requests)
+            t = tls(srv)
+            t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n" +
+                      b"a" * 1000)
+            st, _ = read_http1_response(t.makefile("rb"))  # the rest never comes
+            t.close()
+            self.assertEqual(st, 408)
+            self.assertEqual(total(stats_json(srv), "proxy_body_timeouts"), 1)
+            time.sleep(0.3)
+            self.assertEqual(len(self.app.requests), before)  # the upstream saw a cut body
+            # HTTP/2: the same through python3-h2, the stream answered 408.
+            post = H2Post(srv, "/app/sum", 100000)
+            post.send(b"a" * 1000)
+            status, _ = post.response()
+            self.assertEqual(status, 408)
+            self.assertEqual(total(stats_json(srv), "proxy_body_timeouts"), 2)
+
+    def test_upstream_that_answers_before_the_body_ends(self):
+        with self.serve(f"/app={self.app.url}") as srv:
+            t = tls(srv)
+            t.sendall(b"POST /app/early HTTP/1.1\r\nhost: x\r\ncontent-length: 200000\r\n\r\n" +
+                      b"a" * 30000)
+            st, _ = read_http1_response(t.makefile("rb"))
+            self.assertEqual(st, 413)
+            try:  # the rest of the body is not read: the connection ends
+                self.assertEqual(t.recv(1), b"")
+            except ConnectionResetError:
+                pass
+            t.close()
+            post = H2Post(srv, "/app/early", 200000)
+            post.send(b"a" * 30000)
+            st, _ = post.response()
+            self.assertEqual(st, 413)
+            st, _, got, _, _ = curl(srv, "/app/info")
+            self.assertEqual(st, 200)
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "proxy_body_aborts"), 0)  # an answer, not an abort
+            self.assertEqual(total(stats, "upstream0_idle_connections"), 1)  # only the GET's
 
     def gated_run(self, balancing, n=20):
         """n requests, one after another but not waiting for each other, to

@@ -26,8 +26,41 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def body(self):
-        n = int(self.headers.get("content-length", "0"))
-        return self.rfile.read(n) if n else b""
+        """The request body, Content-Length or chunked. /slow... paths read
+        it slowly; every path records when its first byte arrived."""
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
+        delay = float(q.get("delay", "0"))
+        piece = int(q.get("piece", "65536"))
+        out = []
+        got = 0
+
+        def take(n):
+            nonlocal got
+            while n > 0:
+                part = self.rfile.read1(min(n, piece))
+                if not part:
+                    raise ConnectionError("body cut short")
+                if got == 0:
+                    self.server.first_body_byte.set()
+                got += len(part)
+                out.append(part)
+                n -= len(part)
+                if delay:
+                    time.sleep(delay)
+
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            self.server.chunked_requests += 1
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    break
+                take(size)
+                self.rfile.readline()  # the chunk's CRLF
+        else:
+            take(int(self.headers.get("content-length", "0")))
+        return b"".join(out)
 
     def reply(self, status, body, extra=()):
         self.send_response(status)
@@ -45,7 +78,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.do_GET()
 
+    def do_PUT(self):
+        self.do_GET()
+
     def do_GET(self):
+        if self.path.endswith("/early"):
+            # Answers after a few body bytes, as an application refusing an
+            # upload does, and closes.
+            self.rfile.read1(10)
+            self.send_response(413)
+            self.send_header("content-length", "0")
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            return
         body = self.body()
         url = urllib.parse.urlparse(self.path)
         q = dict(urllib.parse.parse_qsl(url.query))
@@ -58,7 +104,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.server.requests.append((self.command, self.path))
         if self.server.gate is not None:
             self.server.gate.wait(30)
-        if p.endswith("/info"):
+        if p.endswith("/sum"):
+            # The body's length and digest, not the body: for big uploads.
+            info = {"body_len": len(body), "body_sha256": hashlib.sha256(body).hexdigest(),
+                    "framing": "chunked" if "transfer-encoding" in self.headers else "length"}
+            self.reply(200, json.dumps(info).encode(), [("content-type", "application/json")])
+        elif p.endswith("/info"):
             info = {"method": self.command, "path": self.path,
                     "request_version": self.request_version,
                     "headers": [[k.lower(), v] for k, v in self.headers.items()],
@@ -149,6 +200,8 @@ class App(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.address_family = family
         self.name = name
         self.requests = []
+        self.first_body_byte = threading.Event()  # set when any body byte arrives
+        self.chunked_requests = 0
         super().__init__(address, Handler)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
@@ -172,6 +225,8 @@ class UnixApp(App):
         self.path = path
         self.name = name
         self.requests = []
+        self.first_body_byte = threading.Event()
+        self.chunked_requests = 0
         socketserver.TCPServer.__init__(self, path, Handler)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 

@@ -1,7 +1,9 @@
 // The proxy's pure parts: the upstream response parser, the header
-// mapping in both directions, route and URL parsing, the proxy flags.
+// mapping in both directions, route and URL parsing, the proxy flags; and
+// a request body streamed to an upstream on a unix socket.
 
 #include "dataplane/histogram.h"
+#include "http/proxy.h"
 #include "http/proxy_config.h"
 #include "http/proxy_headers.h"
 #include "http/upstream_response.h"
@@ -10,6 +12,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <string>
 
 using namespace xdpq::http;
@@ -224,10 +231,11 @@ TEST(ProxyHeaders, RequestFromHttp3PseudoHeaders) {
   Request req = request("POST", "/api/x?y=1", "example.com",
                         {{"content-type", "text/plain"}, {"content-length", "5"}});
   req.scheme = "https";
-  req.body = "12345";
   ForwardContext ctx;
   ctx.client_ip = "192.0.2.7";
   ctx.proto = "https";
+  ctx.framing = RequestFraming::length;
+  ctx.content_length = 5;
   std::string out;
   ASSERT_TRUE(build_upstream_request(req, ctx, out));
   EXPECT_EQ(out, "POST /api/x?y=1 HTTP/1.1\r\n"
@@ -390,6 +398,202 @@ TEST(ProxyOptions, FlagsAndErrors) {
   EXPECT_NE(err.find("https"), std::string::npos) << err;
   EXPECT_NE(xdpq::testing::parse_error({"--proxy-trusted", "x"}), "");
   EXPECT_NE(xdpq::testing::parse_error({"--proxy-balancing", "random"}), "");
+}
+
+namespace {
+
+// An upstream on a unix socket that the test reads by hand. A unix
+// connect completes at once, so the exchange writes within the calls under
+// test and no event loop has to run.
+class StreamedRequest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    static std::atomic<int> n{0};
+    path_ = "/tmp/xdpq-proxy-test-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    listen_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    std::memcpy(sun.sun_path, path_.data(), path_.size());
+    ::unlink(path_.c_str());
+    ASSERT_EQ(::bind(listen_, reinterpret_cast<sockaddr *>(&sun), sizeof(sun)), 0);
+    ASSERT_EQ(::listen(listen_, 8), 0);
+    auto cfg = std::make_shared<ProxyConfig>();
+    cfg->add_route("/api=unix:" + path_);
+    proxy_ = std::make_unique<Proxy>(cfg, loop_);
+  }
+
+  void TearDown() override {
+    ex_.reset();
+    proxy_->end_of_pass();
+    proxy_.reset();
+    if (up_ >= 0) ::close(up_);
+    ::close(listen_);
+    ::unlink(path_.c_str());
+  }
+
+  ProxyExchange &start(std::string method, std::initializer_list<Header> fields,
+                       bool body_follows) {
+    Request req = request(std::move(method), "/api/up", "h", fields);
+    ex_ = proxy_->start(0, req, body_follows, {}, nullptr, nullptr, &account_);
+    return *ex_;
+  }
+
+  bool put(std::string_view s) {
+    bool ok = ex_->put_body(reinterpret_cast<const uint8_t *>(s.data()), s.size());
+    ex_->flush_body();
+    return ok;
+  }
+
+  // What the upstream has received so far; eof set once it sees the close.
+  std::string upstream(bool *eof = nullptr) {
+    if (up_ < 0) up_ = ::accept4(listen_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    std::string got;
+    char buf[65536];
+    for (;;) {
+      ssize_t r = ::recv(up_, buf, sizeof(buf), 0);
+      if (r > 0) {
+        got.append(buf, static_cast<size_t>(r));
+        continue;
+      }
+      if (eof) *eof = r == 0;
+      return got;
+    }
+  }
+
+  // The part after the head.
+  static std::string body_of(const std::string &wire) {
+    auto at = wire.find("\r\n\r\n");
+    return at == std::string::npos ? std::string() : wire.substr(at + 4);
+  }
+
+  xdpq::dataplane::EventLoop loop_;
+  MemoryBudget worker_{1u << 20};
+  BudgetAccount account_{&worker_, 1u << 20};
+  std::unique_ptr<Proxy> proxy_;
+  std::unique_ptr<ProxyExchange> ex_;
+  std::string path_;
+  int listen_ = -1;
+  int up_ = -1;
+};
+
+} // namespace
+
+TEST_F(StreamedRequest, BodyGoesUpBeforeItEnds) {
+  auto &ex = start("POST", {{"content-length", "10"}}, true);
+  EXPECT_TRUE(ex.body_expected());
+  // The head waits for the first body bytes, so both leave in one write.
+  EXPECT_EQ(upstream(), "");
+  ASSERT_TRUE(put("hello"));
+  std::string first = upstream();
+  EXPECT_NE(first.find("POST /api/up HTTP/1.1\r\n"), std::string::npos);
+  EXPECT_NE(first.find("content-length: 10\r\n"), std::string::npos);
+  EXPECT_EQ(first.find("transfer-encoding"), std::string::npos);
+  EXPECT_EQ(body_of(first), "hello");
+  EXPECT_EQ(ex.body_out(), 5u);
+  ASSERT_TRUE(put("world"));
+  EXPECT_TRUE(ex.end_body());
+  ex.flush_body();
+  EXPECT_EQ(upstream(), "world");
+  EXPECT_FALSE(ex.body_expected());
+  EXPECT_EQ(account_.held(), ProxyExchange::WINDOW); // only the response window
+}
+
+TEST_F(StreamedRequest, WithoutALengthTheBodyGoesChunked) {
+  auto &ex = start("POST", {}, true);
+  ASSERT_TRUE(put("abc"));
+  ASSERT_TRUE(put("de"));
+  EXPECT_TRUE(ex.end_body());
+  ex.flush_body();
+  std::string wire = upstream();
+  EXPECT_NE(wire.find("transfer-encoding: chunked\r\n"), std::string::npos);
+  EXPECT_EQ(wire.find("content-length"), std::string::npos);
+  EXPECT_EQ(body_of(wire), "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
+}
+
+TEST_F(StreamedRequest, AnEmptyChunkedBodyIsTheLastChunkAlone) {
+  auto &ex = start("PUT", {}, true);
+  EXPECT_TRUE(ex.end_body());
+  ex.flush_body();
+  EXPECT_EQ(body_of(upstream()), "0\r\n\r\n");
+}
+
+TEST_F(StreamedRequest, WithoutABodyNoFraming) {
+  auto &ex = start("GET", {}, false);
+  EXPECT_FALSE(ex.body_expected());
+  std::string wire = upstream(); // written at once: nothing to wait for
+  EXPECT_NE(wire.find("GET /api/up HTTP/1.1\r\n"), std::string::npos);
+  EXPECT_EQ(wire.find("content-length"), std::string::npos);
+  EXPECT_EQ(wire.find("transfer-encoding"), std::string::npos);
+  EXPECT_EQ(body_of(wire), "");
+}
+
+TEST_F(StreamedRequest, MoreThanTheLengthAbortsAndClosesTheUpstream) {
+  auto &ex = start("POST", {{"content-length", "4"}}, true);
+  EXPECT_FALSE(put("12345"));
+  EXPECT_EQ(proxy_->stats().proxy_body_aborts, 1u);
+  EXPECT_TRUE(ex.head_ready());
+  EXPECT_EQ(ex.head().status, 400);
+  EXPECT_FALSE(ex.body_expected());
+  EXPECT_FALSE(put("x")); // and nothing more is taken
+  EXPECT_EQ(account_.held(), ProxyExchange::WINDOW);
+}
+
+TEST_F(StreamedRequest, ShortOfTheLengthAbortsAndClosesTheUpstream) {
+  auto &ex = start("POST", {{"content-length", "10"}}, true);
+  ASSERT_TRUE(put("abc"));
+  EXPECT_EQ(body_of(upstream()), "abc");
+  EXPECT_FALSE(ex.end_body());
+  EXPECT_EQ(proxy_->stats().proxy_body_aborts, 1u);
+  bool eof = false;
+  upstream(&eof);
+  EXPECT_TRUE(eof); // closed half-written, never pooled
+}
+
+TEST_F(StreamedRequest, HeldBytesAreChargedAndRoomRunsOut) {
+  auto &ex = start("POST", {}, true);
+  const std::string piece(16384, 'x');
+  // The upstream reads nothing: the socket fills, then the exchange.
+  size_t put_bytes = 0;
+  while (ex.body_room() > 0 && put_bytes < (64u << 20)) {
+    ASSERT_TRUE(put(piece));
+    put_bytes += piece.size();
+  }
+  EXPECT_EQ(ex.body_room(), 0u);
+  EXPECT_GE(ex.body_held(), ProxyExchange::REQUEST_WINDOW);
+  EXPECT_LT(ex.body_held(), ProxyExchange::REQUEST_WINDOW + piece.size());
+  EXPECT_EQ(account_.held(), ProxyExchange::WINDOW + ex.body_held());
+  EXPECT_EQ(ex.body_out() + ex.body_held(), put_bytes);
+  // The upstream reads: what the exchange held goes out, the budget comes back.
+  size_t got = upstream().size();
+  ex.flush_body();
+  got += upstream().size();
+  EXPECT_GT(got, 0u);
+  EXPECT_LT(ex.body_held(), ProxyExchange::REQUEST_WINDOW);
+  EXPECT_EQ(account_.held(), ProxyExchange::WINDOW + ex.body_held());
+}
+
+TEST_F(StreamedRequest, OverTheBudgetAbortsTheBody) {
+  BudgetAccount small(&worker_, ProxyExchange::WINDOW + 100);
+  Request req = request("POST", "/api/up", "h", {});
+  ex_ = proxy_->start(0, req, true, {}, nullptr, nullptr, &small);
+  // Not flushed: both stay held.
+  const std::string a(100, 'a');
+  EXPECT_TRUE(ex_->put_body(reinterpret_cast<const uint8_t *>(a.data()), a.size()));
+  EXPECT_FALSE(ex_->put_body(reinterpret_cast<const uint8_t *>(a.data()), a.size()));
+  EXPECT_EQ(proxy_->stats().proxy_body_budget_refusals, 1u);
+  EXPECT_TRUE(ex_->head_ready());
+  ex_.reset();
+  EXPECT_EQ(small.held(), 0u);
+}
+
+TEST_F(StreamedRequest, AnAnnouncedBodyThatCannotFollowIsRefused) {
+  // content-length 5 on a request that ends with its head (HTTP/2 and
+  // HTTP/3 HEADERS with END_STREAM): it cannot be forwarded.
+  auto &ex = start("POST", {{"content-length", "5"}}, false);
+  EXPECT_TRUE(ex.head_ready());
+  EXPECT_EQ(ex.head().status, 400);
+  auto &bad = start("POST", {{"content-length", "5x"}}, true);
+  EXPECT_EQ(bad.head().status, 400);
 }
 
 // A route's own settings win over the --proxy-* defaults, whichever
