@@ -81,6 +81,8 @@ constexpr Key KEYS[] = {
     {"quic", "idle_timeout_ms", Kind::integer, "--idle-timeout", "milliseconds"},
     {"quic", "handshake_timeout_ms", Kind::integer, "--handshake-timeout", "milliseconds"},
     {"quic", "max_streams", Kind::integer, "--max-streams", "an integer"},
+    {"quic", "qpack_table_capacity", Kind::integer, "--qpack-table-capacity",
+     "bytes (0 to 65536)"},
     {"quic", "max_connections", Kind::integer, "--max-connections", "an integer"},
     {"quic", "early_data", Kind::flag_if_false, "--no-early-data", "true or false"},
     {"quic_lb", "server_id", Kind::string, "--quic-lb-server-id",
@@ -580,6 +582,7 @@ retry_rate = 1000                        # ... or while new ones arrive faster t
 idle_timeout_ms = 30000
 handshake_timeout_ms = 10000             # a handshake not done by then is dropped
 max_streams = 100
+qpack_table_capacity = 0                 # bytes of QPACK dynamic table a client may use for requests
 max_connections = 65536
 early_data = true
 

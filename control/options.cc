@@ -135,6 +135,13 @@ QUIC behaviour and limits:
                           way) retransmission backoff alone can pass 10 s.
   --max-streams N         Concurrent request streams per connection
                           (default 100).
+  --qpack-table-capacity N
+                          Bytes of QPACK dynamic table clients may use to
+                          compress request headers (default 0: none; each
+                          reference to it costs an acknowledgement, a
+                          datagram of its own when the response waits on
+                          an upstream, and the table is memory a client
+                          fills on every connection).
   --max-header-size N     Largest request header section in bytes, enforced
                           with 431 (default 16384).
   --max-header-fields N   Most request header fields, enforced with 431
@@ -503,6 +510,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.handshake_timeout_ms = parse_number(arg, need(), 100, 3600'000);
     } else if (arg == "--idle-timeout") {
       o.idle_timeout_ms = parse_number(arg, need(), 100, 3600'000);
+    } else if (arg == "--qpack-table-capacity") {
+      o.qpack_table_capacity = parse_number(arg, need(), 0, 65536);
     } else if (arg == "--max-streams") {
       o.max_streams = parse_number(arg, need(), 1, 1u << 16);
     } else if (arg == "--max-header-size") {

@@ -60,6 +60,7 @@ struct Options {
   uint64_t idle_timeout_ms = 30000;
   uint64_t handshake_timeout_ms = 10000;
   uint64_t max_streams = 100;
+  uint64_t qpack_table_capacity = 0; // QPACK dynamic table offered to clients (bytes)
   uint64_t max_header_size = 16384;
   size_t max_header_fields = 128;
   size_t max_connections = 65536;

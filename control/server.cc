@@ -258,6 +258,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   ecfg.quic_lb = quic_lb;
   ecfg.generation = generation_;
   h3_limits_.max_field_section_size = opts_.max_header_size;
+  h3_limits_.qpack_table_capacity = opts_.qpack_table_capacity;
   h3_limits_.max_header_fields = opts_.max_header_fields;
   h3_limits_.max_request_body = opts_.max_request_body;
   h3_limits_.max_body_per_connection = opts_.max_body_per_connection;

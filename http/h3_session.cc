@@ -215,8 +215,8 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
   nghttp3_settings settings;
   nghttp3_settings_default(&settings);
   settings.max_field_section_size = limits_.max_field_section_size;
-  settings.qpack_max_dtable_capacity = 4096;
-  settings.qpack_blocked_streams = 100;
+  settings.qpack_max_dtable_capacity = limits_.qpack_table_capacity;
+  settings.qpack_blocked_streams = limits_.qpack_table_capacity ? 100 : 0;
   // nghttp3's per-stream buffers and QPACK strings come from the worker's
   // per-thread block cache.
   static constexpr nghttp3_mem MEM = small_alloc::c_table<nghttp3_mem>();

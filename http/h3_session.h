@@ -27,6 +27,9 @@ struct H3Limits {
   // per field). Advertised in SETTINGS and enforced: 431 when exceeded.
   uint64_t max_field_section_size = 16384;
   size_t max_header_fields = 128; // enforced: 431 when exceeded
+  // QPACK dynamic table offered to the client's encoder (SETTINGS); 0:
+  // requests use the static table and literals only.
+  uint64_t qpack_table_capacity = 0;
   size_t max_request_body = 16u << 20; // 413 when exceeded
   // Request bodies (and responses made from them) held per connection;
   // over it a request is refused with H3_REQUEST_REJECTED.
