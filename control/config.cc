@@ -319,7 +319,10 @@ void route_flags(const std::string &path, const toml::table &t, int line,
                  std::vector<std::string> &flags) {
   std::string prefix, urls, options;
   bool has_prefix = false, has_upstreams = false;
-  for (const auto &[name, node] : t) {
+  for (const auto &entry : t) {
+    // Not a structured binding: the lambda below captures node.
+    const toml::key &name = entry.first;
+    const toml::node &node = entry.second;
     const std::string full = "proxy." + std::string(name.str());
     const int at = static_cast<int>(name.source().begin.line);
     const RouteKey *key = nullptr;
@@ -345,6 +348,9 @@ void route_flags(const std::string &path, const toml::table &t, int line,
         prefix = v;
         has_prefix = true;
       } else {
+        // It becomes ";KEY=VALUE" in the flag: it must not add another.
+        if (v.find_first_of(";=") != std::string::npos)
+          fail(path, at, full, std::string("expected ") + key->expect + ", got '" + v + "'");
         options += ";" + std::string(name.str()) + "=" + v;
       }
       break;

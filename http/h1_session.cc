@@ -58,6 +58,13 @@ public:
   }
 
   void on_input(const uint8_t *data, size_t len, uint64_t now_ns) override {
+    parse_input(data, len, now_ns);
+    // The client's input ended with a proxied body still waiting here:
+    // once all it sent is parsed, a body still short is cut.
+    if (eof_ && body_ex_ && buffered_.empty()) abort_proxy_body();
+  }
+
+  void parse_input(const uint8_t *data, size_t len, uint64_t now_ns) {
     now_ = now_ns;
     if (closing_) return;
     // Bytes that arrived while paused (pipelining backpressure) are kept
@@ -197,8 +204,10 @@ public:
   }
   void input_ended() override {
     // The client left in the middle of a proxied body: the upstream must
-    // not wait for the rest.
-    if (body_ex_) abort_proxy_body();
+    // not wait for the rest. What it sent before is parsed first (a client
+    // that half-closes after a large body has most of it waiting here).
+    eof_ = true;
+    if (body_ex_ && buffered_.empty()) abort_proxy_body();
   }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
   bool busy() const override { return in_message_ || !queue_.empty(); }
@@ -442,6 +451,7 @@ private:
   uint64_t now_ = 0;
   std::deque<Queued> queue_;
   std::string buffered_;
+  bool eof_ = false; // the client's input ended (read side closed)
   bool proxied_ = false;             // the request being parsed went to the proxy
   ProxyExchange *body_ex_ = nullptr; // ... and its body is being received (in queue_)
   ProxyExchange *flush_ex_ = nullptr; // took body bytes not yet flushed (in queue_)

@@ -366,7 +366,10 @@ private:
   void done() {
     ProxyExchange *ex = ex_;
     ex_ = nullptr;
-    if (parser_.keep_alive() && state_ != State::closed && !(state_ == State::sending)) {
+    // A connection whose request write failed (the upstream answered and
+    // closed its side) is never pooled, whatever its answer said.
+    if (parser_.keep_alive() && state_ != State::closed && state_ != State::sending &&
+        !write_failed_) {
       proxy_.pool(*this);
     } else {
       close();
@@ -614,6 +617,8 @@ void ProxyExchange::conn_broke(std::string_view why) {
     fail_with(502);
   } else {
     failed_ = true;
+    // Nobody will take the rest of the request body now.
+    if (!req_ended_) drop_body();
   }
   notify();
 }

@@ -96,8 +96,13 @@ SSL_CTX *TcpTlsContext::build(const std::string &cert_pem, const std::string &ke
     throw std::runtime_error(e);
   };
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  // A client that closes its side with a TCP FIN and no close_notify
+  // (scripts, `nc -N`, many HTTP/1.0-style clients) has still sent a
+  // whole request: its end of input is an end, not a fatal TLS error
+  // that would leave the answer unsendable. Request framing, not TLS,
+  // tells a cut request from a complete one.
   SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
-                               SSL_OP_CIPHER_SERVER_PREFERENCE);
+                               SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                             SSL_MODE_RELEASE_BUFFERS);
   // TLS 1.2 ciphers: AEAD with forward secrecy only.

@@ -695,6 +695,21 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             self.assertEqual(st, 200)
             self.assertEqual(json.loads(got)["body_sha256"], sha256(first + second))
 
+    def test_client_that_half_closes_after_its_body_is_answered(self):
+        # The client sends a body far larger than the exchange's room and
+        # shuts its side down at once: the end of its input arrives while
+        # most of the body still waits to be parsed, and must not cut it.
+        body = os.urandom(400_000)
+        with self.serve(f"/app={self.app.url}") as srv:
+            t = tls(srv)
+            t.sendall(b"POST /app/sum HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n"
+                      % len(body) + body)
+            socket.socket.shutdown(t, socket.SHUT_WR)  # FIN under the TLS layer
+            st, got = read_http1_response(t.makefile("rb"))
+            t.close()
+            self.assertEqual(st, 200)
+            self.assertEqual(json.loads(got)["body_sha256"], sha256(body))
+
     def test_upload_over_max_request_body_is_streamed_not_refused(self):
         body = os.urandom(3 << 20)
         src = tempfile.mktemp()

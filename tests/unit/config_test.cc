@@ -362,6 +362,9 @@ TEST(Config, ProxyTableErrorsSayWhere) {
       {"[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:1\"]\n"
        "[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:2\"]\n",
        ":4: [[proxy]] prefix \"/a\"", "given twice"},
+      {"[[proxy]]\nprefix = \"/a\"\nupstreams = [\"http://127.0.0.1:1\"]\n"
+       "balancing = \"round-robin;max_connections=1\"\n",
+       ":4: proxy.balancing", "expected \"round-robin\" or \"least-outstanding\", got"},
       {"[proxy_defaults]\nbalancing = \"random\"\n", ":2: proxy_defaults.balancing",
        "round-robin or least-outstanding"},
       {"[proxy_defaults]\ntrusted = [\"nonsense\"]\n", ":2: proxy_defaults.trusted",
