@@ -285,7 +285,7 @@ private:
       fail(431);
       return 0;
     }
-    int route = env_.proxy ? env_.proxy->match(path_only(req_.path)) : -1;
+    int route = env_.proxy ? env_.proxy->match(req_.path) : -1;
     if (route >= 0) {
       // Proxied at once: the body streams upstream as it is parsed.
       const bool body_follows = (parser_.flags & F_CHUNKED) ||

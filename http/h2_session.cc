@@ -448,7 +448,7 @@ private:
   // body is in (body_follows false).
   void dispatch(H2Stream &st, bool body_follows) {
     if (env_.proxy) {
-      int route = env_.proxy->match(path_only(st.req.path));
+      int route = env_.proxy->match(st.req.path);
       if (route >= 0) {
         auto ex = start_proxy(route, st.req, body_follows, this, &st, budget_, env_);
         st.exchange = ex.get();

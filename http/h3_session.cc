@@ -390,7 +390,7 @@ int H3Session::on_end_headers(Stream &s, bool fin) {
 
 void H3Session::dispatch(Stream &s, bool body_follows) {
   if (limits_.proxy) {
-    int route = limits_.proxy->match(path_only(s.req.path));
+    int route = limits_.proxy->match(s.req.path);
     if (route >= 0) {
       // Proxied at once: the body streams upstream as it arrives.
       Proxy::Client client;

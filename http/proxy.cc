@@ -10,6 +10,7 @@
 #include "http/proxy.h"
 
 #include "http/proxy_headers.h"
+#include "http/router.h"
 #include "http/upstream_health.h"
 
 #include <arpa/inet.h>
@@ -777,6 +778,11 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
   }
   g->cfg = std::move(cfg);
   return g;
+}
+
+int Proxy::match_path(std::string_view target) const {
+  const ProxyRoute *r = cfg_->match(path_only(target));
+  return r ? static_cast<int>(r - cfg_->routes.data()) : -1;
 }
 
 void Proxy::reconfigure(std::shared_ptr<const ProxyConfig> cfg) {

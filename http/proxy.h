@@ -245,11 +245,12 @@ public:
   Proxy(const Proxy &) = delete;
   Proxy &operator=(const Proxy &) = delete;
 
-  // The index of the route whose prefix matches path, or -1.
-  int match(std::string_view path) const {
-    if (cfg_->routes.empty()) return -1; // the static server's path: no call
-    const ProxyRoute *r = cfg_->match(path);
-    return r ? static_cast<int>(r - cfg_->routes.data()) : -1;
+  // The index of the route whose prefix matches the request target's
+  // path (its query and fragment ignored), or -1. Without routes (the
+  // static server's case) it returns before any call.
+  int match(std::string_view target) const {
+    if (cfg_->routes.empty()) return -1;
+    return match_path(target);
   }
 
   struct Client {
@@ -305,6 +306,7 @@ public:
 
 private:
   std::unique_ptr<ProxyGeneration> build(std::shared_ptr<const ProxyConfig> cfg) const;
+  int match_path(std::string_view target) const;
 
   std::shared_ptr<const ProxyConfig> cfg_;               // cur_'s
   dataplane::EventLoop &loop_;
