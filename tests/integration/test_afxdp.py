@@ -233,7 +233,7 @@ class AfXdpGeneric(AfXdpCases, TimedTestCase):
 
 
 class AfXdpRouting(TimedTestCase):
-    """Issue 12 (neighbours from the kernel): where AF_XDP replies go on the
+    """Neighbours from the kernel: where AF_XDP replies go on the
     link comes from the kernel's routing and neighbour tables."""
 
     @classmethod
@@ -333,7 +333,7 @@ class AfXdpLifecycle(TimedTestCase):
                                 + "\n".join(busy))
 
     def test_fewer_workers_than_queues_share_a_umem(self):
-        # Issue 12 (zero-copy readiness): more NIC queues than workers. Two
+        # Zero-copy readiness: more NIC queues than workers. Two
         # workers serve four queues, worker i the queues i and i+2, on one
         # UMEM its two sockets share (XDP_SHARED_UMEM). A client steered to
         # each queue in turn is served, by the worker owning that queue.
@@ -374,7 +374,7 @@ class AfXdpLifecycle(TimedTestCase):
             self.assertIn("handshakes_completed=2", line, "\n".join(per_worker))
 
     def test_busy_polling_serves_through_the_receive_call(self):
-        # Issue 12 (the poll loop): with --busy-poll the worker, while it
+        # The poll loop: with --busy-poll the worker, while it
         # spins, asks its queue on every pass and runs the queue's NAPI
         # through recvfrom() (veth's NAPI takes that path too); transfers
         # complete, and the busy polls are counted.
@@ -395,7 +395,7 @@ class AfXdpLifecycle(TimedTestCase):
         self.assertEqual(stats["handshakes_completed"], 2, stats)
 
     def test_client_moving_to_another_queue_keeps_its_connection(self):
-        # Issue 12 (cross-queue routing): a client whose packets start
+        # Cross-queue routing: a client whose packets start
         # arriving on another NIC queue (migration, NAT rebinding, an RSS
         # change) keeps its connection: the worker of the new queue hands
         # them to the connection's owner, which answers from its own queue.

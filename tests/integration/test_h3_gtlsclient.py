@@ -86,7 +86,7 @@ class GtlsclientTest(TimedTestCase):
         self.assertEqual(sha256(r.file(str(size))), sha256(pattern(size)))
 
     def test_twenty_lossy_clients_at_once(self):
-        # Issue 10: 20 concurrent clients with 30 % loss each way used to
+        # Regression: 20 concurrent clients with 30 % loss each way used to
         # lose one in about half the runs: their handshakes outlived the
         # server's fixed 10 s limit. With the limit raised, all complete.
         # Half the round trips fail, and a long run of failures in a row

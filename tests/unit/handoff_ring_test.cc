@@ -119,7 +119,7 @@ TEST(HandoffRing, TwoThreadsLoseNothingAndKeepOrder) {
   EXPECT_TRUE(r.empty());
 }
 
-// Issue 13 (binary upgrade): rings in a memfd carry datagrams from one
+// Binary upgrade: rings in a memfd carry datagrams from one
 // process to another (here a forked child), in order, with the ring's
 // flow control working across the two.
 TEST(HandoffRegion, CarriesDatagramsBetweenProcesses) {

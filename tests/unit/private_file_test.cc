@@ -114,7 +114,7 @@ TEST_F(PrivateFile, SecretsFileMustBeOursOrRoots) {
   }
 }
 
-// Issue 13 (QUIC-LB): the secrets file carries the balancer's AES key; new
+// QUIC-LB: the secrets file carries the balancer's AES key; new
 // files get one, files of older versions load without it, and a malformed
 // one names its line.
 TEST_F(PrivateFile, SecretsFileCarriesTheQuicLbKey) {

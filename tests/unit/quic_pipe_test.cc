@@ -508,7 +508,7 @@ TEST_F(QuicPipe, OtherWorkersDatagramsAreHandedToTheirOwner) {
   EXPECT_EQ(owner.endpoint->stats().stateless_resets_sent, 2u);
 }
 
-// Issue 12 (cross-queue routing): a client whose new path lands on another
+// Cross-queue routing: a client whose new path lands on another
 // worker's queue keeps its connection: that worker hands its datagrams to
 // the owner, which answers on the new path.
 void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation) {
@@ -568,7 +568,7 @@ TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
   migrate_to_another_workers_queue({});
 }
 
-// Issue 13 (binary upgrade): the next process's worker hands the previous
+// Binary upgrade: the next process's worker hands the previous
 // generation's packets to it; the same worker id of its own generation
 // would not take them.
 TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtTheNextGeneration) {
@@ -728,7 +728,7 @@ std::shared_ptr<const quic::QuicLbCodec> quic_lb(std::vector<uint8_t> server_id,
 }
 } // namespace
 
-// Issue 13 (QUIC-LB): every CID the server hands out is a QUIC-LB CID of
+// QUIC-LB: every CID the server hands out is a QUIC-LB CID of
 // its configuration that a balancer decodes to this node's server ID, and
 // whose nonce names the worker.
 TEST_F(QuicPipe, QuicLbConnectionIdsNameTheNodeAndTheWorker) {
@@ -769,7 +769,7 @@ TEST_F(QuicPipe, QuicLbConnectionIdsNameTheNodeAndTheWorker) {
   }
 }
 
-// Issue 13 (QUIC-LB): a connection whose packets a balancer sends to the
+// QUIC-LB: a connection whose packets a balancer sends to the
 // wrong node (a node failed, the balancer's configuration changed) is
 // reset by that node, and the client accepts the reset because the nodes
 // share their secrets; a node with other secrets cannot end it.
