@@ -45,7 +45,14 @@ class SoakSmokeTest(TimedTestCase):
             self.assertGreater(run["good"]["h2"], 0)
             self.assertEqual(run["exit_status"], 0)
             if not sanitized:
-                self.assertLessEqual(run["rss_peak_growth_mib"], 16, run["dataplane"])
+                # The first third is the warm-up from a cold start (the
+                # allocator's caches and the workers' pools fill up to what
+                # the load needs); a leak goes on growing after it, so the
+                # last third's peak is held against the middle third's.
+                rss = [x["rss_kib"] for x in run["samples"]]
+                third = len(rss) // 3
+                growth = (max(rss[2 * third:]) - max(rss[third:2 * third])) / 1024
+                self.assertLessEqual(growth, 16, (run["dataplane"], rss))
             held = [x.get("body_bytes_held") or 0 for x in run["samples"]]
             self.assertLessEqual(max(held), 32 << 20, run["dataplane"])  # the soak's budget
             self.assertLess(max(x["fds"] for x in run["samples"]), 500, run["dataplane"])
