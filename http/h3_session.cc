@@ -30,6 +30,7 @@ struct H3Session::Stream {
   uint64_t credited = 0;      // request body bytes given to the exchange and credited
   bool flush_queued = false;  // in flush_: body bytes to write upstream after this read
   bool stop_sent = false;     // STOP_SENDING: the rest of the body is not wanted
+  bool awaiting = false;      // proxied, its response head not yet come (awaiting_)
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -51,6 +52,7 @@ struct H3Session::Stream {
     credited = 0;
     flush_queued = false;
     stop_sent = false;
+    awaiting = false;
   }
 };
 
@@ -398,7 +400,12 @@ void H3Session::dispatch(Stream &s, bool body_follows) {
       auto ex = limits_.proxy->start(route, s.req, body_follows, client, this, &s, &budget_);
       s.exchange = ex.get();
       s.resp.body = std::move(ex);
-      if (s.exchange->head_ready()) respond(s);
+      if (s.exchange->head_ready()) {
+        respond(s);
+      } else {
+        s.awaiting = true;
+        awaiting_ += 1;
+      }
       return;
     }
   }
@@ -419,24 +426,27 @@ void H3Session::proxy_progress(void *tag) {
   transport_.app_want_write();
 }
 
-void H3Session::credit(Stream &s) {
+bool H3Session::credit(Stream &s) {
   uint64_t out = s.exchange->body_out();
-  if (out > s.credited) {
-    transport_.app_consume(s.id, out - s.credited);
-    s.credited = out;
-  }
+  if (out <= s.credited) return false;
+  transport_.app_consume(s.id, out - s.credited);
+  s.credited = out;
+  return true;
 }
 
 void H3Session::flush_bodies() {
+  bool credited = false;
   for (size_t i = 0; i < flush_.size(); ++i) {
     Stream &s = *flush_[i];
     s.flush_queued = false;
     if (!s.exchange || s.aborted) continue;
     s.exchange->flush_body();
-    credit(s);
+    credited |= credit(s);
   }
   flush_.clear();
-  transport_.app_want_write();
+  // Credit for the client goes out now; nothing else to write otherwise
+  // (an exchange that progressed has told us through proxy_progress).
+  if (credited) transport_.app_want_write();
 }
 
 void H3Session::abort_request(Stream &s) {
@@ -444,6 +454,7 @@ void H3Session::abort_request(Stream &s) {
   if (s.aborted) return;
   s.aborted = true;
   s.responded = true; // whatever the exchange says now, the stream is reset
+  settle(s);
   stats_.stream_errors += 1;
   aborted_.push_back(s.id);
   transport_.app_want_write();
@@ -527,8 +538,15 @@ int H3Session::on_end_stream(Stream &s) {
   return 0;
 }
 
+void H3Session::settle(Stream &s) {
+  if (!s.awaiting) return;
+  s.awaiting = false;
+  awaiting_ -= 1;
+}
+
 void H3Session::on_stream_close(Stream &s) {
   active_ -= 1;
+  settle(s);
   budget_.give_back(s.charged); // the body, or the response made from it
   s.charged = 0;
   if (s.exchange && s.exchange->body_expected()) s.exchange->abort_body(); // reset mid-body
@@ -545,6 +563,9 @@ void H3Session::on_stream_close(Stream &s) {
 
 void H3Session::respond(Stream &s) {
   s.responded = true;
+  settle(s);
+  // A connection holding an ACK for a proxied answer writes this one now.
+  if (awaiting_) transport_.app_want_write();
   const auto &resp = s.exchange ? s.exchange->head() : s.resp;
   stats_.count_response(resp.status);
 

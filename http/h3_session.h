@@ -89,6 +89,7 @@ public:
   // GOAWAY with the largest id, then the final one; streams in flight finish.
   void shutdown_notice() override;
   size_t active_streams() const override { return active_; }
+  bool answer_pending() const override { return awaiting_ > 0; }
   uint64_t app_error_code(int64_t error) const override;
   uint64_t no_error_code() const override { return NGHTTP3_H3_NO_ERROR; }
 
@@ -113,7 +114,7 @@ private:
   void dispatch(Stream &s, bool body_follows);
   void on_proxy_data(Stream &s, const uint8_t *data, size_t len);
   // Flow-control credit for the body bytes that left the exchange.
-  void credit(Stream &s);
+  bool credit(Stream &s);
   // Writes the bodies that on_data() handed to exchanges during one read.
   void flush_bodies();
   // The proxied request cannot go on (body cut, overrun, over budget):
@@ -121,6 +122,7 @@ private:
   void abort_request(Stream &s);
   nghttp3_ssize read_streamed(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void respond(Stream &s);
+  void settle(Stream &s); // no longer awaiting its upstream's head
   // Over the connection's or worker's body budget: H3_REQUEST_REJECTED
   // both ways, bytes discarded and given back.
   void refuse(Stream &s);
@@ -134,6 +136,7 @@ private:
   H3Stats &stats_;
   BudgetAccount budget_;
   nghttp3_conn *conn_ = nullptr;
+  size_t awaiting_ = 0; // proxied requests whose response head has not come
   size_t active_ = 0;                         // request streams between begin_headers and close
   std::vector<std::unique_ptr<Stream>> pool_; // every Stream ever made
   std::vector<Stream *> free_;                // reusable ones

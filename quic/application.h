@@ -69,6 +69,10 @@ public:
   // Graceful shutdown: tell the peer (GOAWAY); streams in flight finish.
   virtual void shutdown_notice() = 0;
   virtual size_t active_streams() const = 0;
+  // A request is complete and its answer will come from elsewhere (an
+  // upstream), not from this read: the connection may hold the request's
+  // ACK for the answer to carry.
+  virtual bool answer_pending() const { return false; }
 
   // The application error code for one of our negative error codes.
   virtual uint64_t app_error_code(int64_t error) const = 0;

@@ -286,7 +286,8 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
   ngtcp2_pkt_info pi{dg.ecn};
   t_reading = this;
   decrypted = false;
-  int rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ep_.clock().now());
+  const uint64_t ts = ep_.clock().now();
+  int rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ts);
   t_reading = nullptr;
   if (rv != 0) {
     switch (rv) {
@@ -323,11 +324,54 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
     verified_remote_ = path.remote;
     verified_strong_ = strong;
   }
+  if (hold_ack(ts)) return;
   ep_.want_write(this);
+}
+
+// ACK frequency (RFC 9000 13.2.1): with ack_thresh 1 every ack-eliciting
+// packet gets its ACK in the next packet written, which is what lets a
+// response that leaves in the same pass carry it. A request whose answer
+// comes later (from an upstream) would get an ACK-only packet now and the
+// response after it: two datagrams out for one request, and two reads for
+// the client. So when a read leaves nothing to send but the ACK while the
+// application awaits an answer, the write waits for the answer, for at
+// most ACK_HOLD (within the max_ack_delay we advertise). ngtcp2's own ACK
+// timer (srtt/8) is what the hold stretches: update_timer() puts the hold's
+// end in its place; every other timer of the connection fires as before,
+// and anything at all that the read queued (frames ngtcp2 found lost) leaves
+// by the hold's end at the latest. Only one datagram is held this way: a
+// second one before the write is acknowledged at once.
+bool Connection::hold_ack(uint64_t read_ts) {
+  if (pending_write || ack_held_ || !app_drained_ || !app_ || !app_->answer_pending())
+    return false;
+  ngtcp2_conn_info ci;
+  ngtcp2_conn_get_conn_info(conn_, &ci);
+  const uint64_t max_delay = ngtcp2_conn_get_local_transport_params(conn_)->max_ack_delay;
+  // ngtcp2's ACK timer for a packet read at read_ts: min(max_ack_delay,
+  // max(srtt/8, 1 ns)) after it. Should this ever differ from ngtcp2's,
+  // its timer fires as it would without the hold.
+  ack_timer_at_ = read_ts + std::min<uint64_t>(max_delay, std::max<uint64_t>(ci.smoothed_rtt / 8, 1));
+  uint64_t expiry = ngtcp2_conn_get_expiry(conn_);
+  if (expiry <= read_ts) {
+    // A deadline already due, the timer not yet run: usually the pacer's
+    // instant after the last response. Handled now, as the timer would.
+    if (ngtcp2_conn_handle_expiry(conn_, read_ts) != 0) return false; // the timer ends it
+    expiry = ngtcp2_conn_get_expiry(conn_);
+  }
+  // The read was ack-eliciting and that ACK is ngtcp2's next deadline;
+  // otherwise (a bare ACK from the client, a sooner timer) no hold.
+  if (expiry != ack_timer_at_) return false;
+  hold_until_ = read_ts + std::min<uint64_t>(ACK_HOLD, max_delay / 2);
+  ack_held_ = true;
+  ep_.mutable_stats().acks_held += 1;
+  update_timer();
+  return true;
 }
 
 bool Connection::write() {
   if (state_ != State::active) return true;
+  ack_held_ = false;
+  app_drained_ = false;
   auto &tx = ep_.tx();
   const uint64_t ts = ep_.clock().now();
   const size_t max_udp = ngtcp2_conn_get_max_tx_udp_payload_size(conn_);
@@ -346,7 +390,9 @@ bool Connection::write() {
     int fin = 0;
     ngtcp2_vec vec[16];
     int64_t nvec = 0;
+    bool asked = false;
     if (app_ && ngtcp2_conn_get_max_data_left(conn_)) {
+      asked = true;
       nvec = app_->writev_stream(stream_id, fin, vec, 16);
       if (nvec < 0) {
         ngtcp2_ccerr_set_application_error(&last_error_, app_->app_error_code(nvec), nullptr, 0);
@@ -393,7 +439,11 @@ bool Connection::write() {
     if (ndatalen >= 0 && app_) {
       app_->add_write_offset(stream_id, static_cast<size_t>(ndatalen));
     }
-    if (nwrite == 0) break; // nothing more, or congestion/pacing limited
+    if (nwrite == 0) {
+      // Nothing more, or congestion/pacing limited.
+      app_drained_ = asked && stream_id < 0;
+      break;
+    }
     tx.tx_commit(from_ngtcp2(ps.path), static_cast<uint8_t>(pi.ecn),
                  static_cast<size_t>(nwrite));
     bytes_out_ += static_cast<uint64_t>(nwrite);
@@ -506,6 +556,8 @@ void Connection::on_timer() {
   }
   if (state_ != State::active) return;
   const uint64_t now = ep_.clock().now();
+  if (ack_held_ && now >= hold_until_)
+    ep_.mutable_stats().acks_held_expired += 1; // the answer took longer: the ACK leaves alone
   if (now >= credit_deadline_)
     release_stream_credit(); // no response came to carry it
   int rv = ngtcp2_conn_handle_expiry(conn_, now);
@@ -519,7 +571,9 @@ void Connection::on_timer() {
 
 void Connection::update_timer() {
   if (state_ != State::active) return;
-  ngtcp2_tstamp expiry = std::min<uint64_t>(ngtcp2_conn_get_expiry(conn_), credit_deadline_);
+  ngtcp2_tstamp expiry = ngtcp2_conn_get_expiry(conn_);
+  if (ack_held_) expiry = expiry == ack_timer_at_ ? hold_until_ : std::min(expiry, hold_until_);
+  expiry = std::min(expiry, credit_deadline_);
   if (expiry == UINT64_MAX) {
     ep_.timers().cancel(timer_);
   } else {

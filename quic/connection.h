@@ -104,6 +104,9 @@ private:
   // Grants the client the request streams that finished since the last
   // grant (one MAX_STREAMS frame).
   void release_stream_credit();
+  // Holds the write after a read that left only an ACK to send while the
+  // application awaits an answer; true if held.
+  bool hold_ack(uint64_t read_ts);
 
   Endpoint &ep_;
   ngtcp2_conn *conn_ = nullptr;
@@ -136,6 +139,13 @@ private:
   uint64_t client_streams_opened_ = 0;  // request streams the client opened
   uint64_t client_streams_granted_ = 0; // the limit it was last sent
   uint64_t credit_deadline_ = UINT64_MAX;
+  // The last write() left the application with nothing to send (not cut
+  // short by congestion, pacing, the packet budget or the sink).
+  bool app_drained_ = false;
+  bool ack_held_ = false; // a read's ACK waits for the answer (hold_ack)
+  uint64_t ack_timer_at_ = 0; // ngtcp2's ACK timer for the held read
+  uint64_t hold_until_ = 0;   // when the held ACK leaves without the answer
+  static constexpr uint64_t ACK_HOLD = 2'000'000; // ns
   static constexpr uint64_t STREAM_CREDIT_DELAY = 1'000'000; // ns
 };
 

@@ -120,6 +120,8 @@ struct EndpointConfig {
   X(sessions_resumed, "handshakes that resumed a TLS session")                                     \
   X(early_data_accepted, "connections whose requests arrived in 0-RTT")                            \
   X(new_tokens_accepted, "Initials with a valid NEW_TOKEN token")                                  \
+  X(acks_held, "ACKs held after a read for a proxied answer to carry")                            \
+  X(acks_held_expired, "held ACKs sent alone: no answer within the hold")                           \
   X(conns_closed, "connections freed")                                                             \
   X(conns_idle_closed, "connections closed by the idle timeout")                                   \
   X(conn_errors, "connections closed by a protocol or TLS error")                                  \

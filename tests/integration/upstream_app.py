@@ -68,9 +68,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("x-upstream", self.server.name)
         for k, v in extra:
             self.send_header(k, v)
-        self.end_headers()
+        # Head and body in one write, as nginx sends a small response (the
+        # proxy then has the whole response in one read).
+        if self.request_version != "HTTP/0.9":
+            self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
-            self.wfile.write(body)
+            self._headers_buffer.append(body)
+        self.flush_headers()
 
     def do_HEAD(self):
         self.do_GET()
