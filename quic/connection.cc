@@ -669,15 +669,19 @@ void Connection::release_stream_credit() {
   credit_deadline_ = UINT64_MAX;
 }
 
+// Both may leave something to send that the last write did not have (a
+// stream unblocked, a reset to answer): no ACK hold after this read.
 int Connection::on_stream_reset(int64_t stream_id) {
   if (app_)
     app_->shutdown_stream_read(stream_id);
+  ep_.want_write(this);
   return 0;
 }
 
 int Connection::on_extend_max_stream_data(int64_t stream_id) {
   if (app_ && app_->unblock_stream(stream_id) != 0)
     return NGTCP2_ERR_CALLBACK_FAILURE;
+  ep_.want_write(this);
   return 0;
 }
 
