@@ -186,7 +186,9 @@ Reverse proxy (see docs/proxy.md):
                           fails (the next upstream is tried, else 502;
                           default 5000).
   --proxy-timeout MS      No response head within MS of the request being
-                          sent: 504 (default 30000).
+                          sent: 504; after the head, MS without a byte
+                          either way resets the client's stream
+                          (default 30000).
   --proxy-idle-timeout MS Pooled keep-alive connections unused for MS are
                           closed (default 30000).
   --proxy-max-idle N      Keep-alive connections pooled per upstream and

@@ -325,6 +325,7 @@ private:
       ssize_t n = ::recv(fd_, buf.data(), std::min(room, buf.size()), 0);
       if (n > 0) {
         progressed = true;
+        ex_->moved(); // framing, trailers and 1xx count as the upstream speaking too
         const auto r = parser_.feed(buf.data(), static_cast<size_t>(n));
         if (!head_timed_ && parser_.head_done()) {
           head_timed_ = true;
@@ -524,6 +525,7 @@ bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
   req_in_ += len;
   req_charged_ += len;
   req_buf_.append(reinterpret_cast<const char *>(data), len);
+  moved_at_ = proxy_.loop().now();
   return true;
 }
 
@@ -553,7 +555,10 @@ void ProxyExchange::abort_body() {
   else failed_ = true;
 }
 
+void ProxyExchange::moved() { moved_at_ = proxy_.loop().now(); }
+
 void ProxyExchange::body_written(size_t n) {
+  moved_at_ = proxy_.loop().now();
   req_off_ += n;
   req_out_ += n;
   req_charged_ -= n;
@@ -641,7 +646,7 @@ void ProxyExchange::conn_done() {
 
 void ProxyExchange::timer_fired(dataplane::Timer &t) {
   auto *ex = static_cast<ProxyExchange *>(t.owner());
-  if (ex->head_ready_) return;
+  if (ex->head_ready_) return ex->check_stall();
   if (ex->conn_ && ex->conn_->connecting()) {
     // The connect did not finish in time: a failed connect, like a refusal.
     UpstreamConn *c = ex->conn_;
@@ -660,6 +665,33 @@ void ProxyExchange::timer_fired(dataplane::Timer &t) {
   ex->detach();
   ex->fail_with(504);
   ex->notify();
+}
+
+// The head came; the rest of the response (and of the request body) must
+// keep moving. Without a byte either way for --proxy-timeout, the exchange
+// ends: the client's stream is reset (never a short body that looks
+// whole), the upstream connection closed. A client that holds the response
+// window full is not the upstream's silence: its own deadlines apply.
+// The timer is the one that bounded the wait for the head; progress only
+// stamps moved_at_, and the timer moves on when it fires.
+void ProxyExchange::check_stall() {
+  if (!conn_ || ended_ || failed_) return;
+  const uint64_t now = proxy_.loop().now();
+  const uint64_t timeout = route_.settings.response_timeout_ns;
+  const bool held_by_client = room() == 0;
+  if (held_by_client || now - moved_at_ < timeout) {
+    proxy_.loop().timers().schedule(timer_, (held_by_client ? now : moved_at_) + timeout);
+    return;
+  }
+  if (body_expected() && body_held() == 0) {
+    proxy_.mutable_stats().proxy_body_timeouts += 1; // the client's body stopped
+  } else {
+    upstream_->stats.timeouts += 1;
+  }
+  detach();
+  failed_ = true;
+  drop_body();
+  notify();
 }
 
 void ProxyExchange::fail_with(int status) {
@@ -696,7 +728,11 @@ void ProxyExchange::on_head(const UpstreamResponseParser &p) {
   has_body_ = !head_request_ && p.status() != 204 && p.status() != 304 &&
               !(p.length_known() && p.content_length() == 0);
   head_ready_ = true;
-  proxy_.loop().timers().cancel(timer_);
+  // The timer now bounds silence mid-exchange (check_stall); a response
+  // complete in this read cancels it.
+  moved_at_ = proxy_.loop().now();
+  if (!timer_.scheduled())
+    proxy_.loop().timers().schedule(timer_, moved_at_ + route_.settings.response_timeout_ns);
 }
 
 void ProxyExchange::on_body(const uint8_t *data, size_t len) {
@@ -728,7 +764,11 @@ void ProxyExchange::release(uint64_t offset) {
   if (offset <= base_) return;
   bool was_full = room() == 0;
   base_ = std::min(offset, end_);
-  if (was_full && conn_) conn_->resume_read();
+  if (was_full && conn_) {
+    // The client held the window full: the upstream's silence counts from now.
+    moved_at_ = proxy_.loop().now();
+    conn_->resume_read();
+  }
 }
 
 void ProxyExchange::notify() {

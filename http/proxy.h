@@ -177,6 +177,8 @@ public:
     return {reinterpret_cast<const uint8_t *>(req_buf_.data()) + req_off_, body_held()};
   }
   void body_written(size_t n);
+  // The upstream sent bytes (check_stall's clock).
+  void moved();
   // Where writing the request stands: waiting for the client's body,
   // blocked on the upstream socket, complete, or failed (the upstream
   // closed). Arms the response timeout unless waiting for the client.
@@ -194,6 +196,8 @@ private:
   void on_body(const uint8_t *data, size_t len) override;
   void on_complete() override;
   static void timer_fired(dataplane::Timer &t);
+  // After the head: --proxy-timeout without a byte moving ends the exchange.
+  void check_stall();
   void attempt(bool fresh);
   void fail_with(int status);
   void detach();
@@ -214,6 +218,7 @@ private:
   bool req_dropping_ = false; // the body has nowhere to go any more
   bool req_aborted_ = false;
   bool waiting_for_client_ = false; // the timer runs for the client's next body bytes
+  uint64_t moved_at_ = 0; // after the head: a response byte read or a body byte taken or written
   ProxyListener *listener_;
   void *tag_;
   BudgetAccount *budget_;

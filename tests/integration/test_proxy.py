@@ -551,6 +551,46 @@ class ProxyTest(TimedTestCase):
             self.assertEqual(st, 200)
             self.assertGreaterEqual(total(stats_json(srv), "upstream0_resets"), 3)
 
+    def test_an_upstream_silent_mid_body_times_out(self):
+        # The head came, then part of the body, then nothing: after
+        # --proxy-timeout without a byte the client's stream is reset
+        # (not held until the upstream gives up, 5 s here) and counted as
+        # the upstream's timeout.
+        n = 1_000_000
+        with self.serve(f"/app={self.app.url}", extra=("--proxy-timeout", "700")) as srv:
+            t0 = time.monotonic()
+            h3 = gtlsclient(srv, [f"/app/stall?n={n}&s=5"])
+            self.assertLess(time.monotonic() - t0, 4.0)
+            self.assertIn(f"closed with error code {H3_INTERNAL_ERROR}", h3.output)
+            for http in TCP:
+                st, _, got, rc, took = curl(srv, f"/app/stall?n={n}&s=5", http=http)
+                self.assertEqual(st, 200, http)
+                self.assertNotEqual(rc, 0, http)  # a broken transfer, not a short 200
+                self.assertLess(len(got), n)
+                self.assertLess(took, 4.0, http)
+            self.assertGreaterEqual(total(stats_json(srv), "upstream0_timeouts"), 3)
+            st, _, _, _, _ = curl(srv, "/app/info")
+            self.assertEqual(st, 200)
+            # A client slower than the upstream holds the window full for
+            # longer than the timeout, again and again: not the upstream's
+            # silence, and the transfer completes.
+            before = total(stats_json(srv), "upstream0_timeouts")
+            n = 2_000_000
+            for http in TCP:
+                st, _, got, rc, took = curl(srv, f"/app/big?n={n}", "--limit-rate", "400k",
+                                            http=http)
+                self.assertEqual((st, rc), (200, 0), http)
+                self.assertEqual(sha256(got), sha256(pattern(n)), http)
+            # One that stops reading for twice the timeout, then reads it all.
+            n = 4_000_000
+            with tls(srv) as t:
+                t.sendall(f"GET /app/big?n={n} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+                time.sleep(1.5)
+                st, got = read_http1_response(t.makefile("rb"))
+            self.assertEqual(st, 200)
+            self.assertEqual(sha256(got), sha256(pattern(n)))
+            self.assertEqual(total(stats_json(srv), "upstream0_timeouts"), before)
+
     def test_round_robin_skips_a_dead_upstream(self):
         dead = f"http://127.0.0.1:{dead_port()}"
         with self.serve(f"/rr={self.app.url},{dead},{self.app2.url}") as srv:

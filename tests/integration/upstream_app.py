@@ -148,6 +148,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        b"\x01\x00\x00\x00\x00\x00\x00\x00")
             self.close_connection = True
+        elif p.endswith("/stall"):
+            # A tenth of the body, then silence (the connection open) for
+            # s seconds, then a close: an application stuck mid-response.
+            self.send_response(200)
+            self.send_header("content-length", str(n))
+            self.end_headers()
+            self.wfile.write(pattern(n // 10))
+            self.wfile.flush()
+            time.sleep(float(q.get("s", "20")))
+            self.close_connection = True
         elif p.endswith("/slow"):
             time.sleep(float(q.get("s", "1")))
             self.reply(200, f"{self.server.name} slow".encode())
