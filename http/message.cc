@@ -22,17 +22,25 @@ void HeaderList::add(std::string_view name, std::string_view value) {
   ++size_;
 }
 
-namespace {
-void trim_headers(HeaderList &h) {
-  for (const auto &f : h) {
+void HeaderList::trim() {
+  for (const auto &f : *this) {
     if (f.name.capacity() > KEEP_FIELD_CAPACITY || f.value.capacity() > KEEP_FIELD_CAPACITY) {
-      h.release();
+      release();
       return;
     }
   }
-  h.clear();
+  clear();
 }
-} // namespace
+
+size_t HeaderList::retained_bytes() const {
+  size_t n = fields_.capacity() * sizeof(Header);
+  for (const auto &f : fields_) {
+    // Past the small-string buffer, a string holds its capacity on the heap.
+    if (f.name.capacity() > 15) n += f.name.capacity() + 1;
+    if (f.value.capacity() > 15) n += f.value.capacity() + 1;
+  }
+  return n;
+}
 
 void HeaderList::release() {
   fields_.clear();
@@ -54,7 +62,7 @@ void Request::reset() {
   scheme.clear();
   authority.clear();
   path.clear();
-  trim_headers(headers);
+  headers.trim();
   if (body.capacity() > KEEP_BODY_CAPACITY) {
     std::string().swap(body);
   } else {
@@ -111,7 +119,7 @@ void Response::add_header(std::string_view name, std::string_view value) {
 
 void Response::reset() {
   status = 200;
-  trim_headers(headers);
+  headers.trim();
   body.reset();
   content_length = 0;
   length_unknown = false;

@@ -35,6 +35,13 @@ public:
   void clear() { size_ = 0; }
   // Frees the strings too (a connection going idle, a huge header).
   void release();
+  // Empty for reuse: clear(), or release() if a field grew past what is
+  // worth keeping.
+  void trim();
+  // Field slots kept for reuse (their strings' buffers with them).
+  size_t slots() const { return fields_.size(); }
+  // Heap bytes those slots hold.
+  size_t retained_bytes() const;
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   const Header *begin() const { return fields_.data(); }

@@ -117,7 +117,12 @@ public:
     head_timed_ = false;
     proxy_.loop().timers().cancel(timer_);
     if (state_ == State::idle) {
-      std::erase(up_.idle, this);
+      // Proxy::connect() takes the most recently pooled one: the back.
+      if (up_.idle.back() == this) {
+        up_.idle.pop_back();
+      } else {
+        std::erase(up_.idle, this);
+      }
       state_ = State::sending;
     }
     if (state_ == State::sending && ex->ready_to_send()) write_some();
@@ -421,6 +426,7 @@ ProxyExchange::ProxyExchange(Proxy &proxy, size_t route, Request &req, std::stri
 ProxyExchange::~ProxyExchange() {
   detach();
   proxy_.loop().timers().cancel(timer_);
+  proxy_.recycle_headers(head_.headers);
   if (window_) proxy_.give_window(std::move(window_));
   if (charged_ && budget_) budget_->give_back(WINDOW);
   if (budget_) budget_->give_back(req_charged_);
@@ -719,6 +725,7 @@ void ProxyExchange::fail_with(int status) {
 void ProxyExchange::on_head(const UpstreamResponseParser &p) {
   head_.reset();
   head_.status = p.status();
+  proxy_.reuse_headers(head_.headers);
   copy_response_fields(p.headers(), head_.headers);
   if (p.length_known()) {
     head_.content_length = p.content_length();
@@ -1020,6 +1027,24 @@ std::unique_ptr<uint8_t[]> Proxy::take_window() {
 void Proxy::give_window(std::unique_ptr<uint8_t[]> w) {
   // A few are kept for reuse; a burst's worth is given back to malloc.
   if (windows_.size() < 64) windows_.push_back(std::move(w));
+}
+
+void Proxy::reuse_headers(HeaderList &h) {
+  if (header_lists_.empty() || h.slots() > 0) return;
+  h = std::move(header_lists_.back());
+  header_lists_.pop_back();
+  header_bytes_ -= h.retained_bytes();
+}
+
+void Proxy::recycle_headers(HeaderList &h) {
+  // As many as the responses in flight use, up to a bound in bytes (what
+  // an upstream sends decides how big a list is): past it, freed.
+  h.trim();
+  if (h.slots() == 0) return;
+  const size_t bytes = h.retained_bytes();
+  if (header_bytes_ + bytes > MAX_SPARE_HEADER_BYTES) return;
+  header_bytes_ += bytes;
+  header_lists_.push_back(std::move(h));
 }
 
 void Proxy::upstream_stats(std::vector<UpstreamStats> &out) const {

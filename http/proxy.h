@@ -307,6 +307,10 @@ public:
   void closed(UpstreamConn &c);
   std::unique_ptr<uint8_t[]> take_window();
   void give_window(std::unique_ptr<uint8_t[]> w);
+  // Response field lists kept between exchanges, their strings' buffers
+  // with them: a response head copied in allocates nothing.
+  void reuse_headers(HeaderList &h);
+  void recycle_headers(HeaderList &h);
   std::vector<uint8_t> &scratch() { return scratch_; }
 
 private:
@@ -320,6 +324,9 @@ private:
   std::vector<std::unique_ptr<UpstreamConn>> conns_;     // open ones
   std::vector<std::unique_ptr<UpstreamConn>> dead_;      // closed this pass
   std::vector<std::unique_ptr<uint8_t[]>> windows_;      // free response windows
+  std::vector<HeaderList> header_lists_;                 // free response field lists
+  size_t header_bytes_ = 0;                              // ... and the heap they hold
+  static constexpr size_t MAX_SPARE_HEADER_BYTES = 4u << 20;
   std::vector<uint8_t> scratch_;
   ProxyStats stats_;
 };

@@ -46,3 +46,21 @@ TEST(HeaderList, ResetFreesHugeFieldsInsteadOfKeepingThem) {
   resp.add_header("etag", "\"0123456789abcdef-0002\"");
   EXPECT_EQ(resp.headers.begin()[0].value.data(), value_buf); // no allocation
 }
+
+// What a spare list kept for reuse holds on the heap: counted so that a pool
+// of them can be bounded in bytes, whatever fields an upstream sent.
+TEST(HeaderList, RetainedBytesCountsEverySlotAndTrimFreesOutsizedOnes) {
+  HeaderList h;
+  h.add("date", "Thu, 26 Nov 2026 06:00:00 GMT"); // value past the small-string buffer
+  h.add("etag", "\"1\"");                          // both in the small-string buffer
+  const size_t two = h.retained_bytes();
+  EXPECT_GE(two, 2 * sizeof(Header) + 30);
+  h.trim();
+  EXPECT_EQ(h.slots(), 2u);                // kept, emptied
+  EXPECT_EQ(h.retained_bytes(), two);      // and still counted
+  h.add("x-big", std::string(5000, 'x'));
+  EXPECT_GT(h.retained_bytes(), 5000u); // slot 0 grew to hold it
+  h.trim();                                // over what is worth keeping
+  EXPECT_EQ(h.slots(), 0u);
+  EXPECT_EQ(h.retained_bytes(), 0u);
+}
