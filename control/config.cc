@@ -609,7 +609,7 @@ write_timeout_ms = 30000
 
 [proxy_defaults]                         # reverse proxy (docs/proxy.md); each route a [[proxy]] table
 connect_timeout_ms = 5000                # a connect not done by then fails (the upstream is held down)
-timeout_ms = 30000                       # request sent to response head; past it: 504
+timeout_ms = 30000                       # to the response head (504), then the longest silence mid-body
 idle_timeout_ms = 30000                  # pooled keep-alive connections unused this long are closed
 max_idle = 32                            # pooled connections per upstream and worker
 max_connections = 512                    # connections per upstream and worker; past it: 503

@@ -51,7 +51,7 @@ enum class Balancing { round_robin, least_outstanding };
 struct RouteSettings {
   Balancing balancing = Balancing::round_robin;
   uint64_t connect_timeout_ns = 5'000'000'000ull; // past two lost SYNs (1 s, then 2 s)
-  uint64_t response_timeout_ns = 30'000'000'000ull; // request sent to response head
+  uint64_t response_timeout_ns = 30'000'000'000ull; // to the response head, then silence mid-body
   uint64_t idle_timeout_ns = 30'000'000'000ull;     // a pooled connection unused
   size_t max_idle_per_upstream = 32;                // per worker
   size_t max_conns_per_upstream = 512;              // per worker
