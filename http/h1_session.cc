@@ -3,6 +3,7 @@
 
 #include "http/tcp_session.h"
 
+#include "base/ascii.h"
 #include "base/guard.h"
 #include "http/response_head.h"
 
@@ -249,7 +250,7 @@ private:
     if (field_.empty()) return;
     if (++header_fields_ > env_.limits.max_header_fields) too_large_ = true;
     if (!too_large_) {
-      for (auto &c : field_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      ascii_lower_in_place(field_);
       if (field_ == "host") req_.authority = value_;
       req_.headers.add(field_, value_);
     }

@@ -427,6 +427,7 @@ ProxyExchange::~ProxyExchange() {
   detach();
   proxy_.loop().timers().cancel(timer_);
   proxy_.recycle_headers(head_.headers);
+  proxy_.give_head(std::move(request_));
   if (window_) proxy_.give_window(std::move(window_));
   if (charged_ && budget_) budget_->give_back(WINDOW);
   if (budget_) budget_->give_back(req_charged_);
@@ -899,8 +900,7 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
   } else if (body_follows) {
     ctx.framing = RequestFraming::chunked;
   }
-  std::string head;
-  head.reserve(512);
+  std::string head = take_head();
   if (!framable || !build_upstream_request(req, ctx, head)) head.clear();
   auto ex = std::make_unique<ProxyExchange>(*this, static_cast<size_t>(route), req,
                                             std::move(head), ctx.framing, ctx.content_length,
@@ -1045,6 +1045,32 @@ void Proxy::recycle_headers(HeaderList &h) {
   if (header_bytes_ + bytes > MAX_SPARE_HEADER_BYTES) return;
   header_bytes_ += bytes;
   header_lists_.push_back(std::move(h));
+}
+
+std::string Proxy::take_head() {
+  if (heads_.empty()) {
+    std::string head;
+    head.reserve(HEAD_RESERVE);
+    return head;
+  }
+  std::string head = std::move(heads_.back());
+  heads_.pop_back();
+  head_bytes_ -= head.capacity();
+  return head;
+}
+
+void Proxy::give_head(std::string &&head) {
+  // As many as the exchanges in flight use, each no larger than a common
+  // head (a client's long fields make one long head, not a pool of them),
+  // up to a bound in bytes.
+  const size_t bytes = head.capacity();
+  if (bytes < HEAD_RESERVE || bytes > MAX_SPARE_HEAD ||
+      head_bytes_ + bytes > MAX_SPARE_HEAD_BYTES) {
+    return;
+  }
+  head.clear();
+  head_bytes_ += bytes;
+  heads_.push_back(std::move(head));
 }
 
 void Proxy::upstream_stats(std::vector<UpstreamStats> &out) const {

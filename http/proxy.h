@@ -311,6 +311,10 @@ public:
   // with them: a response head copied in allocates nothing.
   void reuse_headers(HeaderList &h);
   void recycle_headers(HeaderList &h);
+  // Upstream request heads, their buffers kept between exchanges the same
+  // way: an empty string with room for a head, and one given back.
+  std::string take_head();
+  void give_head(std::string &&head);
   std::vector<uint8_t> &scratch() { return scratch_; }
 
 private:
@@ -327,6 +331,11 @@ private:
   std::vector<HeaderList> header_lists_;                 // free response field lists
   size_t header_bytes_ = 0;                              // ... and the heap they hold
   static constexpr size_t MAX_SPARE_HEADER_BYTES = 4u << 20;
+  std::vector<std::string> heads_;                       // free request head buffers
+  size_t head_bytes_ = 0;                                // ... and the heap they hold
+  static constexpr size_t HEAD_RESERVE = 512;            // a fresh one's room
+  static constexpr size_t MAX_SPARE_HEAD = 4096;         // larger ones are freed
+  static constexpr size_t MAX_SPARE_HEAD_BYTES = 4u << 20;
   std::vector<uint8_t> scratch_;
   ProxyStats stats_;
 };

@@ -1,19 +1,12 @@
 #include "http/proxy_headers.h"
 
-#include <algorithm>
-#include <cctype>
+#include "base/ascii.h"
 
 namespace xdpq::http {
 
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
+constexpr auto iequals = ascii_iequals;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

@@ -1,8 +1,7 @@
 #include "http/upstream_response.h"
 
+#include "base/ascii.h"
 #include "base/guard.h"
-
-#include <cctype>
 
 namespace xdpq::http {
 
@@ -126,7 +125,7 @@ int UpstreamResponseParser::on_status() { return 0; }
 
 void UpstreamResponseParser::flush_field() {
   if (field_.empty()) return;
-  for (auto &c : field_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  ascii_lower_in_place(field_);
   headers_.add(field_, value_);
   field_.clear();
   value_.clear();

@@ -586,6 +586,26 @@ TEST_F(StreamedRequest, OverTheBudgetAbortsTheBody) {
   EXPECT_EQ(small.held(), 0u);
 }
 
+TEST_F(StreamedRequest, RequestHeadBuffersAreReused) {
+  // The next exchange's head is built in the buffer the last one gave back:
+  // one that grew for a 1,500-byte field keeps its room (a fresh one has
+  // 512 bytes).
+  start("GET", {{"x-mid", std::string(1500, 'm')}}, false);
+  ex_.reset();
+  auto &next = start("GET", {}, false);
+  EXPECT_GE(next.request_head().capacity(), 1500u);
+  EXPECT_NE(next.request_head().find("GET /api/up HTTP/1.1\r\n"), std::string::npos);
+  EXPECT_EQ(next.request_head().find("x-mid"), std::string::npos);
+  // A head built around a client's 16 KiB field is freed, not pooled.
+  ex_.reset();
+  proxy_->take_head(); // the pool is empty again
+  start("GET", {{"x-long", std::string(16384, 'x')}}, false);
+  ex_.reset();
+  std::string taken = proxy_->take_head();
+  EXPECT_TRUE(taken.empty());
+  EXPECT_LT(taken.capacity(), 4096u);
+}
+
 TEST_F(StreamedRequest, AnAnnouncedBodyThatCannotFollowIsRefused) {
   // content-length 5 on a request that ends with its head (HTTP/2 and
   // HTTP/3 HEADERS with END_STREAM): it cannot be forwarded.
