@@ -102,6 +102,18 @@ def proc_cpu(pid):
         return 0
 
 
+def peak_rss_kib(pid):
+    """The process's peak resident set (VmHWM), in KiB; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def descendants(pid):
     """pid and its children (ip netns exec / taskset exec in place, nginx forks)."""
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
@@ -608,6 +620,9 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
             busy1, total1 = cpu_times()
             upcpu1 = sum(proc_cpu(p) for p in self.upstream.pids()) if proxy else 0
             up1 = self.upstream.counters() if proxy else {}
+            # Each cell starts its own server: its processes' peak resident
+            # sets are this cell's (nginx's and HAProxy's workers summed).
+            rss_kib = sum(peak_rss_kib(p) for p in pids)
         finally:
             self.stop_server(proc, log, variant)
         res = {"h3": parse_h3load, "h2": parse_h2load, "udp": parse_udpecho}[proto](r.stdout)
@@ -624,6 +639,7 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                "server_cpu_s": (srv1 - srv0) / hz,
                "machine_cpu_s": (busy1 - busy0) / hz,
                "machine_cpu_util": (busy1 - busy0) / max(1, total1 - total0) * os.cpu_count(),
+               "server_peak_rss_mib": rss_kib / 1024 if rss_kib else None,
                "server_stats": server_stats}
         # Every malloc on the worker threads over the whole run (handshakes and
         # warm-up included) per request the server counted.

@@ -126,8 +126,9 @@ def proxy_tables(runs, cells, median):
                       f"{f(rate)} | {meets} |")
     print("\nUpstream connections the proxy opened per 1000 requests the upstream counted "
           "(medians; warm-up included, so a proxy that reuses its connections is near 0), "
-          "and the upstream's own CPU per request (µs), which machine CPU includes and "
-          "server CPU does not.\n")
+          "the upstream's own CPU per request (µs), which machine CPU includes and "
+          "server CPU does not, and the proxy's peak resident memory (MiB, its processes "
+          "summed).\n")
     cols = [v for v in ("xdpq-afxdp", "xdpq-socket", "haproxy-h3", "nginx-h3")
             if any(r["variant"] == v and r.get("proxy") for r in runs)]
     print("| cell | " + " | ".join(cols) + " |")
@@ -141,8 +142,10 @@ def proxy_tables(runs, cells, median):
             up = median("upstream_cpu_us_per_req", cell, proto, v)
             none = [r["upstream_accepts"] for r in runs if cell_name(r) == cell
                     and r["variant"] == v and r.get("upstream_requests") == 0]
+            rss = median("server_peak_rss_mib", cell, proto, v)
+            rss = f", {rss:,.0f} MiB" if rss else ""
             if xs and up:
-                row.append(f"{statistics.median(xs):,.1f} conns, {up:.1f} µs")
+                row.append(f"{statistics.median(xs):,.1f} conns, {up:.1f} µs{rss}")
             elif none:  # connections opened, not one request sent on them
                 row.append(f"no requests, {statistics.median(none):,.0f} conns")
             else:

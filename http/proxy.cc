@@ -1,7 +1,7 @@
 // The reverse proxy's per-worker half: upstream pools, balancing and
 // passive health, and the exchange that carries one request upstream and
 // its response back (the request body streamed up, the response streamed
-// down). About 940 lines in one file because the exchange's states and the
+// down). About 1,100 lines in one file because the exchange's states and the
 // pool's connection life cycle drive each other (a connection's events
 // advance its exchange, an exchange's end returns its connection; the
 // connection writes the body the exchange holds); split, each half would
@@ -12,6 +12,8 @@
 #include "http/proxy_headers.h"
 #include "http/router.h"
 #include "http/upstream_health.h"
+
+#include "base/small_alloc.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -429,8 +431,8 @@ ProxyExchange::~ProxyExchange() {
   proxy_.recycle_headers(head_.headers);
   proxy_.give_head(std::move(request_));
   if (window_) proxy_.give_window(std::move(window_));
-  if (charged_ && budget_) budget_->give_back(WINDOW);
-  if (budget_) budget_->give_back(req_charged_);
+  small_alloc::deallocate(small_window_);
+  if (budget_) budget_->give_back(window_charged_ + req_charged_);
   gen_.users -= 1;
 }
 
@@ -451,12 +453,13 @@ void ProxyExchange::begin() {
     proxy_.mutable_stats().proxy_bad_requests += 1;
     return fail_with(400);
   }
+  // The budget holds the largest ring the response may need until its
+  // head says how much it does (on_head gives the rest back).
   if (budget_ && !budget_->try_take(WINDOW)) {
     proxy_.mutable_stats().proxy_budget_refusals += 1;
     return fail_with(503);
   }
-  charged_ = budget_ != nullptr;
-  window_ = proxy_.take_window();
+  if (budget_) window_charged_ = WINDOW;
   attempt(false);
 }
 
@@ -712,12 +715,8 @@ void ProxyExchange::fail_with(int status) {
   head_.content_length = head_request_ ? 0 : text.size();
   head_ready_ = true;
   has_body_ = !head_request_;
-  if (window_ && !head_request_) {
-    std::memcpy(window_.get(), text.data(), text.size());
-    end_ = text.size();
-  } else if (!head_request_) {
-    // No window (the budget refused one): the text lives in static storage.
-    static_body_ = text;
+  if (has_body_) {
+    static_body_ = text; // static storage: no ring needed
     end_ = text.size();
   }
   ended_ = true;
@@ -735,6 +734,23 @@ void ProxyExchange::on_head(const UpstreamResponseParser &p) {
   }
   has_body_ = !head_request_ && p.status() != 204 && p.status() != 304 &&
               !(p.length_known() && p.content_length() == 0);
+  size_t need = 0;
+  if (has_body_) {
+    const bool small = p.length_known() && p.content_length() <= SMALL_BODY;
+    need = small ? static_cast<size_t>(p.content_length()) : WINDOW;
+    if (small && (small_window_ = static_cast<uint8_t *>(small_alloc::allocate(need)))) {
+      ring_ = small_window_;
+    } else {
+      window_ = proxy_.take_window();
+      ring_ = window_.get();
+      need = WINDOW;
+    }
+    cap_ = need;
+  }
+  if (budget_ && window_charged_ > need) {
+    budget_->give_back(window_charged_ - need);
+    window_charged_ = need;
+  }
   head_ready_ = true;
   // The timer now bounds silence mid-exchange (check_stall); a response
   // complete in this read cancels it.
@@ -744,11 +760,13 @@ void ProxyExchange::on_head(const UpstreamResponseParser &p) {
 }
 
 void ProxyExchange::on_body(const uint8_t *data, size_t len) {
-  // Never more than room(): the connection reads at most that much.
+  // Never more than room(): the connection reads at most that much. A
+  // response the parser says has no body brings none (no ring is there).
+  if (!ring_) return;
   while (len > 0) {
-    size_t at = static_cast<size_t>(end_ % WINDOW);
-    size_t take = std::min(len, WINDOW - at);
-    std::memcpy(window_.get() + at, data, take);
+    size_t at = static_cast<size_t>(end_ % cap_);
+    size_t take = std::min(len, cap_ - at);
+    std::memcpy(ring_ + at, data, take);
     end_ += take;
     data += take;
     len -= take;
@@ -763,9 +781,9 @@ std::span<const uint8_t> ProxyExchange::chunk(uint64_t offset) const {
     return {reinterpret_cast<const uint8_t *>(static_body_.data()) + offset,
             static_cast<size_t>(end_ - offset)};
   }
-  size_t at = static_cast<size_t>(offset % WINDOW);
-  size_t n = std::min(static_cast<size_t>(end_ - offset), WINDOW - at);
-  return {window_.get() + at, n};
+  size_t at = static_cast<size_t>(offset % cap_);
+  size_t n = std::min(static_cast<size_t>(end_ - offset), cap_ - at);
+  return {ring_ + at, n};
 }
 
 void ProxyExchange::release(uint64_t offset) {

@@ -106,7 +106,11 @@ struct ProxyGeneration;
 
 class ProxyExchange final : public Body, private UpstreamResponseParser::Handler {
 public:
-  static constexpr size_t WINDOW = 64 * 1024; // response bytes held at most
+  // Response bytes held at most: the ring a response's body passes
+  // through is this big for a long or unannounced body, and as big as the
+  // body when its content-length is no more than SMALL_BODY.
+  static constexpr size_t WINDOW = 64 * 1024;
+  static constexpr size_t SMALL_BODY = 16 * 1024;
   // Request body bytes held before the client is given no more credit.
   static constexpr size_t REQUEST_WINDOW = 64 * 1024;
 
@@ -166,7 +170,7 @@ public:
   void conn_failed(bool connect);
   void conn_broke(std::string_view why); // after response bytes: reset or cut short
   void conn_done();                      // the response is complete
-  size_t room() const { return WINDOW - static_cast<size_t>(end_ - base_); }
+  size_t room() const { return cap_ - static_cast<size_t>(end_ - base_); }
   UpstreamResponseParser::Handler &parser_handler() { return *this; }
   bool head_request() const { return head_request_; }
   const std::string &request_head() const { return request_; }
@@ -222,13 +226,20 @@ private:
   ProxyListener *listener_;
   void *tag_;
   BudgetAccount *budget_;
-  bool charged_ = false;
+  size_t window_charged_ = 0; // budget held for the response ring
   Upstream *upstream_ = nullptr;
   UpstreamConn *conn_ = nullptr;
   dataplane::Timer timer_;
   Response head_;
+  // The response body's ring, sized at the head (see WINDOW): a pooled
+  // WINDOW-byte one or a small one from the worker's block cache. Until
+  // the head, cap_ is WINDOW and nothing is allocated (WINDOW is what the
+  // budget holds for it meanwhile).
   std::unique_ptr<uint8_t[]> window_;
-  std::string_view static_body_; // an error page when no window could be had
+  uint8_t *small_window_ = nullptr;
+  uint8_t *ring_ = nullptr; // whichever of the two is in use
+  size_t cap_ = WINDOW;
+  std::string_view static_body_; // an error page (static storage)
   uint64_t base_ = 0; // bytes before this are released
   uint64_t end_ = 0;  // bytes received
   int attempts_ = 0;

@@ -687,6 +687,32 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
                 t.close()
             h3.join(timeout=60)
 
+    def test_small_answers_hold_rings_their_size(self):
+        # Until its head, an exchange's budget holds the largest ring a
+        # response may need (64 KiB); a head announcing a small body gives
+        # the rest back. 40 answers of 100 bytes, stalled after their first
+        # 10, then hold about 100 bytes each.
+        n = 40
+        with self.serve(f"/app={self.app.url}") as srv:
+            conns = []
+            for i in range(n):
+                t = tls(srv)
+                t.sendall(f"GET /app/stall?n=100&s=4&i={i} HTTP/1.1\r\nhost: x\r\n\r\n"
+                          .encode())
+                conns.append(t)
+            def stalled():
+                return sum(p.startswith("/app/stall?n=100&") for _, p in self.app.requests)
+
+            wait_for(lambda: stalled() >= n, "the upstream has every request", timeout=3)
+            time.sleep(0.3)  # the heads and first bytes are in
+            held = total(stats_json(srv), "body_bytes_held")
+            print(f"{n} stalled answers hold {held} B", end=" ", flush=True)
+            self.assertEqual(stalled(), n)
+            self.assertGreaterEqual(held, n * 100)
+            self.assertLess(held, n * 1024)
+            for t in conns:
+                t.close()
+
     def upload(self, srv, path, src, http):
         """Uploads the file src over http ("h3", "--http2", "--http1.1",
         with "-chunked" for a body without a length); (status, body)."""
