@@ -535,7 +535,7 @@ bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
   req_in_ += len;
   req_charged_ += len;
   req_buf_.append(reinterpret_cast<const char *>(data), len);
-  moved_at_ = proxy_.loop().now();
+  moved();
   return true;
 }
 
@@ -568,7 +568,7 @@ void ProxyExchange::abort_body() {
 void ProxyExchange::moved() { moved_at_ = proxy_.loop().now(); }
 
 void ProxyExchange::body_written(size_t n) {
-  moved_at_ = proxy_.loop().now();
+  moved();
   req_off_ += n;
   req_out_ += n;
   req_charged_ -= n;
@@ -754,7 +754,7 @@ void ProxyExchange::on_head(const UpstreamResponseParser &p) {
   head_ready_ = true;
   // The timer now bounds silence mid-exchange (check_stall); a response
   // complete in this read cancels it.
-  moved_at_ = proxy_.loop().now();
+  moved();
   if (!timer_.scheduled())
     proxy_.loop().timers().schedule(timer_, moved_at_ + route_.settings.response_timeout_ns);
 }
@@ -792,7 +792,7 @@ void ProxyExchange::release(uint64_t offset) {
   base_ = std::min(offset, end_);
   if (was_full && conn_) {
     // The client held the window full: the upstream's silence counts from now.
-    moved_at_ = proxy_.loop().now();
+    moved();
     conn_->resume_read();
   }
 }

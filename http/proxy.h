@@ -181,7 +181,8 @@ public:
     return {reinterpret_cast<const uint8_t *>(req_buf_.data()) + req_off_, body_held()};
   }
   void body_written(size_t n);
-  // The upstream sent bytes (check_stall's clock).
+  // A byte moved either way, or the client freed the window: check_stall's
+  // clock restarts.
   void moved();
   // Where writing the request stands: waiting for the client's body,
   // blocked on the upstream socket, complete, or failed (the upstream
