@@ -2,9 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <memory>
+#include <new>
 
 namespace xdpq::log {
 
@@ -12,6 +16,9 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(Level::info)};
 // systemd's <N> prefixes: err=3, warning=4, info=6, debug=7.
 constexpr const char *PREFIX[] = {"<3>error", "<4>warn", "<6>info", "<7>debug"};
+// The longest line written (journald's default LineMax is 48 KiB); a
+// longer message is cut there.
+constexpr size_t MAX_LINE = 48 * 1024;
 } // namespace
 
 void set_level(Level l) { g_level.store(static_cast<int>(l), std::memory_order_relaxed); }
@@ -41,15 +48,34 @@ void write(Level l, const char *fmt, ...) {
     off = snprintf(buf, sizeof(buf), "%02d:%02d:%02d.%03ld xdpqd %s: ", tm.tm_hour, tm.tm_min,
                    tm.tm_sec, ts.tv_nsec / 1000000, prefix);
   }
-  va_list ap;
+  va_list ap, again;
   va_start(ap, fmt);
-  int n = vsnprintf(buf + off, sizeof(buf) - static_cast<size_t>(off) - 1, fmt, ap);
+  va_copy(again, ap);
+  const size_t room = sizeof(buf) - static_cast<size_t>(off) - 1; // and the newline
+  int n = vsnprintf(buf + off, room, fmt, ap);
   va_end(ap);
-  size_t len = static_cast<size_t>(off) +
-               (n < 0 ? 0 : std::min(static_cast<size_t>(n), sizeof(buf) - static_cast<size_t>(off) - 2));
-  buf[len++] = '\n';
+  char *line = buf;
+  std::unique_ptr<char[]> big;
+  size_t text = n < 0 ? 0 : static_cast<size_t>(n);
+  if (text >= room) {
+    // A long line (the exit statistics grow with every upstream and ring
+    // counter): formatted again on the heap, whole up to MAX_LINE, so that
+    // it stays one parseable line rather than a cut one.
+    text = std::min(text, MAX_LINE);
+    big.reset(new (std::nothrow) char[static_cast<size_t>(off) + text + 2]);
+    if (big) {
+      std::memcpy(big.get(), buf, static_cast<size_t>(off));
+      vsnprintf(big.get() + off, text + 1, fmt, again);
+      line = big.get();
+    } else {
+      text = room - 1;
+    }
+  }
+  va_end(again);
+  size_t len = static_cast<size_t>(off) + text;
+  line[len++] = '\n';
   // One write(2) per line keeps lines from different threads whole.
-  [[maybe_unused]] auto r = ::write(STDERR_FILENO, buf, len);
+  [[maybe_unused]] auto r = ::write(STDERR_FILENO, line, len);
 }
 
 } // namespace xdpq::log
