@@ -558,7 +558,10 @@ void ProxyExchange::abort_body() {
   req_aborted_ = true;
   req_ended_ = true;
   drop_body();
-  if (ended_) return; // answered whole already: the rest of the body does not matter
+  // Answered whole already: the rest of the body does not matter. Failed
+  // already (the upstream broke off, or nothing moved for --proxy-timeout):
+  // the client's stream is being reset for that, counted as that.
+  if (ended_ || failed_) return;
   proxy_.mutable_stats().proxy_body_aborts += 1;
   detach(); // never back to the pool half-written
   if (!head_ready_) fail_with(400);
@@ -708,6 +711,9 @@ void ProxyExchange::fail_with(int status) {
   detach();
   drop_body();
   proxy_.loop().timers().cancel(timer_);
+  // The error page is static: no ring, no budget for one.
+  if (budget_) budget_->give_back(window_charged_);
+  window_charged_ = 0;
   head_.reset();
   head_.status = status;
   head_.add_header("content-type", "text/plain; charset=utf-8");

@@ -76,9 +76,11 @@ struct UpstreamStats {
   X(proxy_pool_full, "proxied requests answered 503: connection limit per upstream reached")      \
   X(proxy_budget_refusals, "proxied requests answered 503: the response window budget spent")    \
   X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")           \
-  X(proxy_body_aborts, "proxied request bodies cut short, too long or reset by the client")       \
+  X(proxy_body_aborts, "proxied request bodies cut short, too long or reset by the client "       \
+                       "(not when the exchange had failed already)")                             \
   X(proxy_body_budget_refusals, "proxied request bodies refused mid-way: the body budget spent")  \
-  X(proxy_body_timeouts, "proxied requests answered 408: the client paused its body too long")   \
+  X(proxy_body_timeouts, "proxied requests whose client paused its body too long (408, or "     \
+                         "a reset after the answer's head)")                                     \
   X(proxy_reconfigured, "reloads that changed the routes (new pools; the old ones finish)")
 
 struct ProxyStats {

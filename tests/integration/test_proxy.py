@@ -25,6 +25,7 @@ from harness import (XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient,  #
 from upstream_app import App, UnixApp, pattern  # noqa: E402
 
 H3_INTERNAL_ERROR = 0x102
+H2_INTERNAL_ERROR = 0x2
 
 
 def curl(srv, path, *args, http="--http2", timeout=30):
@@ -207,9 +208,11 @@ class H2Post:
         self.t.sendall(self.conn.data_to_send())
 
     def response(self):
-        """(status, body) once the stream ends or is reset."""
+        """(status, body) once the stream ends or is reset (the reset's
+        error code then in self.reset)."""
         import h2.events
         status, body, done = 0, b"", False
+        self.reset = None
         while not done:
             data = self.t.recv(65536)
             if not data:
@@ -220,7 +223,10 @@ class H2Post:
                 elif isinstance(ev, h2.events.DataReceived):
                     body += ev.data
                     self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-                elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                elif isinstance(ev, h2.events.StreamReset):
+                    self.reset = ev.error_code
+                    done = True
+                elif isinstance(ev, h2.events.StreamEnded):
                     done = True
             self.t.sendall(self.conn.data_to_send())
         self.t.close()
@@ -917,6 +923,19 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             status, _ = post.response()
             self.assertEqual(status, 408)
             self.assertEqual(total(stats_json(srv), "proxy_body_timeouts"), 2)
+
+    def test_a_body_stalled_after_the_head_counts_once(self):
+        # The upstream sent its head, the client's body stopped: after
+        # --proxy-timeout the stream is reset and counted as a body timeout,
+        # not also as a body the client aborted.
+        with self.serve(f"/app={self.app.url}", extra=["--proxy-timeout", "700"]) as srv:
+            post = H2Post(srv, "/app/head-first", 100000)
+            post.send(b"a" * 1000)
+            status, _ = post.response()
+            self.assertEqual((status, post.reset), (200, H2_INTERNAL_ERROR))
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "proxy_body_timeouts"), 1)
+            self.assertEqual(total(stats, "proxy_body_aborts"), 0)
 
     def test_upstream_that_answers_before_the_body_ends(self):
         with self.serve(f"/app={self.app.url}") as srv:

@@ -96,6 +96,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.close_connection = True
             return
+        if self.path.endswith("/head-first"):
+            # Its head (a body of 10 promised) before it reads any of the
+            # request, then nothing until the proxy gives up on it.
+            self.send_response(200)
+            self.send_header("content-length", "10")
+            self.end_headers()
+            self.wfile.flush()
+            self.rfile.read()
+            self.close_connection = True
+            return
         body = self.body()
         url = urllib.parse.urlparse(self.path)
         q = dict(urllib.parse.parse_qsl(url.query))

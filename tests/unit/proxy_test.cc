@@ -535,7 +535,7 @@ TEST_F(StreamedRequest, MoreThanTheLengthAbortsAndClosesTheUpstream) {
   EXPECT_EQ(ex.head().status, 400);
   EXPECT_FALSE(ex.body_expected());
   EXPECT_FALSE(put("x")); // and nothing more is taken
-  EXPECT_EQ(account_.held(), ProxyExchange::WINDOW);
+  EXPECT_EQ(account_.held(), 0u); // the 400 page is static: no window held for it
 }
 
 TEST_F(StreamedRequest, ShortOfTheLengthAbortsAndClosesTheUpstream) {
@@ -614,6 +614,25 @@ TEST_F(StreamedRequest, AnAnnouncedBodyThatCannotFollowIsRefused) {
   EXPECT_EQ(ex.head().status, 400);
   auto &bad = start("POST", {{"content-length", "5x"}}, true);
   EXPECT_EQ(bad.head().status, 400);
+}
+
+TEST_F(StreamedRequest, AnErrorPageHoldsNoBudget) {
+  // The upstream is not there: 502 at once, from static storage, and the
+  // response window the exchange reserved when it started is given back
+  // while the page waits for the client.
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ".absent");
+  Proxy dead(cfg, loop_);
+  Request req = request("GET", "/api/up", "h", {});
+  auto ex = dead.start(0, req, false, {}, nullptr, nullptr, &account_);
+  ASSERT_TRUE(ex->head_ready());
+  EXPECT_EQ(ex->head().status, 502);
+  EXPECT_GT(ex->received(), 0u);
+  EXPECT_FALSE(ex->chunk(0).empty());
+  EXPECT_EQ(account_.held(), 0u);
+  ex.reset();
+  dead.end_of_pass();
+  EXPECT_EQ(account_.held(), 0u);
 }
 
 // A route's own settings win over the --proxy-* defaults, whichever
