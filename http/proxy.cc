@@ -1055,9 +1055,10 @@ void Proxy::give_window(std::unique_ptr<uint8_t[]> w) {
 
 void Proxy::reuse_headers(HeaderList &h) {
   if (header_lists_.empty() || h.slots() > 0) return;
-  h = std::move(header_lists_.back());
+  auto &spare = header_lists_.back();
+  h = std::move(spare.list);
+  header_bytes_ -= spare.bytes;
   header_lists_.pop_back();
-  header_bytes_ -= h.retained_bytes();
 }
 
 void Proxy::recycle_headers(HeaderList &h) {
@@ -1068,7 +1069,7 @@ void Proxy::recycle_headers(HeaderList &h) {
   const size_t bytes = h.retained_bytes();
   if (header_bytes_ + bytes > MAX_SPARE_HEADER_BYTES) return;
   header_bytes_ += bytes;
-  header_lists_.push_back(std::move(h));
+  header_lists_.push_back({std::move(h), bytes});
 }
 
 std::string Proxy::take_head() {

@@ -342,7 +342,11 @@ private:
   std::vector<std::unique_ptr<UpstreamConn>> conns_;     // open ones
   std::vector<std::unique_ptr<UpstreamConn>> dead_;      // closed this pass
   std::vector<std::unique_ptr<uint8_t[]>> windows_;      // free response windows
-  std::vector<HeaderList> header_lists_;                 // free response field lists
+  struct SpareHeaders {
+    HeaderList list;
+    size_t bytes; // its retained_bytes() when it was put back
+  };
+  std::vector<SpareHeaders> header_lists_;               // free response field lists
   size_t header_bytes_ = 0;                              // ... and the heap they hold
   static constexpr size_t MAX_SPARE_HEADER_BYTES = 4u << 20;
   std::vector<std::string> heads_;                       // free request head buffers
