@@ -434,14 +434,13 @@ class Bench:
                   "--docroot", self.docroot] + (["--echo"] if echo else [])
         if proxy and is_xdpq(variant):
             # Every path to the upstream, idle connections pooled as the peers
-            # do (UPSTREAM_IDLE), and room for one upstream connection per
-            # request in flight (c=100 m=32: 3200) rather than a 503. The
-            # connect timeout is xdpqd's default, 5 s, HAProxy's here too
-            # (`timeout connect 5s`; nginx's default is 60 s): the first
-            # burst of c=100 m=32 (3200 connects) overflows the upstream's
-            # listen backlog, and a dropped SYN is resent after 1 s.
+            # do (UPSTREAM_IDLE). The connection limit is xdpqd's default
+            # (512 per upstream and worker): past it requests wait in the
+            # route's queue for a connection, as HAProxy's do past maxconn.
+            # The connect timeout is xdpqd's default, 5 s, HAProxy's here
+            # too (`timeout connect 5s`; nginx's default is 60 s).
             common += ["--proxy", f"/={self.upstream.url}", "--proxy-max-idle",
-                       str(UPSTREAM_IDLE), "--proxy-max-connections", str(UPSTREAM_IDLE)]
+                       str(UPSTREAM_IDLE)]
         if is_xdpq(variant):
             # Its own control socket: the run reads its counters mid-run.
             common += ["--control-socket", self.control_socket(variant)]
@@ -457,6 +456,10 @@ class Bench:
             # instead and run on their default configuration.
             common = common + ["--per-source-connections", "0", "--per-source-rate", "0",
                                "--retry-rate", "0"]
+        if proxy and is_xdpq(variant) and "--proxy-queue" not in help_text:
+            # An older build answers 503 past its connection limit (no
+            # queue): room for one connection per request in flight.
+            common = common + ["--proxy-max-connections", str(UPSTREAM_IDLE)]
         if variant in ("xdpq-afxdp", "xdpq-afxdp-ring"):
             # -ring: every datagram through the AF_XDP TX ring, no hybrid TX
             # (only with --variants; the default is the binary's own policy).

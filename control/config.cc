@@ -105,6 +105,9 @@ constexpr Key KEYS[] = {
     {"proxy_defaults", "max_idle", Kind::integer, "--proxy-max-idle", "an integer"},
     {"proxy_defaults", "max_connections", Kind::integer, "--proxy-max-connections",
      "an integer"},
+    {"proxy_defaults", "queue", Kind::integer, "--proxy-queue", "an integer"},
+    {"proxy_defaults", "queue_timeout_ms", Kind::integer, "--proxy-queue-timeout",
+     "milliseconds"},
     {"proxy_defaults", "balancing", Kind::string, "--proxy-balancing",
      "\"round-robin\" or \"least-outstanding\""},
     {"proxy_defaults", "trusted", Kind::strings, "--proxy-trusted",
@@ -136,6 +139,8 @@ constexpr RouteKey ROUTE_KEYS[] = {
     {"idle_timeout_ms", Kind::integer, "milliseconds"},
     {"max_idle", Kind::integer, "an integer"},
     {"max_connections", Kind::integer, "an integer"},
+    {"queue", Kind::integer, "an integer"},
+    {"queue_timeout_ms", Kind::integer, "milliseconds"},
 };
 
 constexpr const char *SECTIONS =
@@ -612,7 +617,9 @@ connect_timeout_ms = 5000                # a connect not done by then fails (the
 timeout_ms = 30000                       # to the response head (504), then the longest silence mid-body
 idle_timeout_ms = 30000                  # pooled keep-alive connections unused this long are closed
 max_idle = 32                            # pooled connections per upstream and worker
-max_connections = 512                    # connections per upstream and worker; past it: 503
+max_connections = 512                    # connections per upstream and worker; past it: queue
+queue = 4096                             # requests waiting per route and worker; past it: 503
+queue_timeout_ms = 5000                  # a request waiting longer for a connection: 503
 balancing = "round-robin"                # or "least-outstanding"
 trusted = []                             # clients whose own X-Forwarded-* are kept, "10.0.0.0/8"
 via = false                              # add "via: 1.1 xdpq"
@@ -625,7 +632,8 @@ health_timeout_ms = 1000                 # a check not answered by then fails
 # prefix = "/api/"                       # matched against the path, passed on unchanged
 # upstreams = ["http://127.0.0.1:8000", "unix:/run/app/app.sock"]
 # timeout_ms = 5000                      # a route may set its own balancing, timeouts,
-                                         # max_idle and max_connections
+                                         # max_idle, max_connections, queue and
+                                         # queue_timeout_ms
 )";
 }
 

@@ -194,8 +194,15 @@ Reverse proxy (see docs/proxy.md):
   --proxy-max-idle N      Keep-alive connections pooled per upstream and
                           worker (default 32).
   --proxy-max-connections N
-                          Connections per upstream and worker; over it: 503
-                          (default 512).
+                          Connections per upstream and worker (default
+                          512); when every upstream of a route is at it,
+                          requests wait in the route's queue.
+  --proxy-queue N         Requests waiting per route and worker for a
+                          connection (default 4096); past it: 503. 0: none
+                          wait.
+  --proxy-queue-timeout MS
+                          A request waiting longer for a connection gets
+                          503 (default 5000).
   --proxy-balancing round-robin|least-outstanding
                           How a route picks among its upstreams (default
                           round-robin).
@@ -332,6 +339,10 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.proxy.max_idle_per_upstream = parse_number(arg, need(), 0, 1u << 16);
     } else if (arg == "--proxy-max-connections") {
       o.proxy.max_conns_per_upstream = parse_number(arg, need(), 1, 1u << 20);
+    } else if (arg == "--proxy-queue") {
+      o.proxy.max_queue = parse_number(arg, need(), 0, 1u << 20);
+    } else if (arg == "--proxy-queue-timeout") {
+      o.proxy.queue_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
     } else if (arg == "--proxy-balancing") {
       auto v = need();
       if (v == "round-robin") o.proxy.balancing = http::Balancing::round_robin;

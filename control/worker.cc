@@ -271,6 +271,7 @@ void Worker::fill_snapshot() {
   }
   if (proxy_) {
     s.proxy = proxy_->stats();
+    s.gauges.proxy_waiting = proxy_->waiting();
     proxy_->upstream_stats(s.upstreams);
   }
   if (tcp_) {

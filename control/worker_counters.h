@@ -12,7 +12,9 @@ namespace xdpq::control {
   X(tcp_connections, "TCP connections open")                                                       \
   X(body_bytes_held, "request body bytes held (and responses made from them)")                     \
   X(body_bytes_limit, "the worker's body budget (--max-body-per-worker)")                          \
-  X(block_cache_bytes, "freed small blocks the worker's thread keeps for reuse")
+  X(block_cache_bytes, "freed small blocks the worker's thread keeps for reuse")                   \
+  X(proxy_waiting, "proxied requests waiting for an upstream connection (every upstream of "       \
+                   "their route at its connection limit)")
 
 struct WorkerGauges {
   XDPQ_COUNTER_FIELDS(XDPQ_WORKER_GAUGES)

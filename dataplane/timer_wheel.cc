@@ -56,6 +56,16 @@ void TimerWheel::link(Timer &t) {
 }
 
 void TimerWheel::unlink(Timer &t) {
+  if (t.due_) {
+    // Out of its slot already (and not counted): off run()'s list.
+    if (t.prev_) t.prev_->next_ = t.next_;
+    else due_ = t.next_;
+    if (t.next_) t.next_->prev_ = t.prev_;
+    t.prev_ = t.next_ = nullptr;
+    t.wheel_ = nullptr;
+    t.due_ = false;
+    return;
+  }
   Timer **slots = t.far_ ? far_slots_.data() : slots_.data();
   uint64_t *occupied = t.far_ ? far_occupied_.data() : occupied_.data();
   if (t.prev_) {
@@ -115,21 +125,25 @@ size_t TimerWheel::run(uint64_t now_ns) {
   for (uint64_t tick = start; tick <= last; ++tick) {
     size_t slot = tick % SLOTS;
     if (!(occupied_[slot / 64] & (1ull << (slot % 64)))) continue;
-    // Detach the due timers first: callbacks may reschedule into this slot.
-    Timer *due = nullptr;
+    // Detach the due timers first: callbacks may reschedule into this
+    // slot. They stay on the wheel's own list until they fire, so that a
+    // callback that cancels or reschedules one of them (or destroys its
+    // owner) takes it off the list instead of leaving it to fire.
     for (Timer *t = slots_[slot]; t;) {
       Timer *next = t->next_;
       if (t->expiry_ <= now_ns) {
         unlink(*t);
-        t->next_ = due;
-        due = t;
+        t->due_ = true;
+        t->wheel_ = this;
+        t->prev_ = nullptr;
+        t->next_ = due_;
+        if (due_) due_->prev_ = t;
+        due_ = t;
       }
       t = next;
     }
-    while (due) {
-      Timer *t = due;
-      due = t->next_;
-      t->next_ = nullptr;
+    while (Timer *t = due_) {
+      unlink(*t);
       ++fired;
       if (t->cb_) t->cb_(*t);
     }

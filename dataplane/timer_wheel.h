@@ -47,6 +47,7 @@ private:
   uint64_t expiry_ = 0;
   size_t slot_ = 0;
   bool far_ = false; // on level 1
+  bool due_ = false; // taken out of its slot by run(), about to fire
 };
 
 class TimerWheel {
@@ -65,7 +66,9 @@ public:
   // (Re)schedules t to fire at or after at_ns.
   void schedule(Timer &t, uint64_t at_ns);
   void cancel(Timer &t);
-  // Fires every timer due at now_ns. Callbacks may (re)schedule timers.
+  // Fires every timer due at now_ns. Callbacks may (re)schedule or cancel
+  // any timer, those due in this run but not fired yet included (one
+  // cancelled or moved to later does not fire now).
   size_t run(uint64_t now_ns);
   // Earliest time a timer could be due (an upper bound on the wait), or
   // NEVER when nothing is scheduled.
@@ -87,6 +90,7 @@ private:
   std::array<uint64_t, SLOTS / 64> occupied_{};
   std::array<Timer *, FAR_SLOTS> far_slots_{};
   std::array<uint64_t, FAR_SLOTS / 64> far_occupied_{};
+  Timer *due_ = nullptr; // run()'s timers of one slot, still to fire
   uint64_t current_tick_; // every tick before this one has been run
   size_t count_ = 0;
   mutable size_t last_scan_ = 0;

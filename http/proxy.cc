@@ -34,6 +34,11 @@ struct ProxyRouteState {
   RouteSettings settings;
   std::vector<Upstream *> upstreams;
   size_t next = 0; // round robin
+  // Exchanges waiting for a connection, oldest first (linked through
+  // them): every upstream was at its connection limit when they came.
+  ProxyExchange *wait_first = nullptr;
+  ProxyExchange *wait_last = nullptr;
+  size_t waiting = 0;
 };
 
 // The routes and upstreams of one configuration. A reload makes a new one;
@@ -49,6 +54,7 @@ struct ProxyGeneration {
 struct Upstream final : HealthListener {
   UpstreamAddress addr;
   ProxyGeneration *gen = nullptr;
+  ProxyRouteState *route = nullptr;
   const RouteSettings *settings = nullptr; // its route's
   std::vector<UpstreamConn *> idle;
   size_t conns = 0; // open, idle or not
@@ -125,8 +131,9 @@ public:
       } else {
         std::erase(up_.idle, this);
       }
-      state_ = State::sending;
     }
+    // Pooled, or handed on as its last answer ended (Proxy::pool()).
+    if (state_ == State::idle || state_ == State::receiving) state_ = State::sending;
     if (state_ == State::sending && ex->ready_to_send()) write_some();
   }
 
@@ -152,7 +159,10 @@ public:
     proxy_.loop().unwatch(fd_);
     ::close(fd_);
     fd_ = -1;
-    if (counted_) up_.conns -= 1;
+    if (counted_) {
+      up_.conns -= 1;
+      proxy_.capacity_freed(up_);
+    }
     counted_ = false;
     proxy_.closed(*this);
   }
@@ -437,6 +447,7 @@ ProxyExchange::~ProxyExchange() {
 }
 
 void ProxyExchange::detach() {
+  if (queued_) leave_queue();
   if (conn_) {
     UpstreamConn *c = conn_;
     conn_ = nullptr;
@@ -453,19 +464,39 @@ void ProxyExchange::begin() {
     proxy_.mutable_stats().proxy_bad_requests += 1;
     return fail_with(400);
   }
-  // The budget holds the largest ring the response may need until its
-  // head says how much it does (on_head gives the rest back).
-  if (budget_ && !budget_->try_take(WINDOW)) {
-    proxy_.mutable_stats().proxy_budget_refusals += 1;
-    return fail_with(503);
-  }
-  if (budget_) window_charged_ = WINDOW;
   attempt(false);
 }
 
-void ProxyExchange::attempt(bool fresh) {
+bool ProxyExchange::reserve_window() {
+  // The budget holds the largest ring the response may need, from the
+  // moment the request has a connection (waiting in the queue it holds
+  // none) until its head says how much it does (on_head gives the rest
+  // back).
+  if (!budget_ || window_charged_ > 0) return true;
+  if (!budget_->try_take(WINDOW)) {
+    proxy_.mutable_stats().proxy_budget_refusals += 1;
+    return false;
+  }
+  window_charged_ = WINDOW;
+  return true;
+}
+
+void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
+  // First come, first served: while others wait, a new request waits
+  // behind them (a connection that came free goes to the oldest).
+  if (!chosen && attempts_ == 0 && route_.waiting > 0) {
+    if (!wait_in_queue()) return fail_with(503);
+    // An upstream may have room the waiting ones have not been given yet
+    // (one back from a back-off): they are served in order.
+    return proxy_.serve_soon(route_);
+  }
+  if (!reserve_window()) return fail_with(503);
   for (;;) {
-    upstream_ = proxy_.pick(route_);
+    // One with room first; if every one is at its limit, the pick as
+    // usual (the request then waits).
+    upstream_ = chosen ? chosen : proxy_.pick(route_, true);
+    if (!upstream_) upstream_ = proxy_.pick(route_);
+    chosen = nullptr;
     if (!upstream_) {
       proxy_.mutable_stats().proxy_no_upstream += 1;
       return fail_with(502);
@@ -473,27 +504,15 @@ void ProxyExchange::attempt(bool fresh) {
     attempts_ += 1;
     bool reused = false;
     bool pool_full = false;
-    conn_ = proxy_.connect(*upstream_, fresh, reused, pool_full);
-    if (conn_) {
-      upstream_->stats.requests += 1;
-      upstream_->stats.outstanding += 1;
-      counted_ = true;
-      if (reused) upstream_->stats.reused += 1;
-      const auto &cfg = route_.settings;
-      const bool connecting = conn_->connecting();
-      if (!connecting) proxy_.mark_up(*upstream_);
-      // The response timeout starts once the request is out (send_state()).
-      if (connecting) {
-        proxy_.loop().timers().schedule(timer_, proxy_.loop().now() + cfg.connect_timeout_ns);
-      }
-      conn_->assign(this);
-      // A pooled connection waits for the first body bytes before writing.
-      if (!connecting && !ready_to_send()) send_state(Send::waiting);
-      return;
-    }
+    UpstreamConn *c = proxy_.connect(*upstream_, fresh, reused, pool_full);
+    if (c) return use(c, reused);
     if (pool_full) {
-      proxy_.mutable_stats().proxy_pool_full += 1;
-      return fail_with(503);
+      attempts_ -= 1; // nothing was tried
+      // Nothing is sent while it waits: its window is not held meanwhile.
+      if (budget_) budget_->give_back(window_charged_);
+      window_charged_ = 0;
+      if (!wait_in_queue()) fail_with(503);
+      return;
     }
     // The connect failed at once (a unix socket nobody listens on).
     upstream_->stats.connect_failures += 1;
@@ -501,6 +520,87 @@ void ProxyExchange::attempt(bool fresh) {
     if (attempts_ >= 2) return fail_with(502);
     upstream_->stats.retries += 1;
   }
+}
+
+void ProxyExchange::use(UpstreamConn *c, bool reused) {
+  conn_ = c;
+  upstream_->stats.requests += 1;
+  upstream_->stats.outstanding += 1;
+  counted_ = true;
+  if (reused) upstream_->stats.reused += 1;
+  const auto &cfg = route_.settings;
+  const bool connecting = conn_->connecting();
+  if (!connecting) proxy_.mark_up(*upstream_);
+  // The response timeout starts once the request is out (send_state()).
+  if (connecting) {
+    proxy_.loop().timers().schedule(timer_, proxy_.loop().now() + cfg.connect_timeout_ns);
+  } else {
+    proxy_.loop().timers().cancel(timer_);
+  }
+  conn_->assign(this);
+  // A pooled connection waits for the first body bytes before writing.
+  if (!connecting && !ready_to_send()) send_state(Send::waiting);
+}
+
+bool ProxyExchange::wait_in_queue() {
+  auto &stats = proxy_.mutable_stats();
+  if (route_.waiting >= route_.settings.max_queue) {
+    stats.proxy_pool_full += 1;
+    return false;
+  }
+  if (queue_deadline_ == 0) {
+    // Counted, and its wait bounded, from the first time it waits (a
+    // request whose connect failed may come back).
+    stats.proxy_queued += 1;
+    queue_deadline_ = proxy_.loop().now() + route_.settings.queue_timeout_ns;
+  }
+  upstream_ = nullptr;
+  queued_ = true;
+  wait_prev_ = route_.wait_last;
+  wait_next_ = nullptr;
+  if (wait_prev_) wait_prev_->wait_next_ = this;
+  else route_.wait_first = this;
+  route_.wait_last = this;
+  route_.waiting += 1;
+  proxy_.waiting_changed(1);
+  proxy_.loop().timers().schedule(timer_, queue_deadline_); // then 503 (timer_fired)
+  return true;
+}
+
+void ProxyExchange::leave_queue() {
+  if (!queued_) return;
+  queued_ = false;
+  if (wait_prev_) wait_prev_->wait_next_ = wait_next_;
+  else route_.wait_first = wait_next_;
+  if (wait_next_) wait_next_->wait_prev_ = wait_prev_;
+  else route_.wait_last = wait_prev_;
+  wait_prev_ = wait_next_ = nullptr;
+  route_.waiting -= 1;
+  proxy_.waiting_changed(-1);
+}
+
+ProxyExchange *ProxyExchange::first_waiting(ProxyRouteState &route) { return route.wait_first; }
+
+bool ProxyExchange::dequeued(Upstream &u, UpstreamConn *c) {
+  leave_queue();
+  proxy_.loop().timers().cancel(timer_);
+  const uint64_t out = req_out_;
+  if (!reserve_window()) {
+    fail_with(503);
+    notify();
+    return false;
+  }
+  if (c) {
+    upstream_ = &u;
+    attempts_ += 1;
+    use(c, true);
+  } else {
+    attempt(false, &u);
+  }
+  // Body bytes that waited went up (the session gives the client credit
+  // for them), or the connect failed at once: tell the session.
+  if (req_out_ != out || head_ready_) notify();
+  return true;
 }
 
 void ProxyExchange::connected() { proxy_.mark_up(*upstream_); }
@@ -620,7 +720,8 @@ void ProxyExchange::conn_failed(bool connect) {
   }
   upstream_->stats.retries += 1;
   attempt(!connect);
-  if (head_ready_) notify();
+  // Answered (502, 503), or body bytes went on the new connection at once.
+  notify();
 }
 
 void ProxyExchange::conn_broke(std::string_view why) {
@@ -660,6 +761,12 @@ void ProxyExchange::conn_done() {
 void ProxyExchange::timer_fired(dataplane::Timer &t) {
   auto *ex = static_cast<ProxyExchange *>(t.owner());
   if (ex->head_ready_) return ex->check_stall();
+  if (ex->queued_) {
+    // No connection came free in time.
+    ex->proxy_.mutable_stats().proxy_queue_timeouts += 1;
+    ex->fail_with(503);
+    return ex->notify();
+  }
   if (ex->conn_ && ex->conn_->connecting()) {
     // The connect did not finish in time: a failed connect, like a refusal.
     UpstreamConn *c = ex->conn_;
@@ -810,7 +917,7 @@ void ProxyExchange::notify() {
 // --- Proxy -------------------------------------------------------------------
 
 Proxy::Proxy(std::shared_ptr<const ProxyConfig> cfg, dataplane::EventLoop &loop)
-    : cfg_(std::move(cfg)), loop_(loop), scratch_(16 * 1024) {
+    : cfg_(std::move(cfg)), loop_(loop), scratch_(16 * 1024), serve_timer_(serve_fired, this) {
   cur_ = build(cfg_);
 }
 
@@ -825,6 +932,7 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
       auto u = std::make_unique<Upstream>();
       u->addr = a;
       u->gen = g.get();
+      u->route = &state;
       u->settings = &state.settings;
       const Upstream *before = nullptr;
       // The same route and URL as before a reload: its counters go on.
@@ -934,16 +1042,23 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
   return ex;
 }
 
-Upstream *Proxy::pick(ProxyRouteState &route) {
+bool Proxy::full(const Upstream &u) {
+  return u.conns >= u.settings->max_conns_per_upstream && u.idle.empty();
+}
+
+Upstream *Proxy::pick(ProxyRouteState &route, bool need_room) {
   auto &list = route.upstreams;
   const size_t n = list.size();
   const uint64_t now = loop_.now();
   Upstream *best = nullptr;
   size_t best_at = 0;
+  bool any_up = false;
   for (size_t i = 0; i < n; ++i) {
     size_t at = (route.next + i) % n;
     Upstream *u = list[at];
     if (u->held_down(now)) continue;
+    any_up = true;
+    if (need_room && full(*u)) continue;
     if (route.settings.balancing == Balancing::round_robin) {
       best = u;
       best_at = at;
@@ -954,7 +1069,7 @@ Upstream *Proxy::pick(ProxyRouteState &route) {
       best_at = at;
     }
   }
-  if (!best) {
+  if (!best && !any_up) {
     // Every upstream is held down. Passive health is a guess from one
     // failure (a connect that timed out in a burst, a reset): with
     // nowhere else to go, the one whose back-off ends first is tried
@@ -963,6 +1078,7 @@ Upstream *Proxy::pick(ProxyRouteState &route) {
     for (size_t at = 0; at < n; ++at) {
       Upstream *u = list[at];
       if (u->probe && u->probe->failing()) continue;
+      if (need_room && full(*u)) continue;
       if (!best || u->down_until < best->down_until) {
         best = u;
         best_at = at;
@@ -1017,8 +1133,44 @@ void Proxy::mark_up(Upstream &u) {
 
 void Proxy::pool(UpstreamConn &c) {
   Upstream &u = c.upstream();
+  // The oldest waiting request takes it as it is (warm, no connect).
+  while (ProxyExchange *ex = ProxyExchange::first_waiting(*u.route)) {
+    if (ex->dequeued(u, &c)) return;
+  }
   if (u.gen->retired || u.idle.size() >= u.settings->max_idle_per_upstream) return c.close();
   c.make_idle(u.settings->idle_timeout_ns);
+}
+
+void Proxy::capacity_freed(Upstream &u) { serve_soon(*u.route); }
+
+void Proxy::serve_soon(ProxyRouteState &route) {
+  // Served from the loop's timers, not from here: a connection closes,
+  // and a request arrives, in the middle of an exchange's or a session's
+  // own work.
+  if (route.waiting == 0 || serve_timer_.scheduled()) return;
+  const uint64_t now = loop_.now();
+  for (const Upstream *u : route.upstreams) {
+    if (!u->held_down(now) && !full(*u)) {
+      loop_.timers().schedule(serve_timer_, now);
+      return;
+    }
+  }
+}
+
+void Proxy::serve_fired(dataplane::Timer &t) {
+  auto *p = static_cast<Proxy *>(t.owner());
+  p->serve_queues(*p->cur_);
+  for (auto &g : p->retired_) p->serve_queues(*g);
+}
+
+void Proxy::serve_queues(ProxyGeneration &g) {
+  for (auto &route : g.routes) {
+    while (ProxyExchange *ex = ProxyExchange::first_waiting(route)) {
+      Upstream *u = pick(route, true);
+      if (!u) break;
+      ex->dequeued(*u, nullptr); // it may fail, or wait again
+    }
+  }
 }
 
 void Proxy::closed(UpstreamConn &c) {

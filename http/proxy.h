@@ -73,7 +73,10 @@ struct UpstreamStats {
   X(proxy_requests, "requests matched by a proxy prefix")                                          \
   X(proxy_no_upstream, "proxied requests answered 502: every upstream failing its health check")  \
   X(proxy_tried_while_down, "attempts sent to an upstream in passive back-off, all being down")   \
-  X(proxy_pool_full, "proxied requests answered 503: connection limit per upstream reached")      \
+  X(proxy_pool_full, "proxied requests answered 503: every upstream at its connection limit "     \
+                     "and the route's queue full")                                               \
+  X(proxy_queued, "proxied requests that waited for a connection (every upstream at its limit)")  \
+  X(proxy_queue_timeouts, "proxied requests answered 503 after waiting past the queue timeout")   \
   X(proxy_budget_refusals, "proxied requests answered 503: the response window budget spent")    \
   X(proxy_bad_requests, "proxied requests answered 400: not expressible as HTTP/1.1")           \
   X(proxy_body_aborts, "proxied request bodies cut short, too long or reset by the client "       \
@@ -167,6 +170,14 @@ public:
 
   // Used by the proxy and the upstream connection.
   void begin();
+  // A connection came free for this waiting exchange: c (the upstream's
+  // keep-alive connection whose answer just ended), or a new one to u
+  // (c null), which has room for it. False if the exchange could not
+  // take it (the budget refused its response window: 503): c is still
+  // free.
+  bool dequeued(Upstream &u, UpstreamConn *c);
+  // The first exchange waiting on route, or null.
+  static ProxyExchange *first_waiting(ProxyRouteState &route);
   void connected();
   // The connection failed before a response byte (connect: while connecting).
   void conn_failed(bool connect);
@@ -205,7 +216,15 @@ private:
   static void timer_fired(dataplane::Timer &t);
   // After the head: --proxy-timeout without a byte moving ends the exchange.
   void check_stall();
-  void attempt(bool fresh);
+  // Finds an upstream connection (chosen: on that upstream, skipping the
+  // queue), or waits in the route's queue, or fails.
+  void attempt(bool fresh, Upstream *chosen = nullptr);
+  void use(UpstreamConn *c, bool reused);
+  // Charges the response window to the budget (once); false: refused.
+  bool reserve_window();
+  // Joins the route's queue (false: it is full).
+  bool wait_in_queue();
+  void leave_queue();
   void fail_with(int status);
   void detach();
   void drop_body();
@@ -232,6 +251,12 @@ private:
   size_t window_charged_ = 0; // budget held for the response ring
   Upstream *upstream_ = nullptr;
   UpstreamConn *conn_ = nullptr;
+  // Waiting for a connection: its place in the route's queue (intrusive,
+  // first in first out).
+  ProxyExchange *wait_prev_ = nullptr;
+  ProxyExchange *wait_next_ = nullptr;
+  bool queued_ = false;
+  uint64_t queue_deadline_ = 0; // set the first time it waits
   dataplane::Timer timer_;
   Response head_;
   // The response body's ring, sized at the head (see WINDOW): a pooled
@@ -306,8 +331,14 @@ public:
   ProxyStats &mutable_stats() { return stats_; }
   ProxyGeneration &generation() { return *cur_; }
   // An upstream of the route for a new attempt (round robin or least
-  // outstanding), skipping those held down; null if none is up.
-  Upstream *pick(ProxyRouteState &route);
+  // outstanding), skipping those held down (with need_room, those at their
+  // connection limit too); null if none is up.
+  Upstream *pick(ProxyRouteState &route, bool need_room = false);
+  // At its connection limit with none of them idle.
+  static bool full(const Upstream &u);
+  // Requests waiting for a connection, all routes.
+  size_t waiting() const { return waiting_; }
+  void waiting_changed(int64_t by) { waiting_ = static_cast<size_t>(static_cast<int64_t>(waiting_) + by); }
   // pick() on the current configuration's route i; null past the last
   // (for tests).
   Upstream *pick_route(size_t i);
@@ -317,7 +348,14 @@ public:
   UpstreamConn *connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full);
   void mark_down(Upstream &u);
   void mark_up(Upstream &u);
+  // c's answer ended and c may carry another: to the route's first
+  // waiting exchange, else into the pool (or closed).
   void pool(UpstreamConn &c);
+  // A connection to u closed: a waiting exchange may open another.
+  void capacity_freed(Upstream &u);
+  // Waiting exchanges of route get connections (soon, from the loop's
+  // timers) if an upstream of it has room.
+  void serve_soon(ProxyRouteState &route);
   void closed(UpstreamConn &c);
   std::unique_ptr<uint8_t[]> take_window();
   void give_window(std::unique_ptr<uint8_t[]> w);
@@ -334,6 +372,9 @@ public:
 private:
   std::unique_ptr<ProxyGeneration> build(std::shared_ptr<const ProxyConfig> cfg) const;
   int match_path(std::string_view target) const;
+  // Waiting exchanges to upstreams with room now (after connections closed).
+  static void serve_fired(dataplane::Timer &t);
+  void serve_queues(ProxyGeneration &g);
 
   std::shared_ptr<const ProxyConfig> cfg_;               // cur_'s
   dataplane::EventLoop &loop_;
@@ -356,6 +397,8 @@ private:
   static constexpr size_t MAX_SPARE_HEAD_BYTES = 4u << 20;
   std::vector<uint8_t> scratch_;
   ProxyStats stats_;
+  size_t waiting_ = 0;
+  dataplane::Timer serve_timer_; // due now while closed connections left room for waiters
 };
 
 } // namespace xdpq::http

@@ -128,6 +128,8 @@ enum RouteKey : unsigned {
   own_idle_timeout = 8,
   own_max_idle = 16,
   own_max_connections = 32,
+  own_queue = 64,
+  own_queue_timeout = 128,
 };
 
 uint64_t route_number(std::string_view spec, std::string_view key, std::string_view v,
@@ -177,11 +179,18 @@ void set_route_option(ProxyRoute &r, std::string_view spec, std::string_view opt
   } else if (key == "max_connections") {
     bit = own_max_connections;
     r.own.max_conns_per_upstream = route_number(spec, key, v, 1, 1u << 20);
+  } else if (key == "queue") {
+    bit = own_queue;
+    r.own.max_queue = route_number(spec, key, v, 0, 1u << 20);
+  } else if (key == "queue_timeout_ms") {
+    bit = own_queue_timeout;
+    r.own.queue_timeout_ns = route_number(spec, key, v, 1, HOUR_MS) * MS;
   } else {
     throw ProxyConfigError("'" + std::string(spec) + "': unknown route setting '" +
                            std::string(key) +
                            "'; a route takes balancing, connect_timeout_ms, timeout_ms, "
-                           "idle_timeout_ms, max_idle, max_connections");
+                           "idle_timeout_ms, max_idle, max_connections, queue, "
+                           "queue_timeout_ms");
   }
   if (r.own_set & bit) {
     throw ProxyConfigError("'" + std::string(spec) + "': " + std::string(key) + " given twice");
@@ -235,6 +244,8 @@ RouteSettings ProxyConfig::settings(const ProxyRoute &r) const {
   if (r.own_set & own_idle_timeout) s.idle_timeout_ns = r.own.idle_timeout_ns;
   if (r.own_set & own_max_idle) s.max_idle_per_upstream = r.own.max_idle_per_upstream;
   if (r.own_set & own_max_connections) s.max_conns_per_upstream = r.own.max_conns_per_upstream;
+  if (r.own_set & own_queue) s.max_queue = r.own.max_queue;
+  if (r.own_set & own_queue_timeout) s.queue_timeout_ns = r.own.queue_timeout_ns;
   return s;
 }
 
@@ -254,7 +265,9 @@ std::string ProxyConfig::describe() const {
          ";timeout_ns=" + std::to_string(s.response_timeout_ns) +
          ";idle_timeout_ns=" + std::to_string(s.idle_timeout_ns) +
          ";max_idle=" + std::to_string(s.max_idle_per_upstream) +
-         ";max_connections=" + std::to_string(s.max_conns_per_upstream) + " ";
+         ";max_connections=" + std::to_string(s.max_conns_per_upstream) +
+         ";queue=" + std::to_string(s.max_queue) +
+         ";queue_timeout_ns=" + std::to_string(s.queue_timeout_ns) + " ";
   }
   for (const auto &c : trusted) {
     char text[INET6_ADDRSTRLEN] = "";

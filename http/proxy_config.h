@@ -55,6 +55,11 @@ struct RouteSettings {
   uint64_t idle_timeout_ns = 30'000'000'000ull;     // a pooled connection unused
   size_t max_idle_per_upstream = 32;                // per worker
   size_t max_conns_per_upstream = 512;              // per worker
+  // Requests that wait, per route and worker, for a connection while every
+  // upstream of the route is at max_conns_per_upstream (0: none wait, 503
+  // at once), and how long one may wait before its 503.
+  size_t max_queue = 4096;
+  uint64_t queue_timeout_ns = 5'000'000'000ull;
 };
 
 struct ProxyRoute {
@@ -77,7 +82,8 @@ struct ProxyConfig : RouteSettings {
 
   // Parses "PREFIX=URL[,URL...][;KEY=VALUE...]" and adds the route. KEY is
   // one of balancing, connect_timeout_ms, timeout_ms, idle_timeout_ms,
-  // max_idle, max_connections. Throws ProxyConfigError.
+  // max_idle, max_connections, queue, queue_timeout_ms. Throws
+  // ProxyConfigError.
   void add_route(std::string_view spec);
   // A route's settings: its own where it set them, the defaults above
   // for the rest.

@@ -991,6 +991,43 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
                     "fast": total(stats, "upstream1_requests"),
                     "slow_outstanding": total(stats, "upstream0_outstanding")}
 
+    def test_requests_over_the_connection_limit_wait_for_one(self):
+        """With one connection allowed per upstream, concurrent requests wait
+        in the route's queue rather than getting 503, and go one after
+        another on that one warm connection; past the queue's length, 503."""
+        app = App("queued")
+        app.gate = threading.Event()
+        with app, self.serve(f"/q={app.url}", extra=("--proxy-max-connections", "1",
+                                                      "--proxy-queue", "3")) as srv:
+            clients = []
+            try:
+                for i in range(4):
+                    got = {}
+                    t = threading.Thread(target=lambda i=i, got=got: got.update(
+                        st=curl(srv, f"/q/{i}")[0]), daemon=True)
+                    t.start()
+                    clients.append((t, got))
+                    # One at a time, so which of them waits is known.
+                    wait_for(lambda i=i: len(app.requests) + total(stats_json(srv),
+                                                                   "proxy_waiting") > i,
+                             f"request {i} to reach the upstream or the queue")
+                held = stats_json(srv)
+                refused = curl(srv, "/q/over")[0]  # the queue holds three
+            finally:
+                app.gate.set()
+            for t, got in clients:
+                t.join(60)
+                self.assertEqual(got.get("st"), 200)
+            self.assertEqual(refused, 503)
+            self.assertEqual(total(held, "proxy_waiting"), 3, held)
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "proxy_waiting"), 0)
+            self.assertEqual(total(stats, "proxy_queued"), 3)
+            self.assertEqual(total(stats, "proxy_pool_full"), 1)
+            self.assertEqual(total(stats, "upstream0_connects"), 1)
+            self.assertEqual(total(stats, "upstream0_reused"), 3)
+            self.assertEqual(len(app.requests), 4)
+
     def test_least_outstanding_sends_to_the_idle_upstream(self):
         lo = self.gated_run("least-outstanding")
         # The first request finds both idle and may go to the slow one; from

@@ -8,6 +8,7 @@
 #include "http/proxy_headers.h"
 #include "http/upstream_response.h"
 
+#include "loop_steps.h"
 #include "parse_args.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include <string>
 
 using namespace xdpq::http;
+using xdpq::testing::Steps;
 
 namespace {
 
@@ -633,6 +635,123 @@ TEST_F(StreamedRequest, AnErrorPageHoldsNoBudget) {
   ex.reset();
   dead.end_of_pass();
   EXPECT_EQ(account_.held(), 0u);
+}
+
+// Past its connection limit a route's requests wait for a connection
+// instead of getting a 503: the connection whose answer ends goes, warm,
+// to the oldest waiting request (no new connect); past the queue's
+// length, 503.
+TEST_F(StreamedRequest, PastTheConnectionLimitRequestsWaitForAConnection) {
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ";max_connections=1;queue=1");
+  Proxy proxy(cfg, loop_);
+  auto go = [&] {
+    Request req = request("GET", "/api/up", "h", {});
+    return proxy.start(0, req, false, {}, nullptr, nullptr, &account_);
+  };
+  auto a = go();
+  EXPECT_NE(upstream().find("GET /api/up HTTP/1.1"), std::string::npos);
+  auto b = go();
+  EXPECT_FALSE(b->head_ready());
+  EXPECT_EQ(proxy.waiting(), 1u);
+  EXPECT_EQ(proxy.stats().proxy_queued, 1u);
+  EXPECT_EQ(account_.held(), ProxyExchange::WINDOW); // a's window; b holds none while it waits
+  auto c = go(); // the queue holds one
+  ASSERT_TRUE(c->head_ready());
+  EXPECT_EQ(c->head().status, 503);
+  EXPECT_EQ(proxy.stats().proxy_pool_full, 1u);
+
+  const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  ASSERT_EQ(::send(up_, answer.data(), answer.size(), 0), static_cast<ssize_t>(answer.size()));
+  std::string second;
+  Steps steps(loop_, {{[&] { return a->ended(); }, nullptr},
+                      {[&] {
+                         second += upstream();
+                         return second.find("\r\n\r\n") != std::string::npos;
+                       },
+                       [&] { (void)!::send(up_, answer.data(), answer.size(), 0); }},
+                      {[&] { return b->ended(); }, nullptr}});
+  EXPECT_EQ(steps.run(), 3u);
+  EXPECT_NE(second.find("GET /api/up HTTP/1.1"), std::string::npos);
+  EXPECT_EQ(b->head().status, 200);
+  EXPECT_EQ(proxy.waiting(), 0u);
+  std::vector<UpstreamStats> st;
+  proxy.upstream_stats(st);
+  EXPECT_EQ(st[0].connects, 1u); // b went on a's connection
+  EXPECT_EQ(st[0].reused, 1u);
+  EXPECT_EQ(st[0].responses, 2u);
+  a.reset();
+  b.reset();
+  c.reset();
+  proxy.end_of_pass();
+}
+
+// A request that waits with its body: the bytes the client sent
+// meanwhile go up when it gets its connection, and the session is told,
+// so that it gives the client credit for more.
+TEST_F(StreamedRequest, ABodyThatWaitedGoesUpAndTheSessionIsTold) {
+  struct Count final : ProxyListener {
+    int calls = 0;
+    void proxy_progress(void *) override { calls += 1; }
+  } told;
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ";max_connections=1");
+  Proxy proxy(cfg, loop_);
+  Request get = request("GET", "/api/up", "h", {});
+  auto a = proxy.start(0, get, false, {}, nullptr, nullptr, &account_);
+  upstream();
+  Request post = request("POST", "/api/up", "h", {{"content-length", "5"}});
+  auto b = proxy.start(0, post, true, {}, &told, nullptr, &account_);
+  ASSERT_EQ(proxy.waiting(), 1u);
+  ASSERT_TRUE(b->put_body(reinterpret_cast<const uint8_t *>("hello"), 5));
+  b->flush_body();
+  EXPECT_EQ(b->body_out(), 0u); // nowhere to go yet
+  const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  ASSERT_EQ(::send(up_, answer.data(), answer.size(), 0), static_cast<ssize_t>(answer.size()));
+  std::string second;
+  Steps steps(loop_, {{[&] {
+    second += upstream();
+    return b->body_out() == 5 && second.ends_with("hello");
+  }, nullptr}});
+  EXPECT_EQ(steps.run(), 1u);
+  EXPECT_GE(told.calls, 1);
+  a.reset();
+  b.reset();
+  proxy.end_of_pass();
+}
+
+// A connection that closes (its client left mid-request) leaves room for
+// a new one to the oldest waiting request; one that waits past the queue
+// timeout gets a 503.
+TEST_F(StreamedRequest, WaitingRequestsTakeFreedRoomOrTimeOut) {
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ";max_connections=1;queue_timeout_ms=100");
+  Proxy proxy(cfg, loop_);
+  auto go = [&] {
+    Request req = request("GET", "/api/up", "h", {});
+    return proxy.start(0, req, false, {}, nullptr, nullptr, &account_);
+  };
+  auto a = go();
+  auto b = go();
+  auto c = go();
+  EXPECT_EQ(proxy.waiting(), 2u);
+  a.reset(); // mid-request: its connection cannot be reused, and closes
+  proxy.end_of_pass();
+  auto connects = [&] {
+    std::vector<UpstreamStats> st;
+    proxy.upstream_stats(st);
+    return st[0].connects;
+  };
+  Steps steps(loop_, {{[&] { return connects() == 2 && proxy.waiting() == 1; }, nullptr},
+                      {[&] { return c->head_ready(); }, nullptr}});
+  EXPECT_EQ(steps.run(), 2u);
+  EXPECT_FALSE(b->head_ready()); // sent, its answer not come
+  EXPECT_EQ(c->head().status, 503);
+  EXPECT_EQ(proxy.stats().proxy_queue_timeouts, 1u);
+  EXPECT_EQ(proxy.waiting(), 0u);
+  b.reset();
+  c.reset();
+  proxy.end_of_pass();
 }
 
 // A route's own settings win over the --proxy-* defaults, whichever

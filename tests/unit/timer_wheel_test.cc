@@ -161,3 +161,53 @@ TEST(TimerWheel, BeyondLevelOneReachStillFires) {
   EXPECT_GE(t, due);
   EXPECT_LT(t, due + MS);
 }
+
+// Timers due in the same run: the first to fire may cancel, move or
+// destroy the others, and those then do not fire now (a connection's
+// timeout that tears down streams whose own timers were due too).
+TEST(TimerWheel, ACallbackMayCancelMoveOrDestroyTimersDueInTheSameRun) {
+  const uint64_t t0 = 5'000 * MS;
+  TimerWheel w(t0);
+  struct Peer {
+    Timer timer;
+    TimerWheel *w;
+    std::vector<int> *fired;
+    int id;
+    Peer *cancel = nullptr, *cancel_too = nullptr, *move = nullptr;
+    std::unique_ptr<Peer> *destroy = nullptr;
+  };
+  auto cb = [](Timer &t) {
+    auto *p = static_cast<Peer *>(t.owner());
+    p->fired->push_back(p->id);
+    if (p->cancel) p->w->cancel(p->cancel->timer);
+    if (p->cancel_too) p->w->cancel(p->cancel_too->timer);
+    if (p->move) p->w->schedule(p->move->timer, p->move->timer.expiry() + 50 * MS);
+    if (p->destroy) p->destroy->reset();
+  };
+  std::vector<int> fired;
+  // Each of them acts on all the others: whichever fires first, none of
+  // the rest may fire in this run.
+  Peer a{Timer(cb, nullptr), &w, &fired, 1};
+  Peer b{Timer(cb, nullptr), &w, &fired, 2};
+  std::unique_ptr<Peer> c(new Peer{Timer(cb, nullptr), &w, &fired, 3});
+  a.timer.set_callback(cb, &a);
+  b.timer.set_callback(cb, &b);
+  c->timer.set_callback(cb, c.get());
+  a.cancel = &b;
+  a.destroy = &c;
+  b.move = &a;
+  b.destroy = &c;
+  c->cancel = &a;
+  c->move = nullptr;
+  c->cancel_too = &b;
+  for (Timer *t : {&a.timer, &b.timer, &c->timer}) w.schedule(*t, t0 + 5 * MS);
+  w.run(t0 + 5 * MS);
+  ASSERT_EQ(fired.size(), 1u);
+  const int first = fired[0];
+  // What the first one moved fires later, at its new time; what it
+  // cancelled or destroyed never does.
+  w.run(t0 + 60 * MS);
+  const std::vector<int> expect = first == 2 ? std::vector<int>{2, 1} : std::vector<int>{first};
+  EXPECT_EQ(fired, expect);
+  EXPECT_EQ(w.size(), 0u);
+}
