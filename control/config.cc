@@ -552,7 +552,7 @@ log_level = "info"                       # error, warn, info, debug
 # metrics = "127.0.0.1:9464"             # Prometheus text format
 drain_timeout_ms = 10000                 # SIGTERM: in-flight requests get this long
 per_source_connections = 256             # per IPv4 address or IPv6 /64, per worker; 0: no cap
-per_source_rate = 200                    # new QUIC connections/s per source, per worker, before Retry; 0: no cap
+per_source_rate = 5000                   # new QUIC connections/s per source, per worker, before Retry; 0: no cap
 per_source_validated_rate = 5000         # ... from a proven source (token, TCP); over it: refused; 0: no cap
 
 [dataplane]
@@ -589,7 +589,7 @@ max_body_per_worker = 268435456          # the same for all of a worker's connec
 [quic]
 retry = "auto"                           # off, on, auto
 retry_threshold = 128                    # auto: Retry while this many handshakes are in progress
-retry_rate = 1000                        # ... or while new ones arrive faster than this per second
+retry_rate = 5000                        # ... or while new ones arrive faster than this per second
 idle_timeout_ms = 30000
 handshake_timeout_ms = 10000             # a handshake not done by then is dropped
 max_streams = 100

@@ -110,7 +110,8 @@ QUIC behaviour and limits:
                           Retry starts (default 128).
   --retry-rate N          Auto Retry also starts while new handshakes arrive
                           faster than N per second per worker, as in a flood
-                          of junk Initials (default 1000; 0: never).
+                          of junk Initials that fail fast (default 5000,
+                          above one core's handshake rate; 0: never).
   --per-source-connections N
                           Connections one source (an IPv4 address or an
                           IPv6 /64) may hold per worker, QUIC and TCP each
@@ -119,8 +120,9 @@ QUIC behaviour and limits:
                           per worker before it must prove its address: past
                           it (bursts of twice that) an Initial without a
                           token gets a Retry, which costs the server one
-                          packet and a forged source its flood (default 200;
-                          0: no cap).
+                          packet and a forged source its flood (default
+                          5000, as a proven source's: one load-generating
+                          host needs no Retry; 0: no cap).
   --per-source-validated-rate N
                           New connections per second a proven source (a
                           Retry or NEW_TOKEN token, or a TCP handshake) may

@@ -51,9 +51,9 @@ struct Options {
   std::vector<int> cpus;    // pin worker i to cpus[i % size]
   quic::RetryMode retry = quic::RetryMode::automatic;
   size_t retry_threshold = 128;
-  uint64_t retry_rate = 1000;          // new handshakes/s per worker that turn auto Retry on
+  uint64_t retry_rate = 5000;          // new handshakes/s per worker that turn auto Retry on
   uint64_t per_source_connections = 256; // QUIC and TCP, each, per worker; 0: no cap
-  uint64_t per_source_rate = 200;      // unvalidated new connections/s per source per worker
+  uint64_t per_source_rate = 5000;     // unvalidated new connections/s per source per worker
                                        // before Retry; 0: no cap
   uint64_t per_source_validated_rate = 5000; // proven sources (Retry token, NEW_TOKEN, TCP)
   std::string log_level = "info";

@@ -68,11 +68,11 @@ struct EndpointConfig {
   size_t retry_threshold = 128;
   // ...or while new handshakes arrive faster than this per second (a flood
   // of junk Initials fails fast and is never "in progress").
-  double retry_rate = 1000;
+  double retry_rate = 5000;
   // Per-source caps on connections and on new handshakes per second: over
   // the unvalidated rate a source gets a Retry, over the validated rate
   // (after a Retry or with a NEW_TOKEN) CONNECTION_REFUSED.
-  dataplane::SourceLimits per_source{256, 200, 400, 5000};
+  dataplane::SourceLimits per_source{256, 5000, 10000, 5000};
   uint64_t idle_timeout = 30'000'000'000ull;
   uint64_t handshake_timeout = 10'000'000'000ull;
   uint64_t retry_token_lifetime = 10'000'000'000ull;

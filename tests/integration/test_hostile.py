@@ -15,8 +15,10 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (GTLSCLIENT, Server, TimedTestCase, gtlsclient, pattern,  # noqa: E402
-                     require_tools, xdpqctl)
+from harness import (GTLSCLIENT, XDPQD, Server, TimedTestCase, gtlsclient,  # noqa: E402
+                     pattern, require_tools, xdpqctl)
+
+H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
 
 
 def cpu_seconds(pid):
@@ -94,6 +96,22 @@ class HostileQuicTest(TimedTestCase):
         self.assertEqual(r.file("777"), pattern(777))
         self.assertGreater(stats["retries_sent"], 500, stats)
         self.assertLess(stats["handshakes_started"], 500, stats)
+
+    def test_one_busy_host_pays_no_retry_by_default(self):
+        # One load-generating host opening a connection per request, as
+        # fast as it can (on this machine well above 200/s and 1000/s,
+        # below one core's handshake rate): the default configuration asks
+        # it for no Retry, so each handshake costs one round trip.
+        with Server("--dataplane", "socket") as srv:
+            r = subprocess.run([H3LOAD, "--json", "-n", "1500", "-c", "4", "-m", "1",
+                                "--new-connection-per-request", srv.url("/healthz")],
+                               capture_output=True, text=True, timeout=120)
+            stats = srv.stop()
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertGreaterEqual(stats["handshakes_completed"], 1500, stats)
+        self.assertEqual(stats["retries_sent"], 0, stats)
+        self.assertEqual(stats["retries_source_rate"], 0, stats)
+        self.assertEqual(stats["refused_source_rate"], 0, stats)
 
     def test_source_over_its_rate_gets_a_retry_not_silence(self):
         # One connection per second before a source must prove its address:
