@@ -562,7 +562,7 @@ bool ProxyExchange::wait_in_queue() {
   else route_.wait_first = this;
   route_.wait_last = this;
   route_.waiting += 1;
-  proxy_.waiting_changed(1);
+  proxy_.waiting_changed(true);
   proxy_.loop().timers().schedule(timer_, queue_deadline_); // then 503 (timer_fired)
   return true;
 }
@@ -576,7 +576,7 @@ void ProxyExchange::leave_queue() {
   else route_.wait_last = wait_prev_;
   wait_prev_ = wait_next_ = nullptr;
   route_.waiting -= 1;
-  proxy_.waiting_changed(-1);
+  proxy_.waiting_changed(false);
 }
 
 ProxyExchange *ProxyExchange::first_waiting(ProxyRouteState &route) { return route.wait_first; }

@@ -338,7 +338,7 @@ public:
   static bool full(const Upstream &u);
   // Requests waiting for a connection, all routes.
   size_t waiting() const { return waiting_; }
-  void waiting_changed(int64_t by) { waiting_ = static_cast<size_t>(static_cast<int64_t>(waiting_) + by); }
+  void waiting_changed(bool joined) { joined ? ++waiting_ : --waiting_; }
   // pick() on the current configuration's route i; null past the last
   // (for tests).
   Upstream *pick_route(size_t i);

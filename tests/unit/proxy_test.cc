@@ -440,6 +440,12 @@ protected:
     return *ex_;
   }
 
+  // A GET through proxy (one of the test's own), without a body.
+  std::unique_ptr<ProxyExchange> get(Proxy &proxy) {
+    Request req = request("GET", "/api/up", "h", {});
+    return proxy.start(0, req, false, {}, nullptr, nullptr, &account_);
+  }
+
   bool put(std::string_view s) {
     bool ok = ex_->put_body(reinterpret_cast<const uint8_t *>(s.data()), s.size());
     ex_->flush_body();
@@ -645,10 +651,7 @@ TEST_F(StreamedRequest, PastTheConnectionLimitRequestsWaitForAConnection) {
   auto cfg = std::make_shared<ProxyConfig>();
   cfg->add_route("/api=unix:" + path_ + ";max_connections=1;queue=1");
   Proxy proxy(cfg, loop_);
-  auto go = [&] {
-    Request req = request("GET", "/api/up", "h", {});
-    return proxy.start(0, req, false, {}, nullptr, nullptr, &account_);
-  };
+  auto go = [&] { return get(proxy); };
   auto a = go();
   EXPECT_NE(upstream().find("GET /api/up HTTP/1.1"), std::string::npos);
   auto b = go();
@@ -697,8 +700,7 @@ TEST_F(StreamedRequest, ABodyThatWaitedGoesUpAndTheSessionIsTold) {
   auto cfg = std::make_shared<ProxyConfig>();
   cfg->add_route("/api=unix:" + path_ + ";max_connections=1");
   Proxy proxy(cfg, loop_);
-  Request get = request("GET", "/api/up", "h", {});
-  auto a = proxy.start(0, get, false, {}, nullptr, nullptr, &account_);
+  auto a = get(proxy);
   upstream();
   Request post = request("POST", "/api/up", "h", {{"content-length", "5"}});
   auto b = proxy.start(0, post, true, {}, &told, nullptr, &account_);
@@ -727,10 +729,7 @@ TEST_F(StreamedRequest, WaitingRequestsTakeFreedRoomOrTimeOut) {
   auto cfg = std::make_shared<ProxyConfig>();
   cfg->add_route("/api=unix:" + path_ + ";max_connections=1;queue_timeout_ms=100");
   Proxy proxy(cfg, loop_);
-  auto go = [&] {
-    Request req = request("GET", "/api/up", "h", {});
-    return proxy.start(0, req, false, {}, nullptr, nullptr, &account_);
-  };
+  auto go = [&] { return get(proxy); };
   auto a = go();
   auto b = go();
   auto c = go();
