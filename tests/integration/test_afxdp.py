@@ -308,7 +308,7 @@ class AfXdpLifecycle(TimedTestCase):
                 # its to reset (that would kill a migrated connection).
                 code = ("import socket\n"
                         "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                        "s.bind(('0.0.0.0', 40404)); s.settimeout(0.5)\n"
+                        "s.bind(('0.0.0.0', 40404)); s.settimeout(3)\n"
                         f"a=('{topo.srv_ip}', 4433); n=0\n"
                         f"for k in range({queues}):\n"
                         # An 18-byte CID of ours: 0b111|17, worker k.

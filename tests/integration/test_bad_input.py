@@ -38,12 +38,15 @@ class BadInputTest(TimedTestCase):
         fam = socket.AF_INET6 if ":" in srv.host else socket.AF_INET
         replies = []
         with socket.socket(fam, socket.SOCK_DGRAM) as s:
-            s.settimeout(0.3 if expect_reply else 0.05)
+            # A reply expected: up to 3 s for the first (a slow machine),
+            # then a short while for any more.
+            s.settimeout(3 if expect_reply else 0.05)
             for p in payloads:
                 s.sendto(p, (srv.host, srv.port))
             try:
                 while True:
                     replies.append(s.recv(65535))
+                    s.settimeout(0.3 if expect_reply else 0.05)
             except socket.timeout:
                 pass
         return replies

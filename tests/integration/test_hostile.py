@@ -3,6 +3,7 @@
 that broke or exhausted an earlier build. The server must survive it with
 its memory bounded, count it, and keep serving a well-behaved client."""
 
+import concurrent.futures
 import os
 import shutil
 import signal
@@ -33,6 +34,16 @@ def curl_status(srv, path="/healthz", timeout=5):
                         "--max-time", str(timeout), srv.url(path)],
                        capture_output=True, text=True)
     return r.stdout.strip()
+
+
+def status_within(srv, seconds=10):
+    """The first 200 within that long, or the last status: for a server that
+    is catching up (closes to notice, descriptors to free)."""
+    status = ""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and status != "200":
+        status = curl_status(srv)
+    return status
 
 
 def bad_length_initial(dcid):
@@ -117,8 +128,11 @@ class HostileQuicTest(TimedTestCase):
         # One connection per second before a source must prove its address:
         # the rest get a Retry and connect at once, none is dropped.
         with Server("--dataplane", "socket", "--per-source-rate", "1") as srv:
-            results = [gtlsclient(srv, ["/bytes/100"], timeout=30)
-                       for _ in range(6)]
+            # At once, so that the bucket (a burst of 2, one more a second)
+            # cannot refill between them on a slow machine.
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                results = list(pool.map(lambda _: gtlsclient(srv, ["/bytes/100"], timeout=30),
+                                        range(6)))
             stats = srv.stop()
         for r in results:
             self.assertEqual(r.statuses, {0: 200}, r.output[-2000:])
@@ -160,10 +174,7 @@ class HostileTcpTest(TimedTestCase):
             for s in held:
                 s.close()
             # Recovery: descriptors free up, the listener resumes.
-            status = ""
-            deadline = time.time() + 10
-            while time.time() < deadline and status != "200":
-                status = curl_status(srv)
+            status = status_within(srv)
             stats = srv.stop()
         self.assertLess(busy, 0.5, f"{busy:.2f} s of CPU in 2 s while out of descriptors")
         self.assertEqual(r.statuses, {0: 200}, r.output[-2000:])
@@ -192,7 +203,8 @@ class HostileTcpTest(TimedTestCase):
             took = time.monotonic() - t0
             self.assertEqual(rc, 0, err)
             self.assertIn("handshakes_started", out)
-            self.assertLess(took, 1.0, f"xdpqctl stats took {took:.2f} s behind slow clients")
+            # Behind them it would wait for their deadline (2 s) each.
+            self.assertLess(took, 1.8, f"xdpqctl stats took {took:.2f} s behind slow clients")
             # The metrics page itself still answers a complete request.
             m = socket.create_connection(("127.0.0.1", mport), timeout=5)
             m.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
@@ -223,8 +235,7 @@ class HostileTcpTest(TimedTestCase):
                 s = socket.create_connection((srv.host, srv.port), timeout=5)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 s.close()
-            time.sleep(0.3)
-            status = curl_status(srv)
+            status = status_within(srv)
             stats = srv.stop()
         self.assertEqual(stats["tcp_refused_source_rate"], 0, stats)
         self.assertEqual(status, "200")
@@ -244,8 +255,7 @@ class HostileTcpTest(TimedTestCase):
                     closed += isinstance(sys.exc_info()[1], ConnectionResetError)
             for s in socks:
                 s.close()
-            time.sleep(0.3)
-            status = curl_status(srv)  # the slots came back
+            status = status_within(srv)  # the slots came back
             stats = srv.stop()
         self.assertEqual(closed, 5)
         self.assertEqual(stats["tcp_refused_source_limit"], 5, stats)

@@ -252,11 +252,17 @@ class ProxyTest(TimedTestCase):
         cls.app.__exit__()
         cls.app2.__exit__()
 
-    def serve(self, *routes, extra=()):
+    def serve(self, *routes, extra=(), small_quarantine=False):
         args = []
         for r in routes:
             args += ["--proxy", r]
-        return Server(*args, *extra)
+        env = None
+        if small_quarantine and "ASAN_OPTIONS" in os.environ:
+            # ASan holds freed memory back (32 MiB in the sanitizer preset):
+            # resident, though the server no longer uses it. The later
+            # setting wins.
+            env = {"ASAN_OPTIONS": os.environ["ASAN_OPTIONS"] + ":quarantine_size_mb=4"}
+        return Server(*args, *extra, extra_env=env)
 
     def test_get_and_post_on_every_protocol(self):
         body = os.urandom(1 << 20)
@@ -328,17 +334,22 @@ class ProxyTest(TimedTestCase):
             after = stats_json(srv)
             got_in = total(after, "datagrams_in") - total(before, "datagrams_in")
             got_out = total(after, "packets_out") - total(before, "packets_out")
+            # A hold that ran out (an answer slower than the hold, on a
+            # loaded machine) sent its ACK alone: one datagram more each.
+            expired = total(after, "acks_held_expired") - total(before, "acks_held_expired")
             # 65 in and 70 out here (handshake included); 122 out when
             # the ACK left on its own.
             self.assertLess(got_in, n * 1.5 + 12, f"{got_in} datagrams in for {n} requests")
-            self.assertLess(got_out, n * 1.5 + 12, f"{got_out} datagrams out for {n} requests")
+            self.assertLess(got_out, n * 1.5 + 12 + expired,
+                            f"{got_out} datagrams out for {n} requests, {expired} holds expired")
             # Most requests' ACKs wait for the answer; none did before the
             # hold. A read that finds another of ngtcp2's deadlines sooner
             # than its ACK (a probe timeout, a loss timer on a slow
             # machine) is acknowledged at once, by design: CI saw 59 of 60.
             held = total(after, "acks_held") - total(before, "acks_held")
-            print(f"{held} ACKs held for {n} requests", end=" ", flush=True)
+            print(f"{held} ACKs held for {n} requests, {expired} expired", end=" ", flush=True)
             self.assertGreaterEqual(held, n * 3 // 4)
+            self.assertLess(expired, held, "every hold ran out")
 
     def test_a_slow_answer_does_not_hold_the_ack(self):
         # The request's ACK waits for the answer a short while only: with
@@ -368,7 +379,7 @@ class ProxyTest(TimedTestCase):
             self.assertIsNotNone(acked, r.output[-3000:])
             self.assertIsNotNone(answered, r.output[-3000:])
             self.assertGreaterEqual(answered - sent[0], 250)
-            self.assertLess(acked - sent[0], 100, "the ACK waited for the answer")
+            self.assertLess(acked - sent[0], 200, "the ACK waited for the answer")
 
     def test_chunked_close_delimited_interim_and_head(self):
         n = 300_000
@@ -507,7 +518,8 @@ class ProxyTest(TimedTestCase):
             slow = {}
             t = threading.Thread(target=lambda: slow.update(r=curl(srv, "/app/slow?s=1.5")))
             t.start()
-            time.sleep(0.5)
+            wait_for(lambda: any(p == "/app/slow?s=1.5" for _, p in self.app.requests),
+                     "the slow request reached the old upstream")
             write(self.app2.url)
             rc, out, err = xdpqctl(srv, "reload")
             self.assertEqual(rc, 0, err)
@@ -606,16 +618,25 @@ class ProxyTest(TimedTestCase):
         dead = f"http://127.0.0.1:{dead_port()}"
         with self.serve(f"/rr={self.app.url},{dead},{self.app2.url}") as srv:
             seen = []
+            started = time.monotonic()
             for i in range(12):
                 st, hdr, _, _, _ = curl(srv, f"/rr/{i}", http="--http1.1")
                 self.assertEqual(st, 200, i)  # the dead one's refusal is retried elsewhere
                 seen.append(hdr["x-upstream"])
-            self.assertEqual(seen.count("a"), 6, seen)
-            self.assertEqual(seen.count("b"), 6, seen)
+            took = time.monotonic() - started
             stats = stats_json(srv)
-            # Refused once, then held down for its back-off instead of tried again.
-            self.assertEqual(total(stats, "upstream1_connect_failures"), 1)
-            self.assertEqual(total(stats, "upstream1_marked_down"), 1)
+            # Refused once, then held down for its back-off (2 s) instead of
+            # tried again: once more per back-off on a machine this slow.
+            tries = 1 + int(took // 2)
+            fails = total(stats, "upstream1_connect_failures")
+            self.assertGreaterEqual(fails, 1)
+            self.assertLessEqual(fails, tries, f"{fails} refusals in {took:.1f} s")
+            self.assertEqual(total(stats, "upstream1_marked_down"), fails)
+            if tries == 1:
+                self.assertEqual(seen.count("a"), 6, seen)
+                self.assertEqual(seen.count("b"), 6, seen)
+            else:
+                self.assertEqual(sorted(set(seen)), ["a", "b"], seen)
             self.assertEqual(total(stats, "upstream0_requests") +
                              total(stats, "upstream2_requests"), 12)
 
@@ -666,7 +687,7 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
 
     def test_client_that_never_reads_holds_bounded_memory(self):
         big = 8 << 20
-        with self.serve(f"/app={self.app.url}") as srv:
+        with self.serve(f"/app={self.app.url}", small_quarantine=True) as srv:
             base = rss_kib(srv.proc.pid)
             ctx = ssl.create_default_context()
             ctx.check_hostname = False
@@ -708,15 +729,21 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             conns = []
             for i in range(n):
                 t = tls(srv)
-                t.sendall(f"GET /app/stall?n=100&s=4&i={i} HTTP/1.1\r\nhost: x\r\n\r\n"
+                t.sendall(f"GET /app/stall?n=100&s=15&i={i} HTTP/1.1\r\nhost: x\r\n\r\n"
                           .encode())
                 conns.append(t)
             def stalled():
                 return sum(p.startswith("/app/stall?n=100&") for _, p in self.app.requests)
 
-            wait_for(lambda: stalled() >= n, "the upstream has every request", timeout=3)
-            time.sleep(0.3)  # the heads and first bytes are in
-            held = total(stats_json(srv), "body_bytes_held")
+            wait_for(lambda: stalled() >= n, "the upstream has every request")
+            # Until every head and first bytes are in (a bound, not a timing
+            # assertion): then the rings shrink to the bodies' size.
+            held_now = lambda: total(stats_json(srv), "body_bytes_held")  # noqa: E731
+            try:
+                wait_for(lambda: n * 100 <= held_now() < n * 1024, "the heads are in")
+            except AssertionError:
+                pass  # asserted below, with the figure
+            held = held_now()
             print(f"{n} stalled answers hold {held} B", end=" ", flush=True)
             self.assertEqual(stalled(), n)
             self.assertGreaterEqual(held, n * 100)
@@ -853,7 +880,7 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         digest = sha256(block * (size >> 20))
         # The upstream reads 256 KiB, then sleeps 10 ms: far slower than loopback.
         path = "/app/sum?piece=262144&delay=0.01"
-        with self.serve(f"/app={self.app.url}") as srv:
+        with self.serve(f"/app={self.app.url}", small_quarantine=True) as srv:
             base = rss_kib(srv.proc.pid)
             peak = {"held": 0, "rss": 0}
             stop = threading.Event()
@@ -1003,7 +1030,8 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         app = App("queued")
         app.gate = threading.Event()
         with app, self.serve(f"/q={app.url}", extra=("--proxy-max-connections", "1",
-                                                      "--proxy-queue", "3")) as srv:
+                                                      "--proxy-queue", "3",
+                                                      "--proxy-queue-timeout", "60000")) as srv:
             clients = []
             try:
                 for i in range(4):
