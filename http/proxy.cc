@@ -53,6 +53,7 @@ struct ProxyGeneration {
 
 struct Upstream final : HealthListener {
   UpstreamAddress addr;
+  Proxy *proxy = nullptr;
   ProxyGeneration *gen = nullptr;
   ProxyRouteState *route = nullptr;
   const RouteSettings *settings = nullptr; // its route's
@@ -67,11 +68,13 @@ struct Upstream final : HealthListener {
   bool held_down(uint64_t now) const { return down_until > now || (probe && probe->failing()); }
   // A passing probe is proof the upstream accepts and answers again: it
   // ends a passive back-off too. A failing one holds it down by itself.
+  // Either way, requests waiting on the route are looked at again.
   void probe_done(bool passed) override {
     if (passed) {
       fails = 0;
       down_until = 0;
     }
+    proxy->serve_soon(*route);
   }
 };
 
@@ -603,6 +606,12 @@ bool ProxyExchange::dequeued(Upstream &u, UpstreamConn *c) {
   return true;
 }
 
+void ProxyExchange::no_upstream() {
+  proxy_.mutable_stats().proxy_no_upstream += 1;
+  fail_with(502);
+  notify();
+}
+
 void ProxyExchange::connected() { proxy_.mark_up(*upstream_); }
 
 void ProxyExchange::send_state(Send st) {
@@ -921,7 +930,7 @@ Proxy::Proxy(std::shared_ptr<const ProxyConfig> cfg, dataplane::EventLoop &loop)
   cur_ = build(cfg_);
 }
 
-std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig> cfg) const {
+std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig> cfg) {
   auto g = std::make_unique<ProxyGeneration>();
   g->routes.resize(cfg->routes.size());
   for (size_t i = 0; i < cfg->routes.size(); ++i) {
@@ -931,6 +940,7 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
     for (const auto &a : r.upstreams) {
       auto u = std::make_unique<Upstream>();
       u->addr = a;
+      u->proxy = this;
       u->gen = g.get();
       u->route = &state;
       u->settings = &state.settings;
@@ -1145,16 +1155,10 @@ void Proxy::capacity_freed(Upstream &u) { serve_soon(*u.route); }
 
 void Proxy::serve_soon(ProxyRouteState &route) {
   // Served from the loop's timers, not from here: a connection closes,
-  // and a request arrives, in the middle of an exchange's or a session's
-  // own work.
+  // a request arrives, a probe ends, in the middle of an exchange's or a
+  // session's own work.
   if (route.waiting == 0 || serve_timer_.scheduled()) return;
-  const uint64_t now = loop_.now();
-  for (const Upstream *u : route.upstreams) {
-    if (!u->held_down(now) && !full(*u)) {
-      loop_.timers().schedule(serve_timer_, now);
-      return;
-    }
-  }
+  loop_.timers().schedule(serve_timer_, loop_.now());
 }
 
 void Proxy::serve_fired(dataplane::Timer &t) {
@@ -1166,9 +1170,16 @@ void Proxy::serve_fired(dataplane::Timer &t) {
 void Proxy::serve_queues(ProxyGeneration &g) {
   for (auto &route : g.routes) {
     while (ProxyExchange *ex = ProxyExchange::first_waiting(route)) {
-      Upstream *u = pick(route, true);
-      if (!u) break;
-      ex->dequeued(*u, nullptr); // it may fail, or wait again
+      if (Upstream *u = pick(route, true)) {
+        ex->dequeued(*u, nullptr); // it may fail, or wait again
+        continue;
+      }
+      // No room anywhere. Unless every upstream fails its health check
+      // (then pick() has nothing for a new request either), they wait.
+      const bool any = std::any_of(route.upstreams.begin(), route.upstreams.end(),
+                                   [](const Upstream *u) { return !u->probe || !u->probe->failing(); });
+      if (any) break;
+      ex->no_upstream();
     }
   }
 }

@@ -176,6 +176,9 @@ public:
   // take it (the budget refused its response window: 503): c is still
   // free.
   bool dequeued(Upstream &u, UpstreamConn *c);
+  // Waiting, with no upstream left that could serve it: 502, as a new
+  // request gets.
+  void no_upstream();
   // The first exchange waiting on route, or null.
   static ProxyExchange *first_waiting(ProxyRouteState &route);
   void connected();
@@ -354,7 +357,8 @@ public:
   // A connection to u closed: a waiting exchange may open another.
   void capacity_freed(Upstream &u);
   // Waiting exchanges of route get connections (soon, from the loop's
-  // timers) if an upstream of it has room.
+  // timers) if an upstream of it has room, or a 502 if none of its
+  // upstreams can take them (all fail their health checks).
   void serve_soon(ProxyRouteState &route);
   void closed(UpstreamConn &c);
   std::unique_ptr<uint8_t[]> take_window();
@@ -370,7 +374,7 @@ public:
   std::vector<uint8_t> &scratch() { return scratch_; }
 
 private:
-  std::unique_ptr<ProxyGeneration> build(std::shared_ptr<const ProxyConfig> cfg) const;
+  std::unique_ptr<ProxyGeneration> build(std::shared_ptr<const ProxyConfig> cfg);
   int match_path(std::string_view target) const;
   // Waiting exchanges to upstreams with room now (after connections closed).
   static void serve_fired(dataplane::Timer &t);

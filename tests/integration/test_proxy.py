@@ -1101,6 +1101,41 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             self.assertGreaterEqual(sick.health_checks, 2)
             self.assertEqual(total(stats_json(srv), "upstream0_marked_down"), 0)  # not passive
 
+    def test_waiting_requests_get_502_when_every_upstream_fails_its_check(self):
+        """A request waiting for a connection to a route whose every upstream
+        then fails its health check gets 502 at once, as a new request does,
+        not 503 when its queue wait runs out."""
+        app = App("sick-later")
+        app.gate = threading.Event()
+        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100",
+                  "--proxy-max-connections", "1", "--proxy-queue-timeout", "60000")
+        with app, self.serve(f"/w={app.url}", extra=checks) as srv:
+            got = {}
+            try:
+                first = threading.Thread(target=lambda: got.update(first=curl(srv, "/w/1")[0]),
+                                         daemon=True)
+                first.start()
+                wait_for(lambda: len(app.requests) == 1, "the first request upstream")
+                t0 = time.monotonic()
+                second = threading.Thread(target=lambda: got.update(
+                    second=(curl(srv, "/w/2")[0], time.monotonic() - t0)), daemon=True)
+                second.start()
+                wait_for(lambda: total(stats_json(srv), "proxy_waiting") == 1,
+                         "the second request in the queue")
+                app.health = 503
+                second.join(30)
+            finally:
+                app.gate.set()
+            first.join(30)
+            stats = stats_json(srv)
+        status, took = got.get("second", (None, None))
+        self.assertEqual(status, 502, "the waiting request was not answered")
+        self.assertLess(took, 20)  # the queue wait is 60 s
+        self.assertEqual(got.get("first"), 200)
+        self.assertEqual(total(stats, "proxy_queue_timeouts"), 0)
+        self.assertGreaterEqual(total(stats, "proxy_no_upstream"), 1)
+        self.assertEqual(len(app.requests), 1)
+
     def test_health_check_of_a_silent_upstream_ends_at_the_timeout(self):
         silent = socket.socket()
         silent.bind(("127.0.0.1", 0))
