@@ -1108,13 +1108,15 @@ def main():
                    "peer comparison (3 B at c=1, 10, 100 m=1 and c=100 m=32, 16 KiB c=10 m=1, "
                    "a new connection per request at c=16; by default on xdpq-afxdp, "
                    "xdpq-socket, haproxy-h3, nginx-h3); 'proxy': the same variants as "
-                   "reverse proxies to one HTTP/1.1 upstream (3 B at c=10 m=1 and c=100 m=32)")
+                   "reverse proxies to one HTTP/1.1 upstream (3 B at c=10 m=1 and c=100 m=32); "
+                   "'peers:REGEX', 'proxy:REGEX': those cells whose name matches")
     p.add_argument("--chroot", default=DEFAULT_CHROOT,
                    help="the Debian 13 chroot made by bench/peers.sh (nginx-h3, haproxy-h3)")
     a = p.parse_args()
     a.preset = None
-    if a.cells in ("peers", "proxy"):
-        a.preset, a.cells = a.cells, None
+    preset, _, only = (a.cells or "").partition(":")
+    if preset in ("peers", "proxy"):
+        a.preset, a.cells = preset, only or None
         if not a.variants:
             a.variants = "xdpq-afxdp,xdpq-socket,haproxy-h3,nginx-h3"
     if a.rounds is None:
