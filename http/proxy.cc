@@ -1176,9 +1176,8 @@ void Proxy::serve_queues(ProxyGeneration &g) {
       }
       // No room anywhere. Unless every upstream fails its health check
       // (then pick() has nothing for a new request either), they wait.
-      const bool any = std::any_of(route.upstreams.begin(), route.upstreams.end(),
-                                   [](const Upstream *u) { return !u->probe || !u->probe->failing(); });
-      if (any) break;
+      auto checked_out = [](const Upstream *u) { return u->probe && u->probe->failing(); };
+      if (!std::all_of(route.upstreams.begin(), route.upstreams.end(), checked_out)) break;
       ex->no_upstream();
     }
   }
