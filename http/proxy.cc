@@ -488,6 +488,11 @@ void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
   // First come, first served: while others wait, a new request waits
   // behind them (a connection that came free goes to the oldest).
   if (!chosen && attempts_ == 0 && route_.waiting > 0) {
+    if (Proxy::checked_out(route_)) {
+      // As the waiting ones will be: nothing can serve the route.
+      proxy_.mutable_stats().proxy_no_upstream += 1;
+      return fail_with(502);
+    }
     if (!wait_in_queue()) return fail_with(503);
     // An upstream may have room the waiting ones have not been given yet
     // (one back from a back-off): they are served in order.
@@ -1161,6 +1166,11 @@ void Proxy::serve_soon(ProxyRouteState &route) {
   loop_.timers().schedule(serve_timer_, loop_.now());
 }
 
+bool Proxy::checked_out(const ProxyRouteState &route) {
+  return std::all_of(route.upstreams.begin(), route.upstreams.end(),
+                     [](const Upstream *u) { return u->probe && u->probe->failing(); });
+}
+
 void Proxy::serve_fired(dataplane::Timer &t) {
   auto *p = static_cast<Proxy *>(t.owner());
   p->serve_queues(*p->cur_);
@@ -1176,8 +1186,7 @@ void Proxy::serve_queues(ProxyGeneration &g) {
       }
       // No room anywhere. Unless every upstream fails its health check
       // (then pick() has nothing for a new request either), they wait.
-      auto checked_out = [](const Upstream *u) { return u->probe && u->probe->failing(); };
-      if (!std::all_of(route.upstreams.begin(), route.upstreams.end(), checked_out)) break;
+      if (!checked_out(route)) break;
       ex->no_upstream();
     }
   }

@@ -356,10 +356,14 @@ public:
   void pool(UpstreamConn &c);
   // A connection to u closed: a waiting exchange may open another.
   void capacity_freed(Upstream &u);
-  // Waiting exchanges of route get connections (soon, from the loop's
-  // timers) if an upstream of it has room, or a 502 if none of its
-  // upstreams can take them (all fail their health checks).
+  // Something changed for route (a request came, a connection closed, a
+  // probe ended): its waiting exchanges are looked at soon, from the
+  // loop's timers. Those an upstream has room for get a connection; if
+  // every upstream fails its health check, each gets a 502.
   void serve_soon(ProxyRouteState &route);
+  // Every upstream of route fails its active health check: nothing can
+  // serve it (a passive back-off alone never counts, see pick()).
+  static bool checked_out(const ProxyRouteState &route);
   void closed(UpstreamConn &c);
   std::unique_ptr<uint8_t[]> take_window();
   void give_window(std::unique_ptr<uint8_t[]> w);
@@ -402,7 +406,7 @@ private:
   std::vector<uint8_t> scratch_;
   ProxyStats stats_;
   size_t waiting_ = 0;
-  dataplane::Timer serve_timer_; // due now while closed connections left room for waiters
+  dataplane::Timer serve_timer_; // due now while requests wait and something changed
 };
 
 } // namespace xdpq::http

@@ -1107,7 +1107,10 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         not 503 when its queue wait runs out."""
         app = App("sick-later")
         app.gate = threading.Event()
+        # A probe answered late on a slow machine must not fail early: the
+        # 503 that fails it comes at once anyway.
         checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100",
+                  "--proxy-health-timeout", "10000",
                   "--proxy-max-connections", "1", "--proxy-queue-timeout", "60000")
         with app, self.serve(f"/w={app.url}", extra=checks) as srv:
             got = {}
@@ -1124,6 +1127,8 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
                          "the second request in the queue")
                 app.health = 503
                 second.join(30)
+                # A new request while the route is checked out: 502 too.
+                got["third"] = curl(srv, "/w/3")[0]
             finally:
                 app.gate.set()
             first.join(30)
@@ -1132,9 +1137,46 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         self.assertEqual(status, 502, "the waiting request was not answered")
         self.assertLess(took, 20)  # the queue wait is 60 s
         self.assertEqual(got.get("first"), 200)
+        self.assertEqual(got.get("third"), 502)
         self.assertEqual(total(stats, "proxy_queue_timeouts"), 0)
-        self.assertGreaterEqual(total(stats, "proxy_no_upstream"), 1)
+        self.assertGreaterEqual(total(stats, "proxy_no_upstream"), 2)
         self.assertEqual(len(app.requests), 1)
+
+    def test_a_waiting_request_goes_to_an_upstream_whose_check_passes_again(self):
+        """While another upstream is healthy (here: busy), a request waiting
+        for a connection is not refused because one upstream fails its
+        check; when that check passes again it takes the waiting request at
+        once, not when some other request or connection comes along."""
+        busy, back = App("busy"), App("back")
+        busy.gate = threading.Event()
+        back.health = 503
+        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100",
+                  "--proxy-health-timeout", "10000",
+                  "--proxy-max-connections", "1", "--proxy-queue-timeout", "60000")
+        with busy, back, self.serve(f"/w={busy.url},{back.url}", extra=checks) as srv:
+            got = {}
+            try:
+                wait_for(lambda: status_json(srv)["upstreams"][1]["probe_failures"] >= 1,
+                         "the failing check")
+                first = threading.Thread(target=lambda: got.update(first=curl(srv, "/w/1")[0]),
+                                         daemon=True)
+                first.start()
+                wait_for(lambda: len(busy.requests) == 1, "the first request upstream")
+                second = threading.Thread(target=lambda: got.update(second=curl(srv, "/w/2")),
+                                          daemon=True)
+                second.start()
+                wait_for(lambda: total(stats_json(srv), "proxy_waiting") == 1,
+                         "the second request in the queue")
+                back.health = 200
+                second.join(30)
+                self.assertIn("second", got, "the waiting request was not served")
+                st, hdr, _, _, _ = got["second"]
+                self.assertEqual((st, hdr.get("x-upstream")), (200, "back"))
+            finally:
+                busy.gate.set()
+            first.join(30)
+            self.assertEqual(got.get("first"), 200)
+            self.assertEqual(total(stats_json(srv), "proxy_no_upstream"), 0)
 
     def test_health_check_of_a_silent_upstream_ends_at_the_timeout(self):
         silent = socket.socket()
