@@ -490,8 +490,7 @@ void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
   if (!chosen && attempts_ == 0 && route_.waiting > 0) {
     if (Proxy::checked_out(route_)) {
       // As the waiting ones will be: nothing can serve the route.
-      proxy_.mutable_stats().proxy_no_upstream += 1;
-      return fail_with(502);
+      return fail_no_upstream();
     }
     if (!wait_in_queue()) return fail_with(503);
     // An upstream may have room the waiting ones have not been given yet
@@ -505,10 +504,7 @@ void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
     upstream_ = chosen ? chosen : proxy_.pick(route_, true);
     if (!upstream_) upstream_ = proxy_.pick(route_);
     chosen = nullptr;
-    if (!upstream_) {
-      proxy_.mutable_stats().proxy_no_upstream += 1;
-      return fail_with(502);
-    }
+    if (!upstream_) return fail_no_upstream();
     attempts_ += 1;
     bool reused = false;
     bool pool_full = false;
@@ -611,9 +607,13 @@ bool ProxyExchange::dequeued(Upstream &u, UpstreamConn *c) {
   return true;
 }
 
-void ProxyExchange::no_upstream() {
+void ProxyExchange::fail_no_upstream() {
   proxy_.mutable_stats().proxy_no_upstream += 1;
   fail_with(502);
+}
+
+void ProxyExchange::no_upstream() {
+  fail_no_upstream();
   notify();
 }
 

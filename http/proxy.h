@@ -229,6 +229,8 @@ private:
   bool wait_in_queue();
   void leave_queue();
   void fail_with(int status);
+  // 502, counted: no upstream of the route can take a request.
+  void fail_no_upstream();
   void detach();
   void drop_body();
 
