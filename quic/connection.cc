@@ -287,7 +287,8 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
   t_reading = this;
   decrypted = false;
   const uint64_t ts = ep_.clock().now();
-  int rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ts);
+  int rv = settle_pacer(ts);
+  if (rv == 0) rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ts);
   t_reading = nullptr;
   if (rv != 0) {
     switch (rv) {
@@ -374,6 +375,11 @@ bool Connection::write() {
   app_drained_ = false;
   auto &tx = ep_.tx();
   const uint64_t ts = ep_.clock().now();
+  if (int rv = settle_pacer(ts); rv != 0) {
+    ngtcp2_ccerr_set_liberr(&last_error_, rv, nullptr, 0);
+    fail();
+    return true;
+  }
   const size_t max_udp = ngtcp2_conn_get_max_tx_udp_payload_size(conn_);
   size_t max_pkts = ngtcp2_conn_get_send_quantum(conn_) / max_udp;
   if (max_pkts == 0) max_pkts = 1;
@@ -451,9 +457,37 @@ bool Connection::write() {
     ep_.mutable_stats().packets_out += 1;
     if (++written >= max_pkts) break;
   }
+  // Every packet written left with the pacer open (ngtcp2 refuses the
+  // first one otherwise), so before the pacer's next instant is set the
+  // expiry is every other deadline. With nothing left to send that instant
+  // only says when a later packet may leave: whatever brings one (a read,
+  // the application) calls write(), which waits for it if still ahead.
+  // Waking for it would cost a timer and a loop pass per response.
+  const bool finished = written > 0 && app_drained_;
+  const uint64_t others = finished ? ngtcp2_conn_get_expiry(conn_) : 0;
   ngtcp2_conn_update_pkt_tx_time(conn_, ts);
-  update_timer();
+  const uint64_t expiry = ngtcp2_conn_get_expiry(conn_);
+  if (finished && expiry < others) {
+    pacer_at_ = expiry;
+    ep_.mutable_stats().pacer_wakeups_skipped += 1;
+    update_timer(others);
+  } else {
+    update_timer(expiry);
+  }
   return ok;
+}
+
+// The pacer's instant that write() armed no timer for: past it, ngtcp2
+// hears of it now as its timer would have told it then, at that instant,
+// so the pacer does not count the idle time since as lateness to make up
+// (it would then send a later burst unpaced). Ahead of it, ngtcp2 still
+// has it, and its expiry says so again. Before any other call that gives
+// ngtcp2 the time.
+int Connection::settle_pacer(uint64_t now) {
+  const uint64_t at = pacer_at_;
+  if (at == UINT64_MAX) return 0;
+  pacer_at_ = UINT64_MAX;
+  return now >= at ? ngtcp2_conn_handle_expiry(conn_, at) : 0;
 }
 
 void Connection::shutdown_notice() {
@@ -560,7 +594,8 @@ void Connection::on_timer() {
     ep_.mutable_stats().acks_held_expired += 1; // the answer took longer: the ACK leaves alone
   if (now >= credit_deadline_)
     release_stream_credit(); // no response came to carry it
-  int rv = ngtcp2_conn_handle_expiry(conn_, now);
+  int rv = settle_pacer(now);
+  if (rv == 0) rv = ngtcp2_conn_handle_expiry(conn_, now);
   if (rv != 0) {
     ngtcp2_ccerr_set_liberr(&last_error_, rv, nullptr, 0);
     fail();
@@ -569,9 +604,8 @@ void Connection::on_timer() {
   ep_.want_write(this);
 }
 
-void Connection::update_timer() {
+void Connection::update_timer(uint64_t expiry) {
   if (state_ != State::active) return;
-  ngtcp2_tstamp expiry = ngtcp2_conn_get_expiry(conn_);
   if (ack_held_) expiry = expiry == ack_timer_at_ ? hold_until_ : std::min(expiry, hold_until_);
   expiry = std::min(expiry, credit_deadline_);
   if (expiry == UINT64_MAX) {

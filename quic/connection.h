@@ -93,7 +93,9 @@ private:
 
   static void timer_fired(dataplane::Timer &t);
   void on_timer();
-  void update_timer();
+  void update_timer() { update_timer(ngtcp2_conn_get_expiry(conn_)); }
+  void update_timer(uint64_t expiry); // expiry: ngtcp2's next deadline
+  int settle_pacer(uint64_t now);
   int setup_app();
   // Enters the closing period with last_error_ (or retires silently for an
   // idle close). Returns false: the caller's "connection finished" value.
@@ -142,6 +144,9 @@ private:
   // The last write() left the application with nothing to send (not cut
   // short by congestion, pacing, the packet budget or the sink).
   bool app_drained_ = false;
+  // The pacer's instant after a write that left nothing to send, which no
+  // timer was armed for (write()); UINT64_MAX when there is none.
+  uint64_t pacer_at_ = UINT64_MAX;
   bool ack_held_ = false; // a read's ACK waits for the answer (hold_ack)
   uint64_t ack_timer_at_ = 0; // ngtcp2's ACK timer for the held read
   uint64_t hold_until_ = 0;   // when the held ACK leaves without the answer

@@ -128,7 +128,8 @@ struct EndpointConfig {
   X(key_updates, "key updates by peers")                                                           \
   X(path_validations_ok, "path validations that succeeded (migration, rebinding)")                 \
   X(path_validations_failed, "path validations that failed")                                       \
-  X(packets_out, "QUIC packets sent")
+  X(packets_out, "QUIC packets sent")                                                              \
+  X(pacer_wakeups_skipped, "writes that left nothing to send and armed no timer for the pacer")
 
 struct EndpointStats {
   XDPQ_COUNTER_FIELDS(XDPQ_ENDPOINT_COUNTERS)

@@ -162,6 +162,66 @@ TEST_F(QuicPipe, ResponsesCarryTheAckAndTheStreamCredit) {
   EXPECT_GT(ngtcp2_conn_get_streams_bidi_left(client_->conn()), left);
 }
 
+// A response that leaves nothing more to send arms no timer for the
+// pacer's next instant (a wakeup per response that finds nothing to do);
+// the connection's next deadline is ngtcp2's other ones.
+TEST_F(QuicPipe, AFinishedResponseArmsNoTimerForThePacer) {
+  start();
+  ASSERT_EQ(fetch("GET", "/bytes/3").status, 200);
+  clock_.set(clock_.now() + 2'000'000);
+  client_->handle_expiry();
+  for (auto &dg : client_->write())
+    for (auto &back : server_->deliver(dg)) client_->read(back);
+  const uint64_t skipped = stats().pacer_wakeups_skipped;
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    int64_t sid = client_->request("GET", "/bytes/3");
+    ASSERT_GE(sid, 0);
+    ASSERT_EQ(exchange(100'000), 1u);
+    ASSERT_TRUE(client_->responses[sid].done);
+    EXPECT_GT(server_->wheel.next_expiry(), clock_.now() + 1'000'000)
+        << "a timer for the pacer's instant, "
+        << (server_->wheel.next_expiry() - clock_.now()) << " ns ahead";
+    // The client's ACK; its stream's credit waits for the next response.
+    if (client_->expiry() > clock_.now()) clock_.set(client_->expiry());
+    client_->handle_expiry();
+    for (auto &dg : client_->write()) EXPECT_TRUE(server_->deliver(dg).empty());
+  }
+  EXPECT_EQ(stats().pacer_wakeups_skipped, skipped + 3);
+}
+
+// The pacer still spaces a large response that follows an idle period:
+// the instant no timer was armed for is given to ngtcp2 as it was, so the
+// idle time is not counted as lateness that lets a burst leave unpaced.
+TEST_F(QuicPipe, ALargeResponseAfterIdleIsStillPaced) {
+  start();
+  ASSERT_EQ(fetch("GET", "/bytes/2000000").status, 200); // opens the window
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(fetch("GET", "/bytes/3").status, 200);
+  // Idle for a second (well inside the idle timeout), ACKs exchanged.
+  clock_.set(clock_.now() + 1'000'000'000);
+  client_->handle_expiry();
+  for (auto &dg : client_->write())
+    for (auto &back : server_->deliver(dg)) client_->read(back);
+  for (auto &back : server_->tick()) client_->read(back);
+  clock_.set(clock_.now() + 1'000'000);
+  int64_t sid = client_->request("GET", "/bytes/2000000");
+  ASSERT_GE(sid, 0);
+  size_t first = 0;
+  for (auto &dg : client_->write()) {
+    for (auto &back : server_->deliver(dg)) {
+      ++first;
+      client_->read(back);
+    }
+  }
+  ASSERT_GT(first, 0u);
+  ASSERT_FALSE(client_->responses[sid].done);
+  // Nothing more at the same instant: the rest waits for the pacer.
+  EXPECT_TRUE(server_->tick().empty()) << "sent unpaced after " << first << " datagrams";
+  EXPECT_GT(server_->wheel.next_expiry(), clock_.now());
+  ASSERT_TRUE(run([&] { return client_->responses[sid].done; }));
+  EXPECT_EQ(client_->responses[sid].body, pattern_bytes(2000000));
+}
+
 // A client that has opened every stream it may gets a finished one back at
 // once, not after the credit's deadline, even when no response is left to
 // carry it.
