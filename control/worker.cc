@@ -44,7 +44,7 @@ Worker::Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
       endpoint_(ecfg, *tls_, secrets, h3_, loop_.timers(), clock_, *this),
       generation_(ecfg.generation),
       heartbeat_(heartbeat_fired, this) {
-  for (int fd : port_->fds()) loop_.watch(fd, this);
+  for (int fd : port_->fds()) loop_.watch(fd, port_handler(fd));
   loop_.timers().schedule(heartbeat_, dataplane::monotonic_ns() + HEARTBEAT_NS);
 }
 

@@ -252,6 +252,18 @@ private:
     Worker &worker;
   } next_hop_events_{*this};
 #endif
+  // The port's descriptor whose poll transmits (see
+  // DatagramPort::wait_transmits_fd): reported ready, it tells the port
+  // that the next wait will poll it, then reads like any port descriptor.
+  struct TransmitEvents final : dataplane::FdHandler {
+    explicit TransmitEvents(Worker &w) : worker(w) {}
+    void on_io(uint32_t events) override;
+    Worker &worker;
+  } transmit_events_{*this};
+  dataplane::FdHandler *port_handler(int fd) {
+    if (fd == port_->wait_transmits_fd()) return &transmit_events_;
+    return this;
+  }
   bool polled_this_pass_ = false; // a polled port was asked this pass
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> drain_requested_{false};

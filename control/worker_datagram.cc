@@ -11,6 +11,11 @@
 
 namespace xdpq::control {
 
+void Worker::TransmitEvents::on_io(uint32_t events) {
+  worker.port_->next_wait_polls(true);
+  worker.on_io(events);
+}
+
 void Worker::on_io(uint32_t) {
   // A polled port's receive() takes from all its queues (and busy-polls
   // each empty one): once a pass, whichever of its descriptors woke us.
@@ -147,19 +152,22 @@ void Worker::on_iteration_end() {
   if (tcp_) tcp_->end_of_pass();
   if (proxy_) proxy_->end_of_pass();
   if (draining_) check_drain();
+  // The loop ends after this pass without another wait: kick for itself.
+  if (finishing_) port_->next_wait_polls(false);
   bool drained = true;
   for (int round = 0; round < 8; ++round) {
     endpoint_.end_of_pass();
     drained = port_->flush();
     if (!drained || !endpoint_.write_blocked()) break;
   }
+  port_->next_wait_polls(false); // flushes outside a pass kick for themselves
   if (drained == want_write_) {
     want_write_ = !drained;
     for (int fd : port_->fds()) {
       if (send_only_.contains(fd)) {
-        loop_.set_interest(fd, this, false, want_write_);
+        loop_.set_interest(fd, port_handler(fd), false, want_write_);
       } else {
-        loop_.set_want_write(fd, this, want_write_ && port_->sends_through(fd));
+        loop_.set_want_write(fd, port_handler(fd), want_write_ && port_->sends_through(fd));
       }
     }
   }

@@ -75,7 +75,7 @@ void Worker::take_back() {
   drain_requested_.store(false, std::memory_order_relaxed);
   for (int fd : send_only_) {
     port_->resume_receiving(fd);
-    loop_.set_interest(fd, this, true, want_write_);
+    loop_.set_interest(fd, port_handler(fd), true, want_write_);
   }
   send_only_.clear();
   from_next_.clear();
@@ -110,7 +110,7 @@ void Worker::take_next_port() {
     send_only_.clear();
     want_write_ = false;
     port_ = std::move(next); // the old one closes here
-    for (int fd : port_->fds()) loop_.watch(fd, this);
+    for (int fd : port_->fds()) loop_.watch(fd, port_handler(fd));
 #ifdef XDPQ_HAVE_AFXDP
     if (next_afxdp) set_afxdp(next_afxdp);
 #endif
@@ -133,7 +133,7 @@ void Worker::take_handover() {
   for (int fd : fds) {
     if (port_->stop_receiving(fd)) {
       send_only_.insert(fd);
-      loop_.set_interest(fd, this, false, want_write_);
+      loop_.set_interest(fd, port_handler(fd), false, want_write_);
     }
   }
   from_next_ = std::move(rings);

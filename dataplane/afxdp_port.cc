@@ -197,6 +197,9 @@ void AfXdpPort::close_sockets() {
 }
 
 AfXdpPort::~AfXdpPort() {
+  // Whatever the ring holds leaves now: no wait will poll these sockets.
+  next_wait_polls_ = false;
+  submit_ring();
   for (const auto &q : queues_) program_.set_socket(q->id, -1);
   close_sockets();
   if (umem_area_) munmap(umem_area_, umem_size_);
@@ -539,6 +542,18 @@ void AfXdpPort::submit_ring() {
   // worker.
   if (outstanding_tx_ > 0 &&
       (!zerocopy_ || opts_.busy_poll || xsk_ring_prod__needs_wakeup(&tx))) {
+    if (wait_transmits_fd() >= 0) {
+      // Copy mode sends what is still on the ring, at most 32 frames per
+      // kick or poll (the kernel's batch): nothing to kick when the kernel
+      // took it all, and one batch can wait for the poll that the loop's
+      // next wait makes of this socket anyway.
+      const uint32_t unsent = opts_.ring_size - xsk_prod_nb_free(&tx, opts_.ring_size);
+      if (unsent == 0) return;
+      if (next_wait_polls_ && unsent <= 32) {
+        xdp_stats_.tx_kicks_left_to_wait += 1;
+        return;
+      }
+    }
     for (uint32_t k = 0; k < opts_.ring_size / 32 + 1; ++k) {
       xdp_stats_.tx_kicks += 1;
       if (sendto(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) break;

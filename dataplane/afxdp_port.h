@@ -77,6 +77,7 @@ struct AfXdpOptions {
   X(tx_no_neighbor, "datagrams not sent: no MAC known for the next hop")               \
   X(tx_ring_full, "flushes that left datagrams pending (TX ring full)")                \
   X(tx_kicks, "sendto() wakeups of the TX ring")                                       \
+  X(tx_kicks_left_to_wait, "TX ring wakeups left to the event loop's next poll of the socket") \
   X(rx_wakeups, "recvfrom() wakeups of the fill ring (need_wakeup)")                    \
   X(rx_busy_polls, "recvfrom() calls that ran the queue's NAPI (busy polling)")           \
   X(tx_kernel_trains, "trains sent through the kernel's UDP socket with GSO (hybrid TX)") \
@@ -115,6 +116,11 @@ public:
   std::span<const int> fds() const override { return fds_; }
   bool sends_through(int fd) const override { return fd == fds_[0]; }
   bool polled() const override { return opts_.busy_poll; }
+  // Copy mode: poll() on the socket transmits the TX ring.
+  int wait_transmits_fd() const override {
+    return zerocopy_ || opts_.busy_poll ? -1 : fds_[0];
+  }
+  void next_wait_polls(bool yes) override { next_wait_polls_ = yes; }
   const PortStats &stats() const override { return stats_; }
 
   const AfXdpStats &xdp_stats(); // refreshes the kernel's XDP_STATISTICS
@@ -189,6 +195,7 @@ private:
   size_t umem_size_ = 0;
   bool hugepages_ = false;
   bool zerocopy_ = false;
+  bool next_wait_polls_ = false; // the loop reported fds_[0] this pass
   xsk_umem *umem_ = nullptr;
   std::vector<std::unique_ptr<Queue>> queues_; // [0] owns the UMEM and sends
   size_t rx_next_ = 0;                          // the queue receive() starts at

@@ -102,6 +102,13 @@ public:
   // only when a descriptor is readable (busy polling: the receive call
   // itself brings packets in).
   virtual bool polled() const { return false; }
+  // A descriptor (one of fds()) whose readiness check itself transmits what
+  // flush() left on the port's ring, or -1. The event loop's epoll is
+  // level-triggered: a descriptor it reported in a pass is checked again
+  // by the next wait, so after next_wait_polls(true) a flush() in that
+  // pass may leave its transmit kick to the wait (one system call fewer).
+  virtual int wait_transmits_fd() const { return -1; }
+  virtual void next_wait_polls(bool) {}
   virtual const PortStats &stats() const = 0;
 };
 

@@ -117,6 +117,30 @@ class AfXdpCases:
         self.assertEqual(stats["handshakes_completed"], 1)
         self.assert_served_over_afxdp(stats)
 
+    def test_one_request_in_flight_leaves_without_a_kick_or_a_pacer_wakeup(self):
+        # One request at a time on one connection: each response's datagram
+        # leaves in the poll of the socket that the loop's next wait makes
+        # anyway (copy mode transmits there), not in a sendto() of its own,
+        # and the pacer's instant after it arms no timer. So one loop pass
+        # per request; without the two, a pass for the request and an idle
+        # one for the pacer, and a kick each.
+        n = 300
+        h3load = os.path.join(os.path.dirname(os.environ["XDPQD"]), "h3load")
+        with self.serve() as srv:
+            r = sh(h3load, "--json", "-n", str(n), "-c", "1", "-m", "1",
+                   f"https://{self.topo.srv_ip}:4433/bytes/3", ns=self.topo.cli_ns,
+                   check=False, timeout=60)
+            stats = srv.stop()
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(stats["responses_2xx"], n, stats)
+        self.assert_served_over_afxdp(stats)
+        self.assertGreaterEqual(stats.get("afxdp_tx_kicks_left_to_wait", 0), n * 3 // 4, stats)
+        self.assertLess(stats["afxdp_tx_kicks"], n // 4, stats)
+        self.assertGreaterEqual(stats["pacer_wakeups_skipped"], n * 3 // 4, stats)
+        print(f"loop passes {stats['loop_passes']} for {n} requests, "
+              f"kicks {stats['afxdp_tx_kicks']}", file=sys.stderr)
+        self.assertLess(stats["loop_passes"], n * 8 // 5, stats)
+
     def test_loss_5_percent(self):
         size = 1024 * 1024
         with self.serve() as srv:
