@@ -162,7 +162,7 @@ def run_one(args, dataplane, out, peers=None):
         if comm == "swapper" or (dso.startswith("[kernel") and IDLE.search(sym)):
             continue  # the idle task: /proc/stat does not count it either
         by_layer[layer_of(dso, sym)] += pct
-        who = ("server" if comm.startswith(("xdpqd", "worker", "haproxy", "nginx"))
+        who = ("server" if comm.startswith(("xdpqd", "xdpq-", "worker", "haproxy", "nginx"))
                else "client" if comm.startswith("h3load") else "kernel threads")
         by_comm[who] = by_comm.get(who, 0.0) + pct
     cpu_us = ticks / os.sysconf("SC_CLK_TCK") * 1e6 / requests if requests else 0.0

@@ -156,18 +156,45 @@ void Server::close_control() {
   }
 }
 
-std::vector<WorkerSnapshot> Server::snapshots(bool with_conns) {
+std::vector<WorkerSnapshot> Server::snapshots(bool with_conns, std::vector<int> &unanswered) {
   std::vector<WorkerSnapshot> v;
+  unanswered.clear();
   for (auto &w : workers_) {
     WorkerSnapshot s;
-    if (w->snapshot(s, with_conns, std::chrono::milliseconds(500))) v.push_back(std::move(s));
+    if (w->snapshot(s, with_conns, SNAPSHOT_WAIT)) {
+      v.push_back(std::move(s));
+    } else {
+      unanswered.push_back(w->id());
+    }
   }
   return v;
 }
 
+namespace {
+
+// "1 3" / "[1,3]": the workers that did not answer.
+std::string id_list(const std::vector<int> &ids, bool json) {
+  std::string out = json ? "[" : "";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    out += (i ? (json ? "," : " ") : "") + std::to_string(ids[i]);
+  }
+  return json ? out + "]" : out;
+}
+
+// The line a text report starts with when some worker did not answer.
+std::string unanswered_note(const std::vector<int> &ids) {
+  if (ids.empty()) return {};
+  return "warning: worker" + std::string(ids.size() > 1 ? "s " : " ") + id_list(ids, false) +
+         " did not answer within " + std::to_string(Server::SNAPSHOT_WAIT.count()) +
+         " ms; what follows leaves " + (ids.size() > 1 ? "them" : "it") + " out\n";
+}
+
+} // namespace
+
 std::string Server::status_text(bool json) {
   uint64_t up = (dataplane::monotonic_ns() - started_at_) / 1'000'000'000ull;
-  auto snaps = snapshots(false);
+  std::vector<int> unanswered;
+  auto snaps = snapshots(false, unanswered);
   std::string listen;
   for (const auto &a : listen_) listen += (listen.empty() ? "" : " ") + a.to_string();
   std::string xdp_mode, prog;
@@ -199,7 +226,8 @@ std::string Server::status_text(bool json) {
       j += ",\"quic_connections\":" + std::to_string(s.gauges.quic_connections) +
            ",\"tcp_connections\":" + std::to_string(s.gauges.tcp_connections) + "}";
     }
-    return j + "]" + upstreams_json(snaps) + "}";
+    return j + "],\"unanswered_workers\":" + id_list(unanswered, true) + upstreams_json(snaps) +
+           "}";
   }
   std::ostringstream t;
   t << "xdpqd " XDPQ_VERSION " (pid " << getpid() << "), up " << up << " s, "
@@ -225,6 +253,12 @@ std::string Server::status_text(bool json) {
     snprintf(line, sizeof(line), "%6d  %3d  %5s  %9s  %10zu  %9zu\n", s.id, s.cpu, queue.c_str(),
              zc.c_str(), static_cast<size_t>(s.gauges.quic_connections),
              static_cast<size_t>(s.gauges.tcp_connections));
+    t << line;
+  }
+  for (int id : unanswered) {
+    char line[128];
+    snprintf(line, sizeof(line), "%6d  no answer within %lld ms\n", id,
+             static_cast<long long>(SNAPSHOT_WAIT.count()));
     t << line;
   }
   auto names = http::Proxy::upstream_names(opts_.proxy);
@@ -268,10 +302,12 @@ std::string Server::upstreams_json(const std::vector<WorkerSnapshot> &snaps) con
   return j + "]";
 }
 
-std::string Server::stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const {
+std::string Server::stats_text(bool json) {
+  std::vector<int> unanswered;
+  const auto snaps = snapshots(false, unanswered);
   Counters xdp = xdp_counters(program_.get());
   if (!json) {
-    return counters_table(snaps, xdp) +
+    return unanswered_note(unanswered) + counters_table(snaps, xdp) +
            upstream_latency_table(snaps, http::Proxy::upstream_names(opts_.proxy));
   }
   Counters all = sum(snaps);
@@ -281,10 +317,13 @@ std::string Server::stats_text(const std::vector<WorkerSnapshot> &snaps, bool js
     j += (i ? "," : "") + std::string("{\"id\":") + std::to_string(snaps[i].id) +
          ",\"counters\":" + counters_json(counters_of(snaps[i])) + "}";
   }
-  return j + "]" + upstreams_json(snaps) + "}";
+  return j + "],\"unanswered_workers\":" + id_list(unanswered, true) + upstreams_json(snaps) +
+         "}";
 }
 
-std::string Server::conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const {
+std::string Server::conns_text(bool json) {
+  std::vector<int> unanswered;
+  const auto snaps = snapshots(true, unanswered);
   std::ostringstream t;
   if (json) {
     t << "{\"connections\":[";
@@ -305,9 +344,10 @@ std::string Server::conns_text(const std::vector<WorkerSnapshot> &snaps, bool js
         first = false;
       }
     }
-    t << "]}";
+    t << "],\"unanswered_workers\":" << id_list(unanswered, true) << "}";
     return t.str();
   }
+  t << unanswered_note(unanswered);
   t << "worker  proto      peer                                      state        age_ms"
        "    rtt_us    bytes_in   bytes_out  streams\n";
   for (const auto &s : snaps) {
@@ -335,7 +375,13 @@ std::string Server::conns_text(const std::vector<WorkerSnapshot> &snaps, bool js
 
 bool Server::metrics_page(std::string_view path, std::string &body) {
   if (path != "/metrics" && path != "/") return false;
-  body = prometheus_text(snapshots(false), xdp_counters(program_.get()), opts_.proxy);
+  std::vector<int> unanswered;
+  const auto snaps = snapshots(false, unanswered);
+  body = prometheus_text(snaps, xdp_counters(program_.get()), opts_.proxy);
+  body += "# HELP xdpq_workers_unanswered Workers that did not answer this scrape in time "
+          "(their series are missing from it).\n# TYPE xdpq_workers_unanswered gauge\n"
+          "xdpq_workers_unanswered " +
+          std::to_string(unanswered.size()) + "\n";
   return true;
 }
 
@@ -349,8 +395,8 @@ std::string Server::command(const std::vector<std::string> &args, bool json) {
   if (args.empty()) return err("empty command");
   const std::string &cmd = args[0];
   if (cmd == "status") return status_text(json);
-  if (cmd == "stats") return stats_text(snapshots(false), json);
-  if (cmd == "conns") return conns_text(snapshots(true), json);
+  if (cmd == "stats") return stats_text(json);
+  if (cmd == "conns") return conns_text(json);
   if (cmd == "reload") {
     std::string r = reload();
     return r.starts_with("error: ") ? err(r.substr(7)) : ok(r);

@@ -16,6 +16,7 @@
 #include "dataplane/afxdp_port.h"
 #endif
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -61,18 +62,26 @@ public:
   std::string control_request(const std::string &line) override;
   bool metrics_page(std::string_view path, std::string &body) override;
 
+  // How long a status, stats, conns or metrics request waits for each
+  // worker's snapshot.
+  static constexpr std::chrono::milliseconds SNAPSHOT_WAIT{500};
+
 private:
   struct ControlLoop;
   // control_socket.cc
   void open_control();
   void close_control();
   std::string command(const std::vector<std::string> &args, bool json);
-  std::vector<WorkerSnapshot> snapshots(bool with_conns);
+  // Every worker's snapshot, each asked for with a deadline
+  // (SNAPSHOT_WAIT); the ids of workers that did not answer in time (stuck,
+  // or busy past it) go to unanswered, so that no output leaves them out
+  // without saying so.
+  std::vector<WorkerSnapshot> snapshots(bool with_conns, std::vector<int> &unanswered);
   std::string status_text(bool json);
-  std::string stats_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
+  std::string stats_text(bool json);
   // ,"upstreams":[...] per upstream summed over workers; empty without any.
   std::string upstreams_json(const std::vector<WorkerSnapshot> &snaps) const;
-  std::string conns_text(const std::vector<WorkerSnapshot> &snaps, bool json) const;
+  std::string conns_text(bool json);
   // control_plane.cc
   std::string reload();
   void begin_drain(const char *why, bool notify_systemd = true);

@@ -9,6 +9,8 @@
 #include "control/counters.h"
 #include "dataplane/cpu.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -90,6 +92,9 @@ void Worker::NextHopEvents::on_io(uint32_t) {
 
 void Worker::start() {
   thread_ = std::thread([this] {
+    // Named for ps -L, top -H and perf: xdpq-worker-N (15 characters at most).
+    const std::string name = "xdpq-worker-" + std::to_string(id_);
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
     if (cpu_ >= 0) {
       int rv = dataplane::pin_current_thread(cpu_);
       if (rv != 0) LOG_WARN("worker %d: cannot pin to CPU %d: %s", id_, cpu_, strerror(rv));

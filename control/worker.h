@@ -67,6 +67,8 @@ public:
          const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
          std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg,
          const http::H3Limits &h3, Capture &capture, size_t body_budget);
+  int id() const { return id_; }
+
   // Joins the workers that share the CID space (all[i] has id i; this one
   // among them): each gets a hand-off ring from every other, owned by the
   // receiving worker. Call for every worker before any start().

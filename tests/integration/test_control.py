@@ -28,6 +28,43 @@ from netns import Topology  # noqa: E402
 H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
 
 
+def thread_named(pid, name):
+    """The id of the thread of pid whose name is name (ps -L shows it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            if f.read().strip() == name:
+                return int(tid)
+    raise AssertionError(f"no thread named {name} in process {pid}")
+
+
+class StoppedThread:
+    """Stops one thread of a process, not the others, while in the with
+    block: ptrace(PTRACE_SEIZE) and PTRACE_INTERRUPT act on a single thread
+    (a signal would stop them all)."""
+    SEIZE, INTERRUPT, DETACH, WALL = 0x4206, 0x4207, 17, 0x40000000
+
+    def __init__(self, tid):
+        import ctypes
+        self.tid = tid
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                                     ctypes.c_void_p]
+
+    def _ptrace(self, req):
+        import ctypes
+        if self.libc.ptrace(req, self.tid, None, None) != 0:
+            raise OSError(ctypes.get_errno(), f"ptrace({req:#x}, {self.tid})")
+
+    def __enter__(self):
+        self._ptrace(self.SEIZE)
+        self._ptrace(self.INTERRUPT)
+        os.waitpid(self.tid, self.WALL)  # it has stopped
+        return self
+
+    def __exit__(self, *exc):
+        self._ptrace(self.DETACH)
+
+
 def read_pcap(path):
     """(src_port, dst_port, udp_payload) of each Ethernet/IPv4/UDP record."""
     out = []
@@ -101,6 +138,40 @@ class ControlTest(TimedTestCase):
             self.assertRegex(metrics, r'xdpq_requests_total\{worker="0"\} [1-9]')
             self.assertIn('xdpq_request_duration_seconds_bucket{proto="h3",le="+Inf"}', metrics)
             self.assertRegex(metrics, r"xdpq_quic_handshake_duration_seconds_count\{\} [1-9]")
+
+    def test_a_worker_that_does_not_answer_is_named(self):
+        # One worker's thread stopped: status, stats, conns and the metrics
+        # page name it (they wait 500 ms for each worker) instead of leaving
+        # it out of the totals without a word; the other worker answers.
+        # Once the thread runs again, everything is whole.
+        mport = free_udp_port()
+        with Server("--metrics", f"127.0.0.1:{mport}", workers=2) as srv:
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+            with StoppedThread(thread_named(srv.proc.pid, "xdpq-worker-1")):
+                rc, text, _ = xdpqctl(srv, "stats")
+                self.assertEqual(rc, 0, text)
+                self.assertTrue(text.startswith(
+                    "warning: worker 1 did not answer within 500 ms; what follows leaves it out\n"),
+                    text[:300])
+                st = json.loads(xdpqctl(srv, "stats", json_out=True)[1])
+                self.assertEqual(st["unanswered_workers"], [1])
+                self.assertEqual([w["id"] for w in st["workers"]], [0])
+                status = json.loads(xdpqctl(srv, "status", json_out=True)[1])
+                self.assertEqual(status["unanswered_workers"], [1])
+                self.assertEqual([w["id"] for w in status["workers"]], [0])
+                self.assertRegex(xdpqctl(srv, "status")[1], r"\n +1  no answer within 500 ms\n")
+                conns = json.loads(xdpqctl(srv, "conns", json_out=True)[1])
+                self.assertEqual(conns["unanswered_workers"], [1])
+                metrics = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics",
+                                                 timeout=10).read().decode()
+                self.assertIn("\nxdpq_workers_unanswered 1\n", metrics)
+                self.assertIn('worker="0"', metrics)
+                self.assertNotIn('worker="1"', metrics)
+            st = json.loads(xdpqctl(srv, "stats", json_out=True)[1])
+            self.assertEqual(st["unanswered_workers"], [])
+            self.assertEqual(sorted(w["id"] for w in st["workers"]), [0, 1])
+            self.assertFalse(xdpqctl(srv, "stats")[1].startswith("warning"))
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
 
     def test_capture_is_readable_pcap_with_quic(self):
         with Server() as srv:
