@@ -286,11 +286,12 @@ private:
       fail(431);
       return 0;
     }
+    const bool body_follows = (parser_.flags & F_CHUNKED) ||
+                              ((parser_.flags & F_CONTENTLENGTH) && parser_.content_length > 0);
     int route = env_.proxy ? env_.proxy->match(req_.path) : -1;
+    if (!answer_expect(body_follows, route >= 0)) return 0;
     if (route >= 0) {
       // Proxied at once: the body streams upstream as it is parsed.
-      const bool body_follows = (parser_.flags & F_CHUNKED) ||
-                                ((parser_.flags & F_CONTENTLENGTH) && parser_.content_length > 0);
       Queued q;
       q.close_after = !keep_alive_;
       auto ex = start_proxy(route, req_, body_follows, this, nullptr, budget_, env_);
@@ -301,6 +302,35 @@ private:
       if (body_follows) body_ex_ = queue_.back().ex;
     }
     return 0;
+  }
+
+  // Expect (RFC 9110 10.1.1). A client that sent "100-continue" waits for
+  // an interim 100 (curl: one second) before it sends the body, so the 100
+  // is queued at once, after the responses to earlier requests, when this
+  // request will read its body; a body already over the limit gets its 413
+  // instead, and the client need not send it. Ignored in HTTP/1.0 and when
+  // no body follows; any other expectation is refused with 417. False
+  // when the request was answered here.
+  bool answer_expect(bool body_follows, bool proxied) {
+    const std::string *expect = req_.find("expect");
+    if (expect == nullptr || parser_.http_major != 1 || parser_.http_minor == 0) return true;
+    if (!ascii_iequals(*expect, "100-continue")) {
+      env_.stats->expectation_failures += 1;
+      fail(417);
+      return false;
+    }
+    if (!body_follows) return true;
+    if (!proxied && (parser_.flags & F_CONTENTLENGTH) &&
+        parser_.content_length > env_.limits.max_request_body) {
+      env_.stats->body_limit_rejects += 1;
+      fail(413);
+      return false;
+    }
+    Queued q;
+    q.head = "HTTP/1.1 100 Continue\r\n\r\n";
+    queue_.push_back(std::move(q));
+    env_.stats->continues_sent += 1;
+    return true;
   }
 
   // Writes what the exchange took in this input (once per input, so a

@@ -147,6 +147,7 @@ std::string_view reason_phrase(int status) {
   case 408: return "Request Timeout";
   case 413: return "Content Too Large";
   case 416: return "Range Not Satisfiable";
+  case 417: return "Expectation Failed";
   case 425: return "Too Early";
   case 409: return "Conflict";
   case 429: return "Too Many Requests";

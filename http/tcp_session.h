@@ -52,6 +52,8 @@ struct TcpLimits {
   X(body_limit_rejects, "requests refused with 413")                                   \
   X(body_budget_refusals, "requests refused: body budget of the connection or worker spent") \
   X(bad_requests, "malformed HTTP/1.1 requests (400)")                                 \
+  X(continues_sent, "HTTP/1.1 100 Continue sent to requests that expected it")          \
+  X(expectation_failures, "HTTP/1.1 requests refused with 417 (an Expect other than 100-continue)") \
   X(goaways_sent, "HTTP/2 GOAWAY frames sent")                                         \
   X(protocol_error_closes, "connections closed after too many client-caused errors")   \
   X(timeouts_handshake, "connections closed: TLS handshake deadline")                  \
