@@ -265,10 +265,7 @@ class ProxyTest(TimedTestCase):
         return Server(*args, *extra, extra_env=env)
 
     def test_get_and_post_on_every_protocol(self):
-        body = os.urandom(1 << 20)
-        src = tempfile.mktemp()
-        with open(src, "wb") as f:
-            f.write(body)
+        body, src = self.random_file(1 << 20)
         with self.serve(f"/app={self.app.url}") as srv:
             h3 = gtlsclient(srv, ["/app/info?x=1"])
             info = json.loads(h3.file("info?x=1"))
@@ -751,6 +748,16 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             for t in conns:
                 t.close()
 
+    def random_file(self, size):
+        """size random bytes and the path of a file holding them (removed
+        after the test)."""
+        body = os.urandom(size)
+        fd, src = tempfile.mkstemp(prefix="xdpq-proxy-body-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        self.addCleanup(os.unlink, src)
+        return body, src
+
     def upload(self, srv, path, src, http):
         """Uploads the file src over http ("h3", "--http2", "--http1.1",
         with "-chunked" for a body without a length); (status, body)."""
@@ -772,10 +779,7 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         return st, got
 
     def test_uploads_keep_their_framing_on_every_protocol(self):
-        body = os.urandom((1 << 20) + 3)
-        src = tempfile.mktemp()
-        with open(src, "wb") as f:
-            f.write(body)
+        body, src = self.random_file((1 << 20) + 3)
         with self.serve(f"/app={self.app.url}") as srv:
             for http, framing in (("h3", "length"), ("--http2", "length"),
                                   ("--http1.1", "length"), ("--http2-chunked", "chunked"),
@@ -792,21 +796,16 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             hdr = dict(json.loads(got)["headers"])
             self.assertNotIn("transfer-encoding", hdr)
             self.assertNotIn("content-length", hdr)
-        os.unlink(src)
 
     def test_http1_upload_expecting_100_continue(self):
         # An HTTP/1.1 client that expects 100-continue (curl's default for a
         # large upload) gets the 100 from xdpqd, which then streams the body
         # upstream as usual and does not pass the expectation on.
-        body = os.urandom((1 << 20) + 3)
-        src = tempfile.mktemp()
-        with open(src, "wb") as f:
-            f.write(body)
+        body, src = self.random_file((1 << 20) + 3)
         with self.serve(f"/app={self.app.url}") as srv:
             st, _, got, _, _ = curl(srv, "/app/info", "--data-binary", f"@{src}", "-H",
                                     "expect: 100-continue", http="--http1.1", timeout=60)
             stats = srv.stop()
-        os.unlink(src)
         self.assertEqual(st, 200)
         info = json.loads(got)
         self.assertEqual(info["body_sha256"], sha256(body))
@@ -874,10 +873,7 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             self.assertEqual(json.loads(got)["body_sha256"], sha256(body))
 
     def test_upload_over_max_request_body_is_streamed_not_refused(self):
-        body = os.urandom(3 << 20)
-        src = tempfile.mktemp()
-        with open(src, "wb") as f:
-            f.write(body)
+        body, src = self.random_file(3 << 20)
         with self.serve(f"/app={self.app.url}", extra=["--max-request-body", str(1 << 20)]) as srv:
             for http in ("h3", "--http2", "--http1.1"):
                 st, got = self.upload(srv, "/app/sum", src, http)
@@ -887,7 +883,6 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             st, _, _, _, _ = curl(srv, "/echo", "--data-binary", f"@{src}",
                                   http="--http1.1")
             self.assertEqual(st, 413)
-        os.unlink(src)
 
     def test_upload_to_a_slow_upstream_holds_bounded_memory(self):
         size = 64 << 20
