@@ -20,6 +20,8 @@ import unittest
 
 XDPQD = os.environ.get("XDPQD", "")
 GTLSCLIENT = shutil.which("gtlsclient") or "/usr/bin/gtlsclient"
+# The load generator built beside xdpqd.
+H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
 
 
 def require_tools():

@@ -19,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
+from harness import (H3LOAD, Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
                      sha256, xdpqctl)
 from netns import RoutedTopology, Topology, sh  # noqa: E402
 
@@ -125,9 +125,8 @@ class AfXdpCases:
         # per request; without the two, a pass for the request and an idle
         # one for the pacer, and a kick each.
         n = 300
-        h3load = os.path.join(os.path.dirname(os.environ["XDPQD"]), "h3load")
         with self.serve() as srv:
-            r = sh(h3load, "--json", "-n", str(n), "-c", "1", "-m", "1",
+            r = sh(H3LOAD, "--json", "-n", str(n), "-c", "1", "-m", "1",
                    f"https://{self.topo.srv_ip}:4433/bytes/3", ns=self.topo.cli_ns,
                    check=False, timeout=60)
             stats = srv.stop()

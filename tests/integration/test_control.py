@@ -5,6 +5,7 @@ new certificate during a download, SIGTERM drain (AF_XDP, nothing left
 attached), stateless reset after a restart with the same secrets, the control
 socket refusing others and surviving garbage, Prometheus metrics, sd_notify."""
 
+import ctypes
 import json
 import os
 import re
@@ -21,11 +22,10 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (GTLSCLIENT, XDPQD, Server, TimedTestCase, free_udp_port,  # noqa: E402
+from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase, free_udp_port,  # noqa: E402
                      gtlsclient, make_cert, pattern, require_tools, sha256, xdpqctl)
 from netns import Topology  # noqa: E402
 
-H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
 
 
 def thread_named(pid, name):
@@ -44,14 +44,12 @@ class StoppedThread:
     SEIZE, INTERRUPT, DETACH, WALL = 0x4206, 0x4207, 17, 0x40000000
 
     def __init__(self, tid):
-        import ctypes
         self.tid = tid
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
                                      ctypes.c_void_p]
 
     def _ptrace(self, req):
-        import ctypes
         if self.libc.ptrace(req, self.tid, None, None) != 0:
             raise OSError(ctypes.get_errno(), f"ptrace({req:#x}, {self.tid})")
 

@@ -16,10 +16,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (GTLSCLIENT, XDPQD, Server, TimedTestCase, gtlsclient,  # noqa: E402
+from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase, gtlsclient,  # noqa: E402
                      pattern, require_tools, xdpqctl)
 
-H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
 
 
 def cpu_seconds(pid):

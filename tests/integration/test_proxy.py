@@ -20,7 +20,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
+from harness import (H3LOAD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
                      require_tools, sha256, xdpqctl)
 from upstream_app import App, UnixApp, pattern  # noqa: E402
 
@@ -321,11 +321,10 @@ class ProxyTest(TimedTestCase):
         # Out: the request's ACK waits for the response to carry it; sent
         # at once, it was a datagram of its own before every response
         # (about two datagrams out per request).
-        h3load = os.path.join(os.path.dirname(XDPQD), "h3load")
         n = 60
         with self.serve(f"/app={self.app.url}") as srv:
             before = stats_json(srv)
-            r = subprocess.run([h3load, "-n", str(n), "-c", "1", "-m", "1",
+            r = subprocess.run([H3LOAD, "-n", str(n), "-c", "1", "-m", "1",
                                 srv.url("/app/dg")], capture_output=True, text=True, timeout=60)
             self.assertIn(f"{n} succeeded", r.stdout + r.stderr)
             after = stats_json(srv)

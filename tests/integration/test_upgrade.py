@@ -20,12 +20,11 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
+from harness import (H3LOAD, XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
                      pattern, require_tools)
 from netns import Topology  # noqa: E402
 from upstream_app import App  # noqa: E402
 
-H3LOAD = os.path.join(os.path.dirname(XDPQD or "/"), "h3load")
 XDPQCTL = os.path.join(os.path.dirname(XDPQD or "/"), "xdpqctl")
 
 
