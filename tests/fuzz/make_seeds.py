@@ -108,6 +108,10 @@ h1 = {
     "post_length": b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
     "range": b"GET /index.html HTTP/1.1\r\nHost: x\r\nRange: bytes=1-5\r\n"
              b"If-None-Match: \"x\"\r\nConnection: close\r\n\r\n",
+    "expect_continue": b"POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       b"Content-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "expect_other": b"POST /echo HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n"
+                    b"xPUT /echo HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n",
 }
 for n, d in h1.items():
     put("h1", n, chunk(d[:20]) + chunk(d[20:]))
