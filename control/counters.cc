@@ -179,6 +179,7 @@ Counters counters_of(const WorkerSnapshot &s, bool with_upstreams) {
   add_group(c, s.gauges, "", true);
   add_group(c, s.heap, "");
   add_group(c, s.handoff, "");
+  add_group(c, s.passes, "");
   add_group(c, s.loop, "");
   // Groups a worker may lack are still listed (as zeros), so every worker
   // exports the same names in the same order.

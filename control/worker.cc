@@ -267,6 +267,7 @@ void Worker::fill_snapshot() {
   s.gauges.body_bytes_held = budget_.held();
   s.gauges.body_bytes_limit = budget_.limit();
   s.handoff = handoff_;
+  s.passes = passes_;
   s.loop = loop_.stats();
   if (loop_done_) {
     s.heap = heap_at_exit_;

@@ -55,6 +55,7 @@ struct WorkerSnapshot {
   WorkerGauges gauges;
   WorkerHeap heap;
   WorkerHandoff handoff;
+  WorkerPasses passes;
   dataplane::LoopStats loop;
   std::vector<quic::ConnInfo> quic_conns;
   std::vector<http::TcpConnInfo> tcp_conns;
@@ -156,6 +157,7 @@ public:
   // Returns how many datagrams came in. Bounded work per wakeup so timers
   // and writes get their turn.
   size_t receive_batches();
+  void flush_held_output();
   // --- dataplane::TxSink: the endpoint writes through us -------------------
   std::span<uint8_t> tx_alloc(size_t max_len) override;
   void tx_commit(const dataplane::Path &path, uint8_t ecn, size_t len) override;
@@ -267,6 +269,12 @@ private:
     return this;
   }
   bool polled_this_pass_ = false; // a polled port was asked this pass
+  bool wait_polls_ = false;       // next_wait_polls(true) was said this pass
+  // When the pass first had output to send (0: none yet), and how much
+  // datagram work may pile up behind it before it is flushed mid-pass.
+  uint64_t held_since_ = 0;
+  static constexpr uint64_t HOLD_BUDGET_NS = 100'000;
+  WorkerPasses passes_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> drain_requested_{false};
   std::atomic<uint64_t> drain_deadline_{0};

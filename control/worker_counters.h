@@ -47,4 +47,14 @@ struct WorkerHandoff {
   }
 };
 
+// The worker's passes over its port.
+#define XDPQ_WORKER_PASS_COUNTERS(X)                                                               \
+  X(output_flushed_mid_pass, "times a pass sent what it had ready before reading on, after "      \
+                             "100 us of datagram work (a burst of handshakes, say)")
+
+struct WorkerPasses {
+  XDPQ_COUNTER_FIELDS(XDPQ_WORKER_PASS_COUNTERS)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_WORKER_PASS_COUNTERS) }
+};
+
 } // namespace xdpq::control

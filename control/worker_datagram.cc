@@ -12,6 +12,7 @@
 namespace xdpq::control {
 
 void Worker::TransmitEvents::on_io(uint32_t events) {
+  worker.wait_polls_ = true;
   worker.port_->next_wait_polls(true);
   worker.on_io(events);
 }
@@ -41,9 +42,28 @@ size_t Worker::receive_batches() {
       const auto &dg = batch_[i];
       if (cap) capture_.record(dg.path.remote, dg.path.local, {dg.data, dg.len}, dg.ecn);
       endpoint_.on_datagram(dg);
+      if (!endpoint_.has_pending_writes()) continue;
+      const uint64_t now = endpoint_.clock().now();
+      if (held_since_ == 0) {
+        held_since_ = now;
+      } else if (now - held_since_ >= HOLD_BUDGET_NS) {
+        flush_held_output();
+      }
     }
   }
   return total;
+}
+
+// What the pass so far made ready leaves now, not after the rest of the
+// pass: a burst of handshakes (hundreds of microseconds each) would
+// otherwise hold the first one's reply until the last one is done.
+void Worker::flush_held_output() {
+  held_since_ = 0;
+  passes_.output_flushed_mid_pass += 1;
+  endpoint_.end_of_pass();
+  port_->next_wait_polls(false);
+  port_->flush();
+  port_->next_wait_polls(wait_polls_);
 }
 
 void Worker::echo(size_t n) {
@@ -161,6 +181,8 @@ void Worker::on_iteration_end() {
     if (!drained || !endpoint_.write_blocked()) break;
   }
   port_->next_wait_polls(false); // flushes outside a pass kick for themselves
+  wait_polls_ = false;
+  held_since_ = 0;
   if (drained == want_write_) {
     want_write_ = !drained;
     for (int fd : port_->fds()) {

@@ -159,6 +159,7 @@ public:
   // The sink had no room: end_of_pass() left writers pending; call again
   // when it drains.
   bool write_blocked() const { return write_blocked_; }
+  bool has_pending_writes() const { return !pending_writes_.empty(); }
 
   // Closes every connection without an error (the application's "no
   // error" code; CONNECTION_CLOSE sent now).

@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -215,3 +216,65 @@ def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False, ne
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                           text=True, errors="replace")
     return ClientResult(proc, ddir)
+
+
+def read_pcap(path):
+    """(src_port, dst_port, udp_payload) of each Ethernet/IPv4/UDP record."""
+    out = []
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4"), "not a pcap file"
+    off = 24
+    while off + 16 <= len(data):
+        incl = struct.unpack("<I", data[off + 8:off + 12])[0]
+        rec = data[off + 16:off + 16 + incl]
+        off += 16 + incl
+        if len(rec) >= 42 and rec[12:14] == b"\x08\x00" and rec[23] == 17:
+            ihl = (rec[14] & 0xF) * 4
+            sport, dport = struct.unpack("!HH", rec[14 + ihl:14 + ihl + 4])
+            out.append((sport, dport, rec[14 + ihl + 8:]))
+    return out
+
+
+def check_burst_of_handshakes(tc, srv, n=16, netns=None):
+    """n clients open a connection each while srv is stopped (SIGSTOP), so
+    that it finds all their Initials waiting when it runs again and reads
+    them in one pass. Each costs a key exchange and a signature: the first
+    clients' replies must leave while the rest are still being worked on,
+    not all together after the last one (which kept every client idle for
+    the whole burst). Read from the server's own capture, in the order it
+    read Initials and sent datagrams. Stops srv; returns its stats."""
+    tmp = tempfile.mkdtemp(prefix="xdpq-burst-")
+    cap = os.path.join(tmp, "burst.pcap")
+    rc, out, err = xdpqctl(srv, "capture", "start", cap, "--filter", f"udp port {srv.port}")
+    assert rc == 0, out + err
+    cmd = [H3LOAD, "--json", "-n", str(n), "-c", str(n), "--new-connection-per-request",
+           srv.url("/healthz")]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns] + cmd
+    srv.proc.send_signal(signal.SIGSTOP)
+    try:
+        client = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Every client's first Initial sent; its first retransmission is
+        # about a second away.
+        time.sleep(0.3)
+    finally:
+        srv.proc.send_signal(signal.SIGCONT)
+    _, err = client.communicate(timeout=60)
+    rc, o2, e2 = xdpqctl(srv, "capture", "stop")
+    assert rc == 0, o2 + e2
+    order, clients = "", set()
+    for sport, _dport, _payload in read_pcap(cap):
+        if sport == srv.port:
+            order += "r"
+        elif sport not in clients:
+            clients.add(sport)
+            order += "I"  # a client's first datagram: its Initial
+    order = order[:order.rfind("I") + 1]  # "I": a client's Initial read, "r": a datagram sent
+    stats = srv.stop()
+    tc.assertEqual(client.returncode, 0, err[-2000:])
+    tc.assertGreaterEqual(stats["handshakes_completed"], n, stats)
+    tc.assertEqual(order.count("I"), n, order)
+    tc.assertIn("r", order, f"no reply before the last Initial was read: {order}")
+    tc.assertGreater(stats["output_flushed_mid_pass"], 0, stats)
+    return stats

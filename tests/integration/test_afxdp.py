@@ -10,7 +10,6 @@ import copy
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,8 +18,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (H3LOAD, Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
-                     sha256, xdpqctl)
+from harness import (H3LOAD, Server, TimedTestCase, check_burst_of_handshakes,  # noqa: E402
+                     gtlsclient, pattern, require_tools, sha256, xdpqctl)
 from netns import RoutedTopology, Topology, sh  # noqa: E402
 
 TEN_MIB = 10 * 1024 * 1024
@@ -139,6 +138,11 @@ class AfXdpCases:
         print(f"loop passes {stats['loop_passes']} for {n} requests, "
               f"kicks {stats['afxdp_tx_kicks']}", file=sys.stderr)
         self.assertLess(stats["loop_passes"], n * 8 // 5, stats)
+
+    def test_a_burst_of_handshakes_is_answered_as_it_is_worked_through(self):
+        # As on sockets (test_hostile), on both XDP modes.
+        with self.serve("--per-source-rate", "0") as srv:
+            check_burst_of_handshakes(self, srv, netns=self.topo.cli_ns)
 
     def test_loss_5_percent(self):
         size = 1024 * 1024

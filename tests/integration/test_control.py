@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -22,8 +21,8 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase, free_udp_port,  # noqa: E402
-                     gtlsclient, make_cert, pattern, require_tools, sha256, xdpqctl)
+from harness import (H3LOAD, Server, TimedTestCase, free_udp_port,  # noqa: E402
+                     gtlsclient, make_cert, pattern, read_pcap, require_tools, sha256, xdpqctl)
 from netns import Topology  # noqa: E402
 
 
@@ -61,24 +60,6 @@ class StoppedThread:
 
     def __exit__(self, *exc):
         self._ptrace(self.DETACH)
-
-
-def read_pcap(path):
-    """(src_port, dst_port, udp_payload) of each Ethernet/IPv4/UDP record."""
-    out = []
-    with open(path, "rb") as f:
-        data = f.read()
-    assert data[:4] in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4"), "not a pcap file"
-    off = 24
-    while off + 16 <= len(data):
-        incl = struct.unpack("<I", data[off + 8:off + 12])[0]
-        rec = data[off + 16:off + 16 + incl]
-        off += 16 + incl
-        if len(rec) >= 42 and rec[12:14] == b"\x08\x00" and rec[23] == 17:
-            ihl = (rec[14] & 0xF) * 4
-            sport, dport = struct.unpack("!HH", rec[14 + ihl:14 + ihl + 4])
-            out.append((sport, dport, rec[14 + ihl + 8:]))
-    return out
 
 
 class ControlTest(TimedTestCase):

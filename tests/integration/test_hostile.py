@@ -16,8 +16,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase, gtlsclient,  # noqa: E402
-                     pattern, require_tools, xdpqctl)
+from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase,  # noqa: E402
+                     check_burst_of_handshakes, gtlsclient, pattern, require_tools, xdpqctl)
 
 
 
@@ -122,6 +122,10 @@ class HostileQuicTest(TimedTestCase):
         self.assertEqual(stats["retries_sent"], 0, stats)
         self.assertEqual(stats["retries_source_rate"], 0, stats)
         self.assertEqual(stats["refused_source_rate"], 0, stats)
+
+    def test_a_burst_of_handshakes_is_answered_as_it_is_worked_through(self):
+        with Server("--dataplane", "socket", "--per-source-rate", "0") as srv:
+            check_burst_of_handshakes(self, srv)
 
     def test_source_over_its_rate_gets_a_retry_not_silence(self):
         # One connection per second before a source must prove its address:

@@ -17,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import TimedTestCase, free_udp_port, require_tools  # noqa
-from netns import Topology, require_root, sh  # noqa
+from netns import Topology, require_root  # noqa
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FILES = ["/usr/sbin/xdpqd", "/usr/sbin/xdpqctl", "/usr/bin/h3load",

@@ -450,7 +450,7 @@ class ProxyTest(TimedTestCase):
             self.assertGreaterEqual(total(stats, "upstream0_marked_down"), 1)
             rc, out, _ = xdpqctl(srv, "status")
             self.assertIn("down", out)
-            self.assertIn(f"/dead=http://127.0.0.1:", out)
+            self.assertIn("/dead=http://127.0.0.1:", out)
 
     def test_an_upstream_back_after_a_failure_is_used_at_once(self):
         # Passive health holds a failed upstream down for a back-off; when
