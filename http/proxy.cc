@@ -427,10 +427,10 @@ private:
 ProxyExchange::ProxyExchange(Proxy &proxy, size_t route, Request &req, std::string head,
                              RequestFraming framing, uint64_t length, ProxyListener *l, void *tag,
                              BudgetAccount *budget)
-    : proxy_(proxy), gen_(proxy.generation()), route_(gen_.routes[route]),
+    : proxy_(proxy), gen_(&proxy.generation()), route_(&gen_->routes[route]),
       request_(std::move(head)), framing_(framing), req_length_(length), listener_(l), tag_(tag),
       budget_(budget), timer_(timer_fired, this) {
-  gen_.users += 1;
+  gen_->users += 1;
   const auto &m = req.method;
   head_request_ = m == "HEAD";
   // RFC 9110 9.2.2; a request that may be repeated after a lost response.
@@ -446,7 +446,7 @@ ProxyExchange::~ProxyExchange() {
   if (window_) proxy_.give_window(std::move(window_));
   small_alloc::deallocate(small_window_);
   if (budget_) budget_->give_back(window_charged_ + req_charged_);
-  gen_.users -= 1;
+  gen_->users -= 1;
 }
 
 void ProxyExchange::detach() {
@@ -487,22 +487,22 @@ bool ProxyExchange::reserve_window() {
 void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
   // First come, first served: while others wait, a new request waits
   // behind them (a connection that came free goes to the oldest).
-  if (!chosen && attempts_ == 0 && route_.waiting > 0) {
-    if (Proxy::checked_out(route_)) {
+  if (!chosen && attempts_ == 0 && route_->waiting > 0) {
+    if (Proxy::checked_out(*route_)) {
       // As the waiting ones will be: nothing can serve the route.
       return fail_no_upstream();
     }
     if (!wait_in_queue()) return fail_with(503);
     // An upstream may have room the waiting ones have not been given yet
     // (one back from a back-off): they are served in order.
-    return proxy_.serve_soon(route_);
+    return proxy_.serve_soon(*route_);
   }
   if (!reserve_window()) return fail_with(503);
   for (;;) {
     // One with room first; if every one is at its limit, the pick as
     // usual (the request then waits).
-    upstream_ = chosen ? chosen : proxy_.pick(route_, true);
-    if (!upstream_) upstream_ = proxy_.pick(route_);
+    upstream_ = chosen ? chosen : proxy_.pick(*route_, true);
+    if (!upstream_) upstream_ = proxy_.pick(*route_);
     chosen = nullptr;
     if (!upstream_) return fail_no_upstream();
     attempts_ += 1;
@@ -532,7 +532,7 @@ void ProxyExchange::use(UpstreamConn *c, bool reused) {
   upstream_->stats.outstanding += 1;
   counted_ = true;
   if (reused) upstream_->stats.reused += 1;
-  const auto &cfg = route_.settings;
+  const auto &cfg = route_->settings;
   const bool connecting = conn_->connecting();
   if (!connecting) proxy_.mark_up(*upstream_);
   // The response timeout starts once the request is out (send_state()).
@@ -548,7 +548,7 @@ void ProxyExchange::use(UpstreamConn *c, bool reused) {
 
 bool ProxyExchange::wait_in_queue() {
   auto &stats = proxy_.mutable_stats();
-  if (route_.waiting >= route_.settings.max_queue) {
+  if (route_->waiting >= route_->settings.max_queue) {
     stats.proxy_pool_full += 1;
     return false;
   }
@@ -556,30 +556,43 @@ bool ProxyExchange::wait_in_queue() {
     // Counted, and its wait bounded, from the first time it waits (a
     // request whose connect failed may come back).
     stats.proxy_queued += 1;
-    queue_deadline_ = proxy_.loop().now() + route_.settings.queue_timeout_ns;
+    queue_deadline_ = proxy_.loop().now() + route_->settings.queue_timeout_ns;
   }
+  join_queue();
+  return true;
+}
+
+void ProxyExchange::join_queue() {
   upstream_ = nullptr;
   queued_ = true;
-  wait_prev_ = route_.wait_last;
+  wait_prev_ = route_->wait_last;
   wait_next_ = nullptr;
   if (wait_prev_) wait_prev_->wait_next_ = this;
-  else route_.wait_first = this;
-  route_.wait_last = this;
-  route_.waiting += 1;
+  else route_->wait_first = this;
+  route_->wait_last = this;
+  route_->waiting += 1;
   proxy_.waiting_changed(true);
   proxy_.loop().timers().schedule(timer_, queue_deadline_); // then 503 (timer_fired)
-  return true;
+}
+
+void ProxyExchange::move_to(ProxyGeneration &g, ProxyRouteState &to) {
+  leave_queue();
+  gen_->users -= 1;
+  gen_ = &g;
+  route_ = &to;
+  gen_->users += 1;
+  join_queue();
 }
 
 void ProxyExchange::leave_queue() {
   if (!queued_) return;
   queued_ = false;
   if (wait_prev_) wait_prev_->wait_next_ = wait_next_;
-  else route_.wait_first = wait_next_;
+  else route_->wait_first = wait_next_;
   if (wait_next_) wait_next_->wait_prev_ = wait_prev_;
-  else route_.wait_last = wait_prev_;
+  else route_->wait_last = wait_prev_;
   wait_prev_ = wait_next_ = nullptr;
-  route_.waiting -= 1;
+  route_->waiting -= 1;
   proxy_.waiting_changed(false);
 }
 
@@ -626,7 +639,7 @@ void ProxyExchange::send_state(Send st) {
   // has as long to send more (past it: 408).
   waiting_for_client_ = st == Send::waiting;
   proxy_.loop().timers().schedule(timer_,
-                                  proxy_.loop().now() + route_.settings.response_timeout_ns);
+                                  proxy_.loop().now() + route_->settings.response_timeout_ns);
 }
 
 bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
@@ -811,7 +824,7 @@ void ProxyExchange::timer_fired(dataplane::Timer &t) {
 void ProxyExchange::check_stall() {
   if (!conn_ || ended_ || failed_) return;
   const uint64_t now = proxy_.loop().now();
-  const uint64_t timeout = route_.settings.response_timeout_ns;
+  const uint64_t timeout = route_->settings.response_timeout_ns;
   const bool held_by_client = room() == 0;
   if (held_by_client || now - moved_at_ < timeout) {
     proxy_.loop().timers().schedule(timer_, (held_by_client ? now : moved_at_) + timeout);
@@ -883,7 +896,7 @@ void ProxyExchange::on_head(const UpstreamResponseParser &p) {
   // complete in this read cancels it.
   moved();
   if (!timer_.scheduled())
-    proxy_.loop().timers().schedule(timer_, moved_at_ + route_.settings.response_timeout_ns);
+    proxy_.loop().timers().schedule(timer_, moved_at_ + route_->settings.response_timeout_ns);
 }
 
 void ProxyExchange::on_body(const uint8_t *data, size_t len) {
@@ -982,6 +995,23 @@ int Proxy::match_path(std::string_view target) const {
 
 void Proxy::reconfigure(std::shared_ptr<const ProxyConfig> cfg) {
   auto g = build(cfg);
+  // Requests waiting for a connection wait on in the new route of their
+  // prefix, in their order and ahead of any new request, and the new
+  // upstreams serve them. A prefix the reload removed keeps its old ones.
+  for (size_t i = 0; i < cur_->routes.size(); ++i) {
+    auto &from = cur_->routes[i];
+    if (from.waiting == 0) continue;
+    const auto &prefix = cfg_->routes[i].prefix;
+    auto same = std::find_if(cfg->routes.begin(), cfg->routes.end(),
+                             [&](const ProxyRoute &r) { return r.prefix == prefix; });
+    if (same == cfg->routes.end()) continue;
+    auto &to = g->routes[static_cast<size_t>(same - cfg->routes.begin())];
+    while (ProxyExchange *ex = from.wait_first) {
+      ex->move_to(*g, to);
+      stats_.proxy_waiters_moved += 1;
+    }
+    serve_soon(to);
+  }
   cur_->retired = true;
   // Pooled connections to the old upstreams would never be used again,
   // nor would checks of them (the new upstreams have their own).

@@ -84,7 +84,9 @@ struct UpstreamStats {
   X(proxy_body_budget_refusals, "proxied request bodies refused mid-way: the body budget spent")  \
   X(proxy_body_timeouts, "proxied requests whose client paused its body too long (408, or "     \
                          "a reset after the answer's head)")                                     \
-  X(proxy_reconfigured, "reloads that changed the routes (new pools; the old ones finish)")
+  X(proxy_reconfigured, "reloads that changed the routes (new pools; the old ones finish)")      \
+  X(proxy_waiters_moved, "requests waiting for a connection that a reload moved to their "      \
+                         "route's new upstreams")
 
 struct ProxyStats {
   XDPQ_COUNTER_FIELDS(XDPQ_PROXY_COUNTERS)
@@ -181,6 +183,10 @@ public:
   void no_upstream();
   // The first exchange waiting on route, or null.
   static ProxyExchange *first_waiting(ProxyRouteState &route);
+  // A reload replaced the route it waits on: it waits on to (the new
+  // route of the same prefix, in the new generation g) instead, keeping
+  // its place and deadline.
+  void move_to(ProxyGeneration &g, ProxyRouteState &to);
   void connected();
   // The connection failed before a response byte (connect: while connecting).
   void conn_failed(bool connect);
@@ -227,6 +233,7 @@ private:
   bool reserve_window();
   // Joins the route's queue (false: it is full).
   bool wait_in_queue();
+  void join_queue();
   void leave_queue();
   void fail_with(int status);
   // 502, counted: no upstream of the route can take a request.
@@ -235,8 +242,10 @@ private:
   void drop_body();
 
   Proxy &proxy_;
-  ProxyGeneration &gen_; // the routes it started on (a reload may bring new ones)
-  ProxyRouteState &route_;
+  // The routes it started on (a reload may bring new ones; one that finds
+  // it waiting moves it to its route of the same prefix).
+  ProxyGeneration *gen_;
+  ProxyRouteState *route_;
   std::string request_; // the HTTP/1.1 request head
   RequestFraming framing_;
   uint64_t req_length_; // the client's content-length (framing_ length)

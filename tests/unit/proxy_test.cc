@@ -753,6 +753,66 @@ TEST_F(StreamedRequest, WaitingRequestsTakeFreedRoomOrTimeOut) {
   proxy.end_of_pass();
 }
 
+// A reload while a request waits for a connection: it goes to the new
+// upstreams of its prefix (even at another position in the new routes),
+// ahead of a request that came after the reload, instead of waiting for
+// the old upstream's busy connection.
+TEST_F(StreamedRequest, AReloadMovesWaitingRequestsToTheNewUpstreams) {
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ";max_connections=1");
+  Proxy proxy(cfg, loop_);
+  auto a = get(proxy);
+  EXPECT_NE(upstream().find("GET /api/up HTTP/1.1"), std::string::npos);
+  auto b = get(proxy);
+  ASSERT_EQ(proxy.waiting(), 1u);
+
+  const std::string path2 = path_ + "-new";
+  int listen2 = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sun{};
+  sun.sun_family = AF_UNIX;
+  std::memcpy(sun.sun_path, path2.data(), path2.size());
+  ::unlink(path2.c_str());
+  ASSERT_EQ(::bind(listen2, reinterpret_cast<sockaddr *>(&sun), sizeof(sun)), 0);
+  ASSERT_EQ(::listen(listen2, 8), 0);
+  auto cfg2 = std::make_shared<ProxyConfig>();
+  cfg2->add_route("/other=unix:" + path_);
+  cfg2->add_route("/api=unix:" + path2 + ";max_connections=1");
+  proxy.reconfigure(cfg2);
+  EXPECT_EQ(proxy.stats().proxy_waiters_moved, 1u);
+  EXPECT_EQ(proxy.waiting(), 1u);
+  Request req = request("GET", "/api/later", "h", {});
+  auto c = proxy.start(1, req, false, {}, nullptr, nullptr, &account_);
+  EXPECT_EQ(proxy.waiting(), 2u); // behind b
+
+  int up2 = -1;
+  std::string got;
+  auto read2 = [&] {
+    if (up2 < 0) up2 = ::accept4(listen2, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    char buf[4096];
+    ssize_t r;
+    while (up2 >= 0 && (r = ::recv(up2, buf, sizeof(buf), 0)) > 0) got.append(buf, r);
+    return got;
+  };
+  const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  Steps steps(loop_, {{[&] { return read2().find("\r\n\r\n") != std::string::npos; },
+                       [&] { (void)!::send(up2, answer.data(), answer.size(), 0); }},
+                      {[&] { return b->ended(); }, nullptr},
+                      {[&] { return read2().find("GET /api/later") != std::string::npos; },
+                       nullptr}});
+  EXPECT_EQ(steps.run(), 3u);
+  EXPECT_EQ(got.find("GET /api/up HTTP/1.1"), 0u) << got; // b first, on the new upstream
+  EXPECT_EQ(b->head().status, 200);
+  EXPECT_FALSE(a->head_ready()); // the old upstream never answered
+  EXPECT_EQ(proxy.waiting(), 0u);
+  a.reset();
+  b.reset();
+  c.reset();
+  proxy.end_of_pass();
+  if (up2 >= 0) ::close(up2);
+  ::close(listen2);
+  ::unlink(path2.c_str());
+}
+
 // A route's own settings win over the --proxy-* defaults, whichever
 // comes first on the command line; the rest come from the defaults.
 TEST(ProxyConfig, RouteSettingsOverrideTheDefaults) {
