@@ -412,16 +412,25 @@ protected:
   void SetUp() override {
     static std::atomic<int> n{0};
     path_ = "/tmp/xdpq-proxy-test-" + std::to_string(getpid()) + "-" + std::to_string(n++);
-    listen_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un sun{};
-    sun.sun_family = AF_UNIX;
-    std::memcpy(sun.sun_path, path_.data(), path_.size());
-    ::unlink(path_.c_str());
-    ASSERT_EQ(::bind(listen_, reinterpret_cast<sockaddr *>(&sun), sizeof(sun)), 0);
-    ASSERT_EQ(::listen(listen_, 8), 0);
+    listen_ = listen_unix(path_);
+    ASSERT_GE(listen_, 0);
     auto cfg = std::make_shared<ProxyConfig>();
     cfg->add_route("/api=unix:" + path_);
     proxy_ = std::make_unique<Proxy>(cfg, loop_);
+  }
+
+  // A listening unix socket at path (replacing a stale one), or -1.
+  static int listen_unix(const std::string &path) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    std::memcpy(sun.sun_path, path.data(), path.size());
+    ::unlink(path.c_str());
+    if (::bind(fd, reinterpret_cast<sockaddr *>(&sun), sizeof(sun)) != 0 || ::listen(fd, 8) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
   }
 
   void TearDown() override {
@@ -767,13 +776,8 @@ TEST_F(StreamedRequest, AReloadMovesWaitingRequestsToTheNewUpstreams) {
   ASSERT_EQ(proxy.waiting(), 1u);
 
   const std::string path2 = path_ + "-new";
-  int listen2 = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un sun{};
-  sun.sun_family = AF_UNIX;
-  std::memcpy(sun.sun_path, path2.data(), path2.size());
-  ::unlink(path2.c_str());
-  ASSERT_EQ(::bind(listen2, reinterpret_cast<sockaddr *>(&sun), sizeof(sun)), 0);
-  ASSERT_EQ(::listen(listen2, 8), 0);
+  const int listen2 = listen_unix(path2);
+  ASSERT_GE(listen2, 0);
   auto cfg2 = std::make_shared<ProxyConfig>();
   cfg2->add_route("/other=unix:" + path_);
   cfg2->add_route("/api=unix:" + path2 + ";max_connections=1");
