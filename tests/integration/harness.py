@@ -264,7 +264,9 @@ def check_burst_of_handshakes(tc, srv, n=16, netns=None):
     rc, o2, e2 = xdpqctl(srv, "capture", "stop")
     assert rc == 0, o2 + e2
     order, clients = "", set()
-    for sport, _dport, _payload in read_pcap(cap):
+    packets = read_pcap(cap)
+    shutil.rmtree(tmp)
+    for sport, _dport, _payload in packets:
         if sport == srv.port:
             order += "r"
         elif sport not in clients:
