@@ -157,6 +157,9 @@ public:
   // Returns how many datagrams came in. Bounded work per wakeup so timers
   // and writes get their turn.
   size_t receive_batches();
+  // Output made ready this pass that has waited HOLD_BUDGET_NS behind later
+  // work (datagrams, or any other descriptor's handler) leaves now.
+  void check_held_output();
   void flush_held_output();
   // --- dataplane::TxSink: the endpoint writes through us -------------------
   std::span<uint8_t> tx_alloc(size_t max_len) override;
@@ -168,6 +171,7 @@ public:
   // --- dataplane::LoopHandler ----------------------------------------------
   void on_iteration_end() override;
   void on_wake() override;
+  void after_event() override { check_held_output(); }
   // Spin budget of the worker's loop (EventLoop::set_spin); before start().
   void set_spin(uint64_t ns) { loop_.set_spin(ns); }
   // Benchmark mode: every datagram goes straight back (no QUIC), to measure
@@ -271,7 +275,8 @@ private:
   bool polled_this_pass_ = false; // a polled port was asked this pass
   bool wait_polls_ = false;       // next_wait_polls(true) was said this pass
   // When the pass first had output to send (0: none yet), and how much
-  // datagram work may pile up behind it before it is flushed mid-pass.
+  // further work (datagrams, other handlers) may pile up behind it before
+  // it is flushed mid-pass.
   uint64_t held_since_ = 0;
   static constexpr uint64_t HOLD_BUDGET_NS = 100'000;
   WorkerPasses passes_;

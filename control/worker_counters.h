@@ -49,8 +49,8 @@ struct WorkerHandoff {
 
 // The worker's passes over its port.
 #define XDPQ_WORKER_PASS_COUNTERS(X)                                                               \
-  X(output_flushed_mid_pass, "times a pass sent what it had ready before reading on, after "      \
-                             "100 us of datagram work (a burst of handshakes, say)")
+  X(output_flushed_mid_pass, "times a pass sent what it had ready before going on, after "       \
+                             "100 us of further work (a burst of handshakes, say)")
 
 struct WorkerPasses {
   XDPQ_COUNTER_FIELDS(XDPQ_WORKER_PASS_COUNTERS)

@@ -42,21 +42,26 @@ size_t Worker::receive_batches() {
       const auto &dg = batch_[i];
       if (cap) capture_.record(dg.path.remote, dg.path.local, {dg.data, dg.len}, dg.ecn);
       endpoint_.on_datagram(dg);
-      if (!endpoint_.has_pending_writes()) continue;
-      const uint64_t now = endpoint_.clock().now();
-      if (held_since_ == 0) {
-        held_since_ = now;
-      } else if (now - held_since_ >= HOLD_BUDGET_NS) {
-        flush_held_output();
-      }
+      check_held_output();
     }
   }
   return total;
 }
 
 // What the pass so far made ready leaves now, not after the rest of the
-// pass: a burst of handshakes (hundreds of microseconds each) would
-// otherwise hold the first one's reply until the last one is done.
+// pass: a burst of handshakes (hundreds of microseconds each, QUIC ones in
+// the datagrams or TLS ones on TCP connections) would otherwise hold the
+// first reply until the last handshake is done.
+void Worker::check_held_output() {
+  if (!endpoint_.has_pending_writes()) return;
+  const uint64_t now = endpoint_.clock().now();
+  if (held_since_ == 0) {
+    held_since_ = now;
+  } else if (now - held_since_ >= HOLD_BUDGET_NS) {
+    flush_held_output();
+  }
+}
+
 void Worker::flush_held_output() {
   held_since_ = 0;
   passes_.output_flushed_mid_pass += 1;

@@ -106,6 +106,7 @@ void EventLoop::run(LoopHandler &handler) {
         woken = true;
       } else {
         h->on_io(events[i].events);
+        handler.after_event();
       }
     }
     if (woken) {

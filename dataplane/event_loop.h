@@ -32,6 +32,8 @@ public:
   virtual void on_iteration_end() = 0;
   // wake() was called from another thread.
   virtual void on_wake() = 0;
+  // One descriptor's handler returned (the pass goes on with the next).
+  virtual void after_event() {}
 
 protected:
   ~LoopHandler() = default;

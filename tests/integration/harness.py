@@ -218,8 +218,9 @@ def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False, ne
     return ClientResult(proc, ddir)
 
 
-def read_pcap(path):
-    """(src_port, dst_port, udp_payload) of each Ethernet/IPv4/UDP record."""
+def read_pcap(path, protos=(17,)):
+    """(src_port, dst_port, payload, protocol) of each Ethernet/IPv4 record
+    whose IP protocol is in protos (17: UDP, 6: TCP), in capture order."""
     out = []
     with open(path, "rb") as f:
         data = f.read()
@@ -229,10 +230,14 @@ def read_pcap(path):
         incl = struct.unpack("<I", data[off + 8:off + 12])[0]
         rec = data[off + 16:off + 16 + incl]
         off += 16 + incl
-        if len(rec) >= 42 and rec[12:14] == b"\x08\x00" and rec[23] == 17:
-            ihl = (rec[14] & 0xF) * 4
-            sport, dport = struct.unpack("!HH", rec[14 + ihl:14 + ihl + 4])
-            out.append((sport, dport, rec[14 + ihl + 8:]))
+        if len(rec) < 42 or rec[12:14] != b"\x08\x00" or rec[23] not in protos:
+            continue
+        ihl = (rec[14] & 0xF) * 4
+        total = struct.unpack("!H", rec[16:18])[0]
+        l4 = rec[14 + ihl:14 + total]
+        sport, dport = struct.unpack("!HH", l4[:4])
+        header = (l4[12] >> 4) * 4 if rec[23] == 6 else 8
+        out.append((sport, dport, l4[header:], rec[23]))
     return out
 
 
@@ -266,7 +271,7 @@ def check_burst_of_handshakes(tc, srv, n=16, netns=None):
     order, clients = "", set()
     packets = read_pcap(cap)
     shutil.rmtree(tmp)
-    for sport, _dport, _payload in packets:
+    for sport, _dport, _payload, _proto in packets:
         if sport == srv.port:
             order += "r"
         elif sport not in clients:

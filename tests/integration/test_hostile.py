@@ -4,10 +4,12 @@ that broke or exhausted an earlier build. The server must survive it with
 its memory bounded, count it, and keep serving a well-behaved client."""
 
 import concurrent.futures
+import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -17,7 +19,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase,  # noqa: E402
-                     check_burst_of_handshakes, gtlsclient, pattern, require_tools, xdpqctl)
+                     check_burst_of_handshakes, gtlsclient, pattern, read_pcap, require_tools,
+                     xdpqctl)
 
 
 
@@ -43,6 +46,22 @@ def status_within(srv, seconds=10):
     while time.monotonic() < deadline and status != "200":
         status = curl_status(srv)
     return status
+
+
+def tls_client_hello():
+    """The first flight of a TLS client (ALPN h2), as bytes to send on a
+    plain TCP socket."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    out = ssl.MemoryBIO()
+    tls = ctx.wrap_bio(ssl.MemoryBIO(), out, server_hostname="localhost")
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
 
 
 def bad_length_initial(dcid):
@@ -126,6 +145,67 @@ class HostileQuicTest(TimedTestCase):
     def test_a_burst_of_handshakes_is_answered_as_it_is_worked_through(self):
         with Server("--dataplane", "socket", "--per-source-rate", "0") as srv:
             check_burst_of_handshakes(self, srv)
+
+    def test_a_quic_reply_does_not_wait_for_a_burst_of_tls_handshakes(self):
+        # One pass finds a QUIC Initial and then n TLS ClientHellos on TCP
+        # (the server was stopped while they came). Each TLS handshake costs
+        # a key exchange and a signature: the QUIC reply must leave while
+        # they are worked through, not after the last one. Read from a
+        # capture on loopback, in the order the server sent.
+        n = 16
+        tmp = tempfile.mkdtemp(prefix="xdpq-tlsburst-")
+        cap = os.path.join(tmp, "lo.pcap")
+        with Server("--dataplane", "socket", "--per-source-rate", "0") as srv:
+            socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+                     for _ in range(n)]
+            deadline = time.monotonic() + 10
+            while True:  # all accepted: their ClientHellos come in one pass
+                rc, out, err = xdpqctl(srv, "stats", json_out=True)
+                self.assertEqual(rc, 0, out + err)
+                if json.loads(out)["total"]["tcp_connections"] >= n:
+                    break
+                self.assertLess(time.monotonic(), deadline, out)
+                time.sleep(0.05)
+            dump = subprocess.Popen(["tcpdump", "-i", "lo", "--immediate-mode", "-U", "-n", "-Z", "root", "-w", cap,
+                                     f"src port {srv.port}"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.assertIn("listening", dump.stderr.readline())
+            hellos = [tls_client_hello() for _ in range(n)]
+            srv.proc.send_signal(signal.SIGSTOP)
+            try:
+                client = subprocess.Popen([H3LOAD, "--json", "-n", "1", "-c", "1",
+                                           srv.url("/healthz")],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True)
+                time.sleep(0.3)  # its Initial is first in the server's queue
+                for sock, hello in zip(socks, hellos):
+                    sock.sendall(hello)
+            finally:
+                srv.proc.send_signal(signal.SIGCONT)
+            _, err = client.communicate(timeout=60)
+            self.assertEqual(client.returncode, 0, err[-2000:])
+            for sock in socks:
+                self.assertTrue(sock.recv(4096), "no TLS server flight")  # a ServerHello came
+            time.sleep(0.2)
+            dump.terminate()
+            dump.wait(timeout=10)
+            for sock in socks:
+                sock.close()
+        packets = read_pcap(cap, protos=(6, 17))
+        shutil.rmtree(tmp)
+        order, flights = "", set()
+        for sport, dport, payload, proto in packets:
+            if sport != srv.port or not payload:
+                continue
+            if proto == 17 and "q" not in order:
+                order += "q"  # the first QUIC datagram: the reply to the Initial
+            elif proto == 6 and dport not in flights:
+                flights.add(dport)
+                order += "T"  # a TLS client's first bytes from the server
+        self.assertEqual(order.count("T"), n, order)
+        self.assertIn("q", order, order)
+        self.assertLess(order.index("q"), order.rindex("T"),
+                        f"the QUIC reply waited for every TLS handshake: {order}")
 
     def test_source_over_its_rate_gets_a_retry_not_silence(self):
         # One connection per second before a source must prove its address:

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 using namespace xdpq::dataplane;
 
@@ -101,4 +102,39 @@ TEST(EventLoop, InterestChangesOnlyWhenTheyChange) {
   EXPECT_EQ(loop.stats().loop_interest_changes, 3u);
   close(p[0]);
   close(p[1]);
+}
+
+// The handler hears after each descriptor's handler, within the pass, so
+// that output made ready early in a pass need not wait for the rest of it.
+TEST(EventLoop, TellsTheHandlerAfterEachDescriptorsEvent) {
+  struct Counting final : LoopHandler {
+    const PipeReader *a = nullptr;
+    const PipeReader *b = nullptr;
+    std::vector<int> handled; // handlers run so far, at each after_event()
+    void on_iteration_end() override {}
+    void on_wake() override {}
+    void after_event() override { handled.push_back(a->reads.load() + b->reads.load()); }
+  };
+  EventLoop loop;
+  int a[2], b[2];
+  ASSERT_EQ(pipe2(a, O_NONBLOCK | O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(b, O_NONBLOCK | O_CLOEXEC), 0);
+  PipeReader ra(a[0]), rb(b[0]);
+  loop.watch(a[0], &ra);
+  loop.watch(b[0], &rb);
+  // Both readable before the loop runs: its first pass has both events.
+  ASSERT_EQ(write(a[1], "x", 1), 1);
+  ASSERT_EQ(write(b[1], "y", 1), 1);
+  Counting h;
+  h.a = &ra;
+  h.b = &rb;
+  std::thread t([&] { loop.run(h); });
+  while (ra.reads.load() + rb.reads.load() < 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  loop.stop();
+  t.join();
+  // Once after each handler (the stop's wake is no descriptor's event).
+  EXPECT_EQ(h.handled, (std::vector<int>{1, 2}));
+  for (int fd : {a[0], a[1], b[0], b[1]}) close(fd);
 }
