@@ -279,6 +279,9 @@ private:
   // it is flushed mid-pass.
   uint64_t held_since_ = 0;
   static constexpr uint64_t HOLD_BUDGET_NS = 100'000;
+  // held_since_ once a mid-pass flush found the port full: no more tries
+  // this pass.
+  static constexpr uint64_t HELD_BLOCKED = UINT64_MAX;
   WorkerPasses passes_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> drain_requested_{false};

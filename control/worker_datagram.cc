@@ -53,7 +53,7 @@ size_t Worker::receive_batches() {
 // the datagrams or TLS ones on TCP connections) would otherwise hold the
 // first reply until the last handshake is done.
 void Worker::check_held_output() {
-  if (!endpoint_.has_pending_writes()) return;
+  if (held_since_ == HELD_BLOCKED || !endpoint_.has_pending_writes()) return;
   const uint64_t now = endpoint_.clock().now();
   if (held_since_ == 0) {
     held_since_ = now;
@@ -69,6 +69,10 @@ void Worker::flush_held_output() {
   port_->next_wait_polls(false);
   port_->flush();
   port_->next_wait_polls(wait_polls_);
+  // The port had no room for all of it: trying again before the pass ends
+  // would only repeat the flush; the end of the pass retries and asks to
+  // be told when the port drains.
+  if (endpoint_.write_blocked()) held_since_ = HELD_BLOCKED;
 }
 
 void Worker::echo(size_t n) {
