@@ -25,6 +25,7 @@ struct Queued {
   size_t charged = 0; // body budget held until the response is written
   ProxyExchange *ex = nullptr; // a proxied response (owned by body); head empty until it arrives
   bool chunked = false;        // ... of unknown length, sent chunked
+  bool http10 = false;         // asked in HTTP/1.0: no chunked framing
 };
 
 class H1Session final : public TcpSession, public ProxyListener {
@@ -227,6 +228,7 @@ private:
     value_.clear();
     header_bytes_ = 0;
     header_fields_ = 0;
+    host_fields_ = 0;
     too_large_ = false;
     body_too_large_ = false;
     in_message_ = true;
@@ -251,7 +253,10 @@ private:
     if (++header_fields_ > env_.limits.max_header_fields) too_large_ = true;
     if (!too_large_) {
       ascii_lower_in_place(field_);
-      if (field_ == "host") req_.authority = value_;
+      if (field_ == "host") {
+        req_.authority = value_;
+        host_fields_ += 1;
+      }
       req_.headers.add(field_, value_);
     }
     field_.clear();
@@ -286,6 +291,11 @@ private:
       fail(431);
       return 0;
     }
+    if (host_fields_ > 1) {
+      // Which one names the target? Neither (RFC 9112 3.2).
+      fail(400);
+      return 0;
+    }
     const bool body_follows = (parser_.flags & F_CHUNKED) ||
                               ((parser_.flags & F_CONTENTLENGTH) && parser_.content_length > 0);
     int route = env_.proxy ? env_.proxy->match(req_.path) : -1;
@@ -294,6 +304,7 @@ private:
       // Proxied at once: the body streams upstream as it is parsed.
       Queued q;
       q.close_after = !keep_alive_;
+      q.http10 = parser_.http_major == 1 && parser_.http_minor == 0;
       auto ex = start_proxy(route, req_, body_follows, this, nullptr, budget_, env_);
       q.ex = ex.get();
       q.body = std::move(ex);
@@ -437,12 +448,15 @@ private:
 
   // The proxied response's head, once it arrived. Without a length from
   // the upstream the body goes chunked, so that a body the upstream cut
-  // short can never look complete.
+  // short can never look complete; an HTTP/1.0 client knows no chunks
+  // (RFC 9112 7.1), so for it the close ends the body.
   void proxy_head(Queued &q) {
     const Response &r = q.ex->head();
     env_.stats->count_response(r.status);
     head_.build(r, env_.alt_svc);
-    q.chunked = r.length_unknown && q.ex->has_body();
+    const bool unknown = r.length_unknown && q.ex->has_body();
+    q.chunked = unknown && !q.http10;
+    if (unknown && q.http10) q.close_after = true;
     q.head.reserve(256);
     head_.append_http1(q.head, q.close_after);
     if (q.chunked) q.head.insert(q.head.size() - 2, "transfer-encoding: chunked\r\n");
@@ -470,6 +484,7 @@ private:
   bool value_started_ = false;
   size_t header_bytes_ = 0;
   size_t header_fields_ = 0;
+  unsigned host_fields_ = 0;
   bool too_large_ = false;
   bool body_too_large_ = false;
   bool keep_alive_ = true;

@@ -34,11 +34,12 @@ bool forwarding_field(std::string_view name) {
          name == "x-forwarded-host" || name == "forwarded";
 }
 
-// All values of one field, joined as the field's list.
-void joined(const HeaderList &h, std::string_view name, std::string &out) {
+// All values of one field, joined as the field's list (cookie: with "; ").
+void joined(const HeaderList &h, std::string_view name, std::string &out,
+            std::string_view sep = ", ") {
   for (const auto &f : h) {
     if (f.name != name) continue;
-    if (!out.empty()) out += ", ";
+    if (!out.empty()) out += sep;
     out += f.value;
   }
 }
@@ -79,7 +80,10 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
   out += req.path;
   out += " HTTP/1.1\r\n";
   const std::string *host = req.authority.empty() ? req.find("host") : &req.authority;
-  if (host && !host->empty()) field(out, "host", *host);
+  // Without one (an HTTP/1.0 client's request) an empty Host, which
+  // HTTP/1.1 requires (RFC 9112 3.2).
+  field(out, "host", host ? std::string_view(*host) : std::string_view());
+  bool cookie_written = false;
   for (const auto &f : req.headers) {
     // Framing is the proxy's (below); Expect is not passed on: the body is
     // streamed as the client sends it.
@@ -87,12 +91,24 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
         is_hop_by_hop(f.name, connection)) {
       continue;
     }
-    if (ctx.forwarded_headers && !ctx.trusted && forwarding_field(f.name)) continue;
+    // An untrusted client's own are dropped whether or not we add ours.
+    if (!ctx.trusted && forwarding_field(f.name)) continue;
     if (ctx.forwarded_headers && (f.name == "x-forwarded-for" || f.name == "x-forwarded-proto" ||
                                   f.name == "x-forwarded-host")) {
       continue; // written below, once
     }
     if (f.name == "via" && ctx.via) continue;
+    if (f.name == "cookie") {
+      // HTTP/2 and HTTP/3 clients may split it into crumbs; HTTP/1.1 has
+      // one line (RFC 9113 8.2.3, RFC 9114 4.2.1). Written at the first.
+      if (!cookie_written) {
+        cookie_written = true;
+        std::string v;
+        joined(req.headers, "cookie", v, "; ");
+        field(out, "cookie", v);
+      }
+      continue;
+    }
     field(out, f.name, f.value);
   }
   if (ctx.forwarded_headers) {

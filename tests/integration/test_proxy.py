@@ -395,6 +395,40 @@ class ProxyTest(TimedTestCase):
                 self.assertEqual((st, hdr.get("content-length"), rc), (200, "5000", 0), http)
                 self.assertNotIn(b"abcdefghij", got)  # -I writes the head there, no body
 
+    def test_http10_client_gets_a_body_without_chunks(self):
+        # HTTP/1.0 has no chunked framing: a response without a length goes
+        # to such a client delimited by the close.
+        n = 100_000
+        with self.serve(f"/app={self.app.url}") as srv:
+            for kind in ("chunked", "close"):
+                t = tls(srv)
+                t.sendall(b"GET /app/%s?n=%d HTTP/1.0\r\nhost: x\r\n\r\n" % (kind.encode(), n))
+                raw = b""
+                while chunk := t.recv(65536):
+                    raw += chunk
+                t.close()
+                head, _, body = raw.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+                self.assertNotIn(b"transfer-encoding", head.lower(), kind)
+                self.assertEqual(sha256(body), sha256(pattern(n)), kind)
+
+    def test_host_from_http1_clients(self):
+        # Two Host fields: 400, and the upstream never asked. None (HTTP/1.0):
+        # the upstream gets an empty one, as HTTP/1.1 requires.
+        with self.serve(f"/app={self.app.url}") as srv:
+            t = tls(srv)
+            t.sendall(b"GET /app/info?two HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n")
+            st, _ = read_http1_response(t.makefile("rb"))
+            t.close()
+            self.assertEqual(st, 400)
+            self.assertNotIn(("GET", "/app/info?two"), self.app.requests)
+            t = tls(srv)
+            t.sendall(b"GET /app/info?none HTTP/1.0\r\n\r\n")
+            st, got = read_http1_response(t.makefile("rb"))
+            t.close()
+            self.assertEqual(st, 200)
+            self.assertIn(["host", ""], json.loads(got)["headers"])
+
     def test_forwarded_headers_and_hop_by_hop(self):
         forged = ["-H", "X-Forwarded-For: 6.6.6.6", "-H", "X-Forwarded-Host: evil",
                   "-H", "X-Forwarded-Proto: gopher", "-H", "Forwarded: for=6.6.6.6"]

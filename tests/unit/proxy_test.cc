@@ -296,6 +296,41 @@ TEST(ProxyHeaders, ForwardedHeadersReplacedUnlessTrusted) {
   EXPECT_NE(out.find("x-forwarded-proto: gopher\r\n"), std::string::npos);
   EXPECT_NE(out.find("x-forwarded-host: evil\r\n"), std::string::npos);
   EXPECT_NE(out.find("forwarded: for=6.6.6.6\r\n"), std::string::npos);
+
+  // Adding none (--no-proxy-forwarded-headers) still removes an untrusted
+  // client's own, and passes a trusted one's on as they are.
+  ctx.forwarded_headers = false;
+  ctx.trusted = false;
+  out.clear();
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_EQ(out.find("forwarded"), std::string::npos) << out;
+  EXPECT_EQ(out.find("6.6.6.6"), std::string::npos) << out;
+  ctx.trusted = true;
+  out.clear();
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_NE(out.find("x-forwarded-for: 6.6.6.6\r\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("forwarded: for=6.6.6.6\r\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("10.1.2.3"), std::string::npos) << out;
+}
+
+TEST(ProxyHeaders, CookieCrumbsJoinedIntoOneLine) {
+  Request req = request("GET", "/", "h",
+                        {{"cookie", "a=1"}, {"x-between", "y"}, {"cookie", "b=2; c=3"}});
+  ForwardContext ctx;
+  std::string out;
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_NE(out.find("host: h\r\ncookie: a=1; b=2; c=3\r\nx-between: y\r\n"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("cookie:", out.find("cookie:") + 1), std::string::npos) << out;
+}
+
+TEST(ProxyHeaders, WithoutAHostAnEmptyOne) {
+  Request req = request("GET", "/", "", {});
+  ForwardContext ctx;
+  std::string out;
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_EQ(out.rfind("GET / HTTP/1.1\r\nhost: \r\n", 0), 0u) << out;
+  EXPECT_EQ(out.find("x-forwarded-host"), std::string::npos) << out;
 }
 
 TEST(ProxyHeaders, ViaAppended) {
