@@ -125,6 +125,12 @@ int UpstreamResponseParser::on_status() { return 0; }
 
 void UpstreamResponseParser::flush_field() {
   if (field_.empty()) return;
+  if (head_done_) {
+    // A trailer field: dropped (trailers are not passed on).
+    field_.clear();
+    value_.clear();
+    return;
+  }
   ascii_lower_in_place(field_);
   headers_.add(field_, value_);
   field_.clear();
@@ -172,6 +178,9 @@ int UpstreamResponseParser::on_headers_complete() {
     return 1;
   }
   head_done_ = true;
+  // Trailers, if any, get limits of their own: the head's are spent on it.
+  head_bytes_ = 0;
+  fields_ = 0;
   keep_alive_ = http_should_keep_alive(&parser_) != 0;
   length_known_ = !(parser_.flags & F_CHUNKED) && parser_.content_length != ULLONG_MAX;
   content_length_ = length_known_ ? parser_.content_length : 0;

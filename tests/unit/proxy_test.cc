@@ -199,6 +199,29 @@ TEST(UpstreamResponseLimits, TooManyFieldsIsAnError) {
   EXPECT_FALSE(head_passes(lim, head + "X-11: v\r\n\r\n"));
 }
 
+TEST(UpstreamResponseLimits, TrailersHaveLimitsOfTheirOwnAndAreDropped) {
+  UpstreamResponseLimits lim;
+  lim.max_fields = 10;
+  std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n";
+  for (int i = 0; i < 9; ++i) head += "X-" + std::to_string(i) + ": v\r\n";
+  std::string trailers;
+  for (int i = 0; i < 10; ++i) trailers += "T-" + std::to_string(i) + ": t\r\n";
+  UpstreamResponseParser p(lim);
+  Collect c;
+  p.reset(&c, false);
+  ASSERT_EQ(feed(p, head + "\r\n5\r\nhello\r\n0\r\n" + trailers + "\r\n"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_TRUE(c.complete);
+  EXPECT_EQ(c.body, "hello");
+  EXPECT_EQ(p.headers().size(), 10u); // the head's fields alone
+  EXPECT_EQ(field(p.headers(), "t-0"), nullptr);
+  // Past their own limit, trailers are still an error.
+  UpstreamResponseParser q(lim);
+  q.reset(&c, false);
+  EXPECT_EQ(feed(q, head + "\r\n5\r\nhello\r\n0\r\n" + trailers + "T-x: t\r\n\r\n"),
+            UpstreamResponseParser::Result::error);
+}
+
 TEST(UpstreamResponseParser, MalformedAndUpgradeAreErrors) {
   for (std::string_view bad : {"HTTP/1.1 200 OK\r\nbad line\r\n\r\n", "SSH-2.0-OpenSSH\r\n",
                                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
