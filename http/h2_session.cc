@@ -349,9 +349,13 @@ private:
         [&]() -> int {
           // A server-sent RST_STREAM is usually the client's doing (the
           // "MadeYouReset" class): count them with the other protocol errors.
-          // Our NO_ERROR "stop sending" after an early response is not one.
+          // Our NO_ERROR "stop sending" after an early response is not one,
+          // nor a reset for an upstream that broke off: that is no fault of
+          // the client's, and must not close its connection.
           if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
-            self(ud).protocol_error();
+            auto *st =
+                static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
+            if (!st || !st->exchange || !st->exchange->upstream_failed()) self(ud).protocol_error();
           }
           if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
               (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {

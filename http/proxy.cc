@@ -200,14 +200,11 @@ public:
     case State::sending:
       if (events & EPOLLOUT) wrote_and_tell();
       if (state_ == State::closed) return;
+      if (reset_unread(events)) return broke(false);
       if (events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) read_some();
       break;
     case State::receiving:
-      if ((events & (EPOLLHUP | EPOLLERR)) && ex_ && ex_->room() == 0) {
-        // Reset while we were not reading (the client holds the window
-        // full): what the socket held is lost with the reset anyway.
-        return broke(false);
-      }
+      if (reset_unread(events)) return broke(false);
       read_some();
       break;
     }
@@ -221,6 +218,14 @@ private:
   static void timer_fired(dataplane::Timer &t) {
     auto *c = static_cast<UpstreamConn *>(t.owner());
     if (c->state_ == State::idle) c->close();
+  }
+
+  // Reset while we were not reading (the client holds the window full):
+  // epoll reports that whatever we watch, so it must end the connection
+  // here (read_some() would read nothing, and the event come back at
+  // once); what the socket held is lost with the reset anyway.
+  bool reset_unread(uint32_t events) const {
+    return (events & (EPOLLHUP | EPOLLERR)) && ex_ && ex_->room() == 0;
   }
 
   // Sets the epoll interest, skipping the call when it is unchanged.
@@ -764,6 +769,7 @@ void ProxyExchange::conn_broke(std::string_view why) {
     fail_with(502);
   } else {
     failed_ = true;
+    upstream_failed_ = true;
     // Nobody will take the rest of the request body now.
     if (!req_ended_) drop_body();
   }
@@ -834,6 +840,7 @@ void ProxyExchange::check_stall() {
     proxy_.mutable_stats().proxy_body_timeouts += 1; // the client's body stopped
   } else {
     upstream_->stats.timeouts += 1;
+    upstream_failed_ = true;
   }
   detach();
   failed_ = true;

@@ -143,6 +143,9 @@ public:
   // The body was cut short after the head went out: the client's stream
   // must be reset, never finished.
   bool failed() const { return failed_; }
+  // ... and the upstream's doing (it broke off, or sent nothing for
+  // --proxy-timeout), not the client's.
+  bool upstream_failed() const { return upstream_failed_; }
 
   // The request body, from the session. put_body() takes bytes (all of
   // them: what the client was allowed to send); false when they cannot be
@@ -291,6 +294,7 @@ private:
   bool has_body_ = false;
   bool ended_ = false;
   bool failed_ = false;
+  bool upstream_failed_ = false;
   bool counted_ = false; // outstanding on upstream_
 };
 

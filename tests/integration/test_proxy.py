@@ -1016,6 +1016,77 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             self.assertEqual(total(stats, "proxy_body_timeouts"), 1)
             self.assertEqual(total(stats, "proxy_body_aborts"), 0)
 
+    def test_upstream_resets_do_not_count_against_the_client(self):
+        # A stream reset because the upstream broke off is no protocol
+        # error of the client's: an HTTP/2 connection that saw more of them
+        # than the per-connection limit on protocol errors (100) still works.
+        import h2.config
+        import h2.connection
+        import h2.events
+        n = 110
+        with self.serve(f"/app={self.app.url}") as srv:
+            t = tls(srv, "h2")
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            t.sendall(conn.data_to_send())
+            resets, ended, statuses, closed = set(), set(), {}, []
+
+            def get(path):
+                sid = conn.get_next_available_stream_id()
+                conn.send_headers(sid, [(":method", "GET"), (":path", path),
+                                        (":scheme", "https"), (":authority", "x")],
+                                  end_stream=True)
+                t.sendall(conn.data_to_send())
+                return sid
+
+            def pump(done):
+                while not done() and not closed:
+                    data = t.recv(65536)
+                    if not data:
+                        closed.append("eof")
+                        break
+                    for ev in conn.receive_data(data):
+                        if isinstance(ev, h2.events.StreamReset):
+                            resets.add(ev.stream_id)
+                        elif isinstance(ev, h2.events.ResponseReceived):
+                            statuses[ev.stream_id] = int(dict(ev.headers)[b":status"])
+                        elif isinstance(ev, h2.events.DataReceived):
+                            conn.acknowledge_received_data(ev.flow_controlled_length,
+                                                           ev.stream_id)
+                        elif isinstance(ev, h2.events.StreamEnded):
+                            ended.add(ev.stream_id)
+                        elif isinstance(ev, h2.events.ConnectionTerminated):
+                            closed.append(ev.error_code)
+                    t.sendall(conn.data_to_send())
+
+            for i in range(0, n, 10):
+                sids = [get(f"/app/truncate?n=1000&i={i + k}") for k in range(10)]
+                pump(lambda: all(s in resets or s in ended for s in sids))
+                self.assertEqual(closed, [], f"the connection ended after {len(resets)} resets")
+            sid = get("/app/info")
+            pump(lambda: sid in ended)
+            t.close()
+        self.assertEqual(closed, [])
+        self.assertEqual(len(resets), n)
+        self.assertEqual(statuses.get(sid), 200)
+
+    def test_upstream_reset_while_the_client_holds_the_window_full(self):
+        # The upstream answers more than the client will take before the
+        # request's body is in, and resets while the proxy is not reading
+        # it: the exchange ends (counted, the client's stream reset) and
+        # the worker goes back to sleep instead of being told of the reset
+        # again and again.
+        with self.serve(f"/app={self.app.url}") as srv:
+            post = H2Post(srv, "/app/answer-reset", 10_000_000)
+            post.send(b"a" * 1000)
+            wait_for(lambda: total(stats_json(srv), "upstream0_resets") >= 1,
+                     "the upstream's reset to end the exchange")
+            passes = total(stats_json(srv), "loop_passes")
+            time.sleep(1)
+            self.assertLess(total(stats_json(srv), "loop_passes") - passes, 1000)
+            status, _ = post.response()
+            self.assertEqual((status, post.reset), (200, H2_INTERNAL_ERROR))
+
     def test_upstream_that_answers_before_the_body_ends(self):
         with self.serve(f"/app={self.app.url}") as srv:
             t = tls(srv)

@@ -106,6 +106,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.rfile.read()
             self.close_connection = True
             return
+        if urllib.parse.urlparse(self.path).path.endswith("/answer-reset"):
+            # A large answer before it reads the request's body, written
+            # until the proxy stops taking it (its client reads nothing),
+            # then an abortive close (RST).
+            q = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
+            n = int(q.get("n", "4000000"))
+            self.send_response(200)
+            self.send_header("content-length", str(n))
+            self.end_headers()
+            self.connection.settimeout(1.0)
+            try:
+                self.wfile.write(pattern(n))
+            except OSError:
+                pass
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.close_connection = True
+            return
         body = self.body()
         url = urllib.parse.urlparse(self.path)
         q = dict(urllib.parse.parse_qsl(url.query))
