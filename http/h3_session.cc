@@ -299,11 +299,13 @@ int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
 void H3Session::shutdown_stream_read(int64_t stream_id) {
   nghttp3_conn_shutdown_stream_read(conn_, stream_id);
   // The client reset its request (or stopped our response): a proxied body
-  // still coming will not, and the upstream must not wait for it. Rare:
+  // still coming will not, and the upstream must not wait for it. Unless
+  // the answer is whole already: then the body is not wanted (we may have
+  // asked for this reset with STOP_SENDING) and the response goes on. Rare:
   // a scan of this connection's streams.
   for (auto &p : pool_) {
     if (p->id == stream_id && p->exchange) {
-      if (p->exchange->body_expected()) abort_request(*p);
+      if (p->exchange->body_expected() && !p->exchange->ended()) abort_request(*p);
       break;
     }
   }

@@ -1087,6 +1087,19 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             status, _ = post.response()
             self.assertEqual((status, post.reset), (200, H2_INTERNAL_ERROR))
 
+    def test_http3_answer_before_the_body_ends_is_not_reset(self):
+        # The upstream answers 2 MB whole after 10 bytes of a 16 MiB
+        # upload. xdpq asks the client to stop sending (STOP_SENDING); the
+        # client's transport answers that with RESET_STREAM, which must not
+        # reset the response still on its way.
+        n = 2_000_000
+        _, src = self.random_file(16 << 20)
+        with self.serve(f"/app={self.app.url}") as srv:
+            r = gtlsclient(srv, [f"/app/early-big?n={n}"], "-d", src, timeout=120)
+            self.assertEqual(r.statuses.get(0), 200, r.output[-2000:])
+            self.assertEqual(sha256(r.file(f"early-big?n={n}")), sha256(pattern(n)))
+            self.assertEqual(total(stats_json(srv), "stream_errors"), 0)
+
     def test_upstream_that_answers_before_the_body_ends(self):
         with self.serve(f"/app={self.app.url}") as srv:
             t = tls(srv)

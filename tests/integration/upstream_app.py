@@ -96,6 +96,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.close_connection = True
             return
+        if urllib.parse.urlparse(self.path).path.endswith("/early-big"):
+            # A whole answer of n bytes after a few body bytes, the rest of
+            # the upload unread; then a lingering close (the upload drained
+            # until the proxy closes, so that no reset cuts the answer).
+            q = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
+            n = int(q.get("n", "1000000"))
+            self.rfile.read1(10)
+            self.send_response(200)
+            self.send_header("content-length", str(n))
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write(pattern(n))
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(30)
+            try:
+                while self.connection.recv(65536):
+                    pass
+            except OSError:
+                pass
+            self.close_connection = True
+            return
         if self.path.endswith("/head-first"):
             # Its head (a body of 10 promised) before it reads any of the
             # request, then nothing until the proxy gives up on it.
