@@ -102,6 +102,8 @@ constexpr Key KEYS[] = {
      "milliseconds"},
     {"proxy_defaults", "timeout_ms", Kind::integer, "--proxy-timeout", "milliseconds"},
     {"proxy_defaults", "idle_timeout_ms", Kind::integer, "--proxy-idle-timeout", "milliseconds"},
+    {"proxy_defaults", "client_timeout_ms", Kind::integer, "--proxy-client-timeout",
+     "milliseconds"},
     {"proxy_defaults", "max_idle", Kind::integer, "--proxy-max-idle", "an integer"},
     {"proxy_defaults", "max_connections", Kind::integer, "--proxy-max-connections",
      "an integer"},
@@ -616,6 +618,7 @@ write_timeout_ms = 30000
 connect_timeout_ms = 5000                # a connect not done by then fails (the upstream is held down)
 timeout_ms = 30000                       # to the response head (504), then the longest silence mid-body
 idle_timeout_ms = 30000                  # pooled keep-alive connections unused this long are closed
+client_timeout_ms = 60000                # a client taking no byte of a held-full response: reset
 max_idle = 32                            # pooled connections per upstream and worker
 max_connections = 512                    # connections per upstream and worker; past it: queue
 queue = 4096                             # requests waiting per route and worker; past it: 503

@@ -191,6 +191,11 @@ Reverse proxy (see docs/proxy.md):
                           sent: 504; after the head, MS without a byte
                           either way resets the client's stream
                           (default 30000).
+  --proxy-client-timeout MS
+                          A client that takes no byte of a proxied
+                          response for MS while the proxy holds all it may
+                          of it gets its stream reset, and the upstream
+                          connection is closed (default 60000).
   --proxy-idle-timeout MS Pooled keep-alive connections unused for MS are
                           closed (default 30000).
   --proxy-max-idle N      Keep-alive connections pooled per upstream and
@@ -335,6 +340,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.proxy.connect_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
     } else if (arg == "--proxy-timeout") {
       o.proxy.response_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
+    } else if (arg == "--proxy-client-timeout") {
+      o.proxy.client_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
     } else if (arg == "--proxy-idle-timeout") {
       o.proxy.idle_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
     } else if (arg == "--proxy-max-idle") {

@@ -532,6 +532,11 @@ public:
     credit(st);
     if (!st.responded) {
       if (st.exchange->head_ready()) respond(st);
+    } else if (st.exchange->failed()) {
+      // Reset now, not from the data callback: a client that keeps its
+      // window at 0 would never be asked for data, and never hear of it.
+      st.refused = true;
+      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
     } else {
       nghttp2_session_resume_data(session_, st.id);
     }

@@ -422,6 +422,12 @@ void H3Session::proxy_progress(void *tag) {
   credit(s);
   if (!s.responded) {
     if (s.exchange->head_ready()) respond(s);
+  } else if (s.exchange->failed() && s.body_offset == s.exchange->received()) {
+    // Everything that came is with nghttp3 already: it may never ask for
+    // more (a client that grants no stream window), so reset from here.
+    s.aborted = true;
+    aborted_.push_back(s.id);
+    stats_.stream_errors += 1;
   } else {
     nghttp3_conn_resume_stream(conn_, s.id);
   }

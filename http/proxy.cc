@@ -832,8 +832,27 @@ void ProxyExchange::check_stall() {
   const uint64_t now = proxy_.loop().now();
   const uint64_t timeout = route_->settings.response_timeout_ns;
   const bool held_by_client = room() == 0;
-  if (held_by_client || now - moved_at_ < timeout) {
-    proxy_.loop().timers().schedule(timer_, (held_by_client ? now : moved_at_) + timeout);
+  if (held_by_client) {
+    // Not the upstream's silence: the client's. It may be slow, but it
+    // must take something within --proxy-client-timeout.
+    const uint64_t client_timeout = proxy_.config().client_timeout_ns;
+    if (held_since_ == 0 || held_base_ != base_) {
+      held_since_ = now;
+      held_base_ = base_;
+    } else if (now - held_since_ >= client_timeout) {
+      proxy_.mutable_stats().proxy_client_timeouts += 1;
+      detach();
+      failed_ = true;
+      drop_body();
+      notify();
+      return;
+    }
+    proxy_.loop().timers().schedule(timer_, std::min(now + timeout, held_since_ + client_timeout));
+    return;
+  }
+  held_since_ = 0;
+  if (now - moved_at_ < timeout) {
+    proxy_.loop().timers().schedule(timer_, moved_at_ + timeout);
     return;
   }
   if (body_expected() && body_held() == 0) {

@@ -82,6 +82,8 @@ struct UpstreamStats {
   X(proxy_body_aborts, "proxied request bodies cut short, too long or reset by the client "       \
                        "(not when the exchange had failed already)")                             \
   X(proxy_body_budget_refusals, "proxied request bodies refused mid-way: the body budget spent")  \
+  X(proxy_client_timeouts, "proxied responses reset: the client took no byte of them for "       \
+                           "--proxy-client-timeout while the proxy held its window full")       \
   X(proxy_body_timeouts, "proxied requests whose client paused its body too long (408, or "     \
                          "a reset after the answer's head)")                                     \
   X(proxy_reconfigured, "reloads that changed the routes (new pools; the old ones finish)")      \
@@ -262,6 +264,10 @@ private:
   bool req_aborted_ = false;
   bool waiting_for_client_ = false; // the timer runs for the client's next body bytes
   uint64_t moved_at_ = 0; // after the head: a response byte read or a body byte taken or written
+  // The client holding the window full: since when (0: not seen so), and
+  // where its taking stood then (any byte taken since starts it anew).
+  uint64_t held_since_ = 0;
+  uint64_t held_base_ = 0;
   ProxyListener *listener_;
   void *tag_;
   BudgetAccount *budget_;

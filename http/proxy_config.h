@@ -73,6 +73,11 @@ struct ProxyRoute {
 struct ProxyConfig : RouteSettings {
   std::vector<ProxyRoute> routes;
   uint64_t down_backoff_ns = 2'000'000'000ull;      // after a failed connect (doubles, to 32x)
+  // A client that takes no byte of a proxied response for this long,
+  // while the exchange holds its window full, has the stream reset and the
+  // upstream connection closed (an upstream connection is no client's to
+  // keep by not reading).
+  uint64_t client_timeout_ns = 60'000'000'000ull;
   std::string health_check_path;                    // empty: no active health checks
   uint64_t health_interval_ns = 2'000'000'000ull;   // between a probe's starts, per worker
   uint64_t health_timeout_ns = 1'000'000'000ull;    // a probe without a head by then fails

@@ -1100,6 +1100,42 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             self.assertEqual(sha256(r.file(f"early-big?n={n}")), sha256(pattern(n)))
             self.assertEqual(total(stats_json(srv), "stream_errors"), 0)
 
+    def test_client_that_takes_nothing_loses_its_upstream_connection(self):
+        # An HTTP/2 client with a stream window of 0 asks for a large
+        # proxied answer and never grants more: after --proxy-client-timeout
+        # of taking nothing its stream is reset and the upstream connection
+        # closed, instead of being held for as long as the client likes.
+        import h2.config
+        import h2.connection
+        import h2.events
+        import h2.settings
+        with self.serve(f"/app={self.app.url}",
+                        extra=["--proxy-timeout", "300", "--proxy-client-timeout", "1000"]) as srv:
+            t = tls(srv, "h2")
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, [(":method", "GET"), (":path", "/app/big?n=4000000"),
+                                    (":scheme", "https"), (":authority", "x")], end_stream=True)
+            t.sendall(conn.data_to_send())
+            status, reset = 0, None
+            while reset is None:
+                data = t.recv(65536)  # the socket's 20 s timeout bounds this
+                self.assertTrue(data, "the connection closed without a reset")
+                for ev in conn.receive_data(data):
+                    if isinstance(ev, h2.events.ResponseReceived):
+                        status = int(dict(ev.headers)[b":status"])
+                    elif isinstance(ev, h2.events.StreamReset):
+                        reset = ev.error_code
+                t.sendall(conn.data_to_send())  # SETTINGS and PING acks, no window
+            self.assertEqual((status, reset), (200, H2_INTERNAL_ERROR))
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "proxy_client_timeouts"), 1)
+            self.assertEqual(total(stats, "upstream0_busy_connections"), 0)
+            self.assertEqual(total(stats, "upstream0_timeouts"), 0)  # not the upstream's doing
+            t.close()
+
     def test_upstream_that_answers_before_the_body_ends(self):
         with self.serve(f"/app={self.app.url}") as srv:
             t = tls(srv)
