@@ -661,6 +661,7 @@ bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
   }
   if (budget_ && !budget_->try_take(len)) {
     proxy_.mutable_stats().proxy_body_budget_refusals += 1;
+    budget_refused_ = true; // counted as that, not also as an abort
     abort_body();
     return false; // not taken: the session credits them itself
   }
@@ -694,7 +695,7 @@ void ProxyExchange::abort_body() {
   // already (the upstream broke off, or nothing moved for --proxy-timeout):
   // the client's stream is being reset for that, counted as that.
   if (ended_ || failed_) return;
-  proxy_.mutable_stats().proxy_body_aborts += 1;
+  if (!budget_refused_) proxy_.mutable_stats().proxy_body_aborts += 1;
   detach(); // never back to the pool half-written
   if (!head_ready_) fail_with(400);
   else failed_ = true;

@@ -301,6 +301,7 @@ private:
   bool ended_ = false;
   bool failed_ = false;
   bool upstream_failed_ = false;
+  bool budget_refused_ = false; // the body cut off by the budget
   bool counted_ = false; // outstanding on upstream_
 };
 

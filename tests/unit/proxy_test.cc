@@ -656,6 +656,7 @@ TEST_F(StreamedRequest, OverTheBudgetAbortsTheBody) {
   EXPECT_TRUE(ex_->put_body(reinterpret_cast<const uint8_t *>(a.data()), a.size()));
   EXPECT_FALSE(ex_->put_body(reinterpret_cast<const uint8_t *>(a.data()), a.size()));
   EXPECT_EQ(proxy_->stats().proxy_body_budget_refusals, 1u);
+  EXPECT_EQ(proxy_->stats().proxy_body_aborts, 0u); // one cause, counted once
   EXPECT_TRUE(ex_->head_ready());
   ex_.reset();
   EXPECT_EQ(small.held(), 0u);
