@@ -513,8 +513,15 @@ void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
     attempts_ += 1;
     bool reused = false;
     bool pool_full = false;
-    UpstreamConn *c = proxy_.connect(*upstream_, fresh, reused, pool_full);
+    bool local_error = false;
+    UpstreamConn *c = proxy_.connect(*upstream_, fresh, reused, pool_full, local_error);
     if (c) return use(c, reused);
+    if (local_error) {
+      // Out of descriptors or ports here: no upstream is to blame (none
+      // is held down) and no other would fare better now.
+      proxy_.mutable_stats().proxy_local_errors += 1;
+      return fail_with(503);
+    }
     if (pool_full) {
       attempts_ -= 1; // nothing was tried
       // Nothing is sent while it waits: its window is not held meanwhile.
@@ -1166,7 +1173,8 @@ Upstream *Proxy::pick_route(size_t i) {
   return i < cur_->routes.size() ? pick(cur_->routes[i]) : nullptr;
 }
 
-UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full) {
+UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full,
+                             bool &local_error) {
   if (!fresh_only && !u.idle.empty()) {
     UpstreamConn *c = u.idle.back();
     reused = true;
@@ -1185,6 +1193,7 @@ UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &p
   UpstreamConn *c = conns_.back().get();
   c->index = conns_.size() - 1;
   if (!c->open()) {
+    local_error = local_connect_error(errno);
     conns_.pop_back();
     return nullptr;
   }

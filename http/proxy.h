@@ -82,6 +82,8 @@ struct UpstreamStats {
   X(proxy_body_aborts, "proxied request bodies cut short, too long or reset by the client "       \
                        "(not when the exchange had failed already)")                             \
   X(proxy_body_budget_refusals, "proxied request bodies refused mid-way: the body budget spent")  \
+  X(proxy_local_errors, "proxied requests answered 503: no socket for the upstream (descriptors, " \
+                        "memory or local ports exhausted here; no upstream held down)")      \
   X(proxy_client_timeouts, "proxied responses reset: the client took no byte of them for "       \
                            "--proxy-client-timeout while the proxy held its window full")       \
   X(proxy_body_timeouts, "proxied requests whose client paused its body too long (408, or "     \
@@ -369,8 +371,10 @@ public:
   Upstream *pick_route(size_t i);
   // A connection to u: a pooled one (reused set) unless fresh_only, or a
   // new one; null when the per-upstream limit is reached (pool_full set)
-  // or the connect failed at once.
-  UpstreamConn *connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full);
+  // or the connect failed at once (local_error set if for want of a
+  // descriptor, memory or a port here).
+  UpstreamConn *connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full,
+                        bool &local_error);
   void mark_down(Upstream &u);
   void mark_up(Upstream &u);
   // c's answer ended and c may carry another: to the route's first

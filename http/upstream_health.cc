@@ -31,11 +31,18 @@ int start_connect(const UpstreamAddress &a, bool &connected) {
     rv = ::connect(fd, &a.inet.u.sa, a.inet.len);
   }
   if (rv != 0 && errno != EINPROGRESS) {
+    const int err = errno;
     ::close(fd);
+    errno = err;
     return -1;
   }
   connected = rv == 0;
   return fd;
+}
+
+bool local_connect_error(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM ||
+         err == EADDRNOTAVAIL;
 }
 
 HealthProbe::HealthProbe(dataplane::EventLoop &loop, const UpstreamAddress &addr,
@@ -69,13 +76,19 @@ void HealthProbe::timer_fired(dataplane::Timer &t) {
 }
 
 void HealthProbe::start() {
-  stats_.probes += 1;
   started_ = loop_.now();
   sent_ = read_ = 0;
   status_ = 0;
   parser_.reset(this, false);
   bool connected = false;
   fd_ = start_connect(addr_, connected);
+  if (fd_ < 0 && local_connect_error(errno)) {
+    // Our shortage says nothing of the upstream: no probe, no verdict this
+    // time; the next at the next interval.
+    loop_.timers().schedule(timer_, started_ + interval_ns_);
+    return;
+  }
+  stats_.probes += 1;
   if (fd_ < 0) return finish(false, "connect failed");
   loop_.watch(fd_, this, true);
   loop_.timers().schedule(timer_, started_ + timeout_ns_);

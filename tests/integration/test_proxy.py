@@ -1239,6 +1239,37 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         self.assertEqual((rr["slow"], rr["fast"]), (10, 10), rr)
         self.assertEqual(rr["slow_outstanding"], 10, rr)
 
+    def test_no_descriptor_here_is_not_the_upstreams_fault(self):
+        # With the server out of descriptors (its limit lowered under the
+        # ones it has), a proxied request gets 503 and neither it nor the
+        # health check holds the upstream down; with descriptors back, the
+        # upstream serves at once.
+        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100")
+        with self.serve(f"/app={self.app.url}", extra=checks) as srv:
+            wait_for(lambda: self.app.health_checks >= 1, "a first health check")
+            pid = str(srv.proc.pid)
+            limit = subprocess.run(["prlimit", "--pid", pid, "--nofile", "--raw", "--noheadings",
+                                    "--output", "SOFT,HARD"], capture_output=True, text=True)
+            self.assertEqual(limit.returncode, 0, limit.stderr)
+            soft, hard = limit.stdout.split()
+            r = subprocess.run(["prlimit", "--pid", pid, "--nofile=3:" + hard])
+            self.assertEqual(r.returncode, 0)
+            try:
+                time.sleep(0.5)  # health checks that find no descriptor
+                h3 = gtlsclient(srv, ["/app/info"])
+                self.assertEqual(h3.statuses.get(0), 503, h3.output[-2000:])
+            finally:
+                subprocess.run(["prlimit", "--pid", pid, f"--nofile={soft}:{hard}"], check=True)
+            # Read once the control socket can take a connection again;
+            # the counters kept what happened meanwhile.
+            stats = stats_json(srv)
+            self.assertGreaterEqual(total(stats, "proxy_local_errors"), 1)
+            self.assertEqual(total(stats, "upstream0_connect_failures"), 0)
+            self.assertEqual(total(stats, "upstream0_marked_down"), 0)
+            self.assertEqual(total(stats, "upstream0_probe_failures"), 0)
+            h3 = gtlsclient(srv, ["/app/info"])
+            self.assertEqual(h3.statuses.get(0), 200, h3.output[-2000:])
+
     def test_health_check_skips_a_failing_upstream_until_it_recovers(self):
         sick, well = App("sick"), App("well")
         sick.health = 503
