@@ -1,6 +1,7 @@
 #include "http/upstream_health.h"
 
 #include "base/log.h"
+#include "dataplane/accept_backoff.h"
 #include "http/proxy.h"
 
 #include <netinet/tcp.h>
@@ -41,8 +42,9 @@ int start_connect(const UpstreamAddress &a, bool &connected) {
 }
 
 bool local_connect_error(int err) {
-  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM ||
-         err == EADDRNOTAVAIL;
+  // What stops an accept() here stops a socket() too; and a connect() may
+  // find no local port left.
+  return dataplane::AcceptBackoff::is_resource_error(err) || err == EADDRNOTAVAIL;
 }
 
 HealthProbe::HealthProbe(dataplane::EventLoop &loop, const UpstreamAddress &addr,
