@@ -571,6 +571,7 @@ bool ProxyExchange::wait_in_queue() {
     queue_deadline_ = proxy_.loop().now() + route_->settings.queue_timeout_ns;
   }
   join_queue();
+  proxy_.serve_at_backoff_end(*route_);
   return true;
 }
 
@@ -1228,8 +1229,26 @@ void Proxy::serve_soon(ProxyRouteState &route) {
   // Served from the loop's timers, not from here: a connection closes,
   // a request arrives, a probe ends, in the middle of an exchange's or a
   // session's own work.
-  if (route.waiting == 0 || serve_timer_.scheduled()) return;
+  if (route.waiting == 0) return;
+  if (serve_timer_.scheduled() && serve_timer_.expiry() <= loop_.now()) return;
   loop_.timers().schedule(serve_timer_, loop_.now());
+}
+
+// Requests still wait while an upstream with room sits out a passive
+// back-off: they are served when it ends, not only when a connection of
+// another frees (which may take as long as that one's slowest answer).
+void Proxy::serve_at_backoff_end(const ProxyRouteState &route) {
+  const uint64_t now = loop_.now();
+  uint64_t at = UINT64_MAX;
+  for (const Upstream *u : route.upstreams) {
+    if (u->down_until > now && !(u->probe && u->probe->failing()) && !full(*u)) {
+      at = std::min(at, u->down_until);
+    }
+  }
+  if (at == UINT64_MAX) return;
+  if (!serve_timer_.scheduled() || serve_timer_.expiry() > at) {
+    loop_.timers().schedule(serve_timer_, at);
+  }
 }
 
 bool Proxy::checked_out(const ProxyRouteState &route) {
@@ -1252,7 +1271,10 @@ void Proxy::serve_queues(ProxyGeneration &g) {
       }
       // No room anywhere. Unless every upstream fails its health check
       // (then pick() has nothing for a new request either), they wait.
-      if (!checked_out(route)) break;
+      if (!checked_out(route)) {
+        serve_at_backoff_end(route);
+        break;
+      }
       ex->no_upstream();
     }
   }

@@ -387,6 +387,9 @@ public:
   // loop's timers. Those an upstream has room for get a connection; if
   // every upstream fails its health check, each gets a 502.
   void serve_soon(ProxyRouteState &route);
+  // route's waiting exchanges are looked at again when the first passive
+  // back-off of an upstream with room ends.
+  void serve_at_backoff_end(const ProxyRouteState &route);
   // Every upstream of route fails its active health check: nothing can
   // serve it (a passive back-off alone never counts, see pick()).
   static bool checked_out(const ProxyRouteState &route);

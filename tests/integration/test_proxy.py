@@ -1228,6 +1228,41 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             self.assertEqual(total(stats, "upstream0_reused"), 3)
             self.assertEqual(len(app.requests), 4)
 
+    def test_a_waiting_request_goes_to_an_upstream_back_from_its_back_off(self):
+        # A holds its one connection (a slow answer); B refused a connect
+        # and sits out its passive back-off (2 s) while a request waits.
+        # When the back-off ends, B is up and has room: the waiting request
+        # goes to it then, not when A's slow answer ends.
+        slow = App("slow")
+        slow.gate = threading.Event()
+        port = dead_port()
+        with slow, self.serve(f"/lb={slow.url},http://127.0.0.1:{port}",
+                              extra=("--proxy-max-connections", "1",
+                                     "--proxy-queue-timeout", "20000")) as srv:
+            first = threading.Thread(target=lambda: curl(srv, "/lb/held", http="--http1.1"),
+                                     daemon=True)
+            try:
+                first.start()
+                wait_for(lambda: slow.requests, "the first request to reach the slow one")
+                # Round robin: the next goes to B, is refused, finds A full
+                # and waits. B then comes up (its back-off still running).
+                got = {}
+                second = threading.Thread(target=lambda: got.update(
+                    r=curl(srv, "/lb/second", http="--http1.1", timeout=30)), daemon=True)
+                second.start()
+                wait_for(lambda: total(stats_json(srv), "proxy_waiting") == 1,
+                         "the second request to wait")
+                stats = stats_json(srv)
+                self.assertEqual(total(stats, "upstream1_marked_down"), 1)
+                with App("b", address=("127.0.0.1", port)):
+                    second.join(15)
+                    self.assertFalse(second.is_alive(), "still waiting after B's back-off")
+                    st, _, body, _, _ = got["r"]
+                    self.assertEqual((st, body), (200, b"b GET /lb/second"))
+            finally:
+                slow.gate.set()
+                first.join(10)
+
     def test_least_outstanding_sends_to_the_idle_upstream(self):
         lo = self.gated_run("least-outstanding")
         # The first request finds both idle and may go to the slow one; from
