@@ -1263,6 +1263,47 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
                 slow.gate.set()
                 first.join(10)
 
+    def test_a_connection_of_an_upstream_failing_its_check_is_not_handed_on(self):
+        # A and B each carry one slow answer at their one connection, a
+        # third request waits. A then fails its health check; when A's
+        # answer ends, its connection must not go to the waiting request
+        # (a failing upstream gets no requests): B's does, once it is free.
+        a, b = App("a"), App("b")
+        a.gate, b.gate = threading.Event(), threading.Event()
+        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100",
+                  "--proxy-max-connections", "1", "--proxy-queue-timeout", "20000")
+        got = {}
+
+        def get(name):
+            got[name] = curl(srv, f"/lb/{name}", http="--http1.1", timeout=30)
+
+        with a, b, self.serve(f"/lb={a.url},{b.url}", extra=checks) as srv:
+            threads = []
+            try:
+                for name, held in (("one", a), ("two", b)):
+                    threads.append(threading.Thread(target=get, args=(name,), daemon=True))
+                    threads[-1].start()
+                    wait_for(lambda h=held: h.requests, f"request {name} at its upstream")
+                threads.append(threading.Thread(target=get, args=("three",), daemon=True))
+                threads[-1].start()
+                wait_for(lambda: total(stats_json(srv), "proxy_waiting") == 1, "a waiting request")
+                a.health = 500
+                wait_for(lambda: total(stats_json(srv), "upstream0_probe_failures") >= 1,
+                         "A to fail its check")
+                a.gate.set()
+                threads[0].join(10)
+                self.assertEqual(got["one"][0], 200)
+                time.sleep(0.3)  # A's connection is back: the request must still wait
+                self.assertNotIn("three", got)
+                self.assertEqual(total(stats_json(srv), "proxy_waiting"), 1)
+                b.gate.set()
+                for t in threads[1:]:
+                    t.join(15)
+                self.assertEqual(got["three"][:3:2], (200, b"b GET /lb/three"))
+            finally:
+                a.gate.set()
+                b.gate.set()
+
     def test_least_outstanding_sends_to_the_idle_upstream(self):
         lo = self.gated_run("least-outstanding")
         # The first request finds both idle and may go to the slow one; from
