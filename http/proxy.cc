@@ -1218,8 +1218,8 @@ void Proxy::pool(UpstreamConn &c) {
   // The oldest waiting request takes it as it is (warm, no connect);
   // unless the upstream fails its health check, which gives it no request
   // (a passive back-off does not hold: this answer just came whole).
-  const bool checked_out = u.probe && u.probe->failing();
-  while (ProxyExchange *ex = checked_out ? nullptr : ProxyExchange::first_waiting(*u.route)) {
+  const bool failing = u.probe && u.probe->failing();
+  while (ProxyExchange *ex = failing ? nullptr : ProxyExchange::first_waiting(*u.route)) {
     if (ex->dequeued(u, &c)) return;
   }
   if (u.gen->retired || u.idle.size() >= u.settings->max_idle_per_upstream) return c.close();

@@ -46,6 +46,11 @@ UpstreamAddress parse_upstream_url(std::string_view url) {
     }
   } else {
     auto colon = rest.rfind(':');
+    if (colon != std::string_view::npos && rest.find(':') != colon) {
+      // "::1:8000": which colon starts the port? (And the Host field
+      // written from it would be malformed.)
+      throw bad("an IPv6 address goes in brackets: http://[ADDRESS]:PORT");
+    }
     if (colon != std::string_view::npos) {
       host.assign(rest.substr(0, colon));
       port_text = rest.substr(colon + 1);
@@ -210,9 +215,16 @@ void ProxyConfig::add_route(std::string_view spec) {
   if (r.prefix.front() != '/') {
     throw ProxyConfigError("'" + std::string(spec) + "': the prefix must start with '/'");
   }
+  if (r.prefix.find_first_of("?#") != std::string::npos) {
+    // Matched against the path without its query: it would never match.
+    throw ProxyConfigError("'" + std::string(spec) + "': the prefix is a path, without '?' or '#'");
+  }
   auto rest = spec.substr(eq + 1);
   auto semi = rest.find(';');
   auto urls = rest.substr(0, semi);
+  if (!urls.empty() && urls.back() == ',') {
+    throw ProxyConfigError("'" + std::string(spec) + "': empty upstream URL");
+  }
   while (!urls.empty()) {
     auto comma = urls.find(',');
     auto one = urls.substr(0, comma);

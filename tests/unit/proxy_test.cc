@@ -415,7 +415,8 @@ TEST(ProxyConfig, RoutesAndUrls) {
 TEST(ProxyConfig, BadUrlsRefusedWithAReason) {
   for (const char *bad : {"https://127.0.0.1:1", "ftp://x", "http://127.0.0.1:0",
                           "http://127.0.0.1:99999", "http://127.0.0.1:80/path", "unix:relative",
-                          "http://", "http://no-such-host.invalid:80"}) {
+                          "http://", "http://no-such-host.invalid:80", "http://::1:8000",
+                          "http://::1"}) {
     EXPECT_THROW(parse_upstream_url(bad), ProxyConfigError) << bad;
   }
   ProxyConfig cfg;
@@ -423,6 +424,11 @@ TEST(ProxyConfig, BadUrlsRefusedWithAReason) {
   EXPECT_THROW(cfg.add_route("/api="), ProxyConfigError);
   EXPECT_THROW(cfg.add_route("/api"), ProxyConfigError);
   EXPECT_THROW(cfg.add_route("/a=http://127.0.0.1:1,,http://127.0.0.1:2"), ProxyConfigError);
+  EXPECT_THROW(cfg.add_route("/a=http://127.0.0.1:1,"), ProxyConfigError);
+  EXPECT_THROW(cfg.add_route("/a?x=http://127.0.0.1:1"), ProxyConfigError);
+  EXPECT_THROW(cfg.add_route("/a#x=http://127.0.0.1:1"), ProxyConfigError);
+  EXPECT_NO_THROW(parse_upstream_url("http://[::1]:8000"));
+  EXPECT_NO_THROW(cfg.add_route("/a=http://127.0.0.1:1,http://127.0.0.1:2"));
 }
 
 TEST(ProxyConfig, Cidr) {
