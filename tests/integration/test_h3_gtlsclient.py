@@ -102,7 +102,11 @@ class GtlsclientTest(TimedTestCase):
                                          "--handshake-timeout=150s", timeout=400,
                                          quiet=True, idle_timeout="150s"), range(20)))
             stats = srv.stop()
+        # A client without its file: say what it and the server saw.
         for i, r in enumerate(results):
+            self.assertTrue(r.has_file(str(1000 + i)),
+                            f"client {i}: exit {r.returncode}, {r.output[-1500:]}; "
+                            f"server: {stats}")
             self.assertEqual(r.file(str(1000 + i)), pattern(1000 + i), f"client {i}")
         self.assertEqual(stats["handshakes_completed"], 20, stats)
         self.assertEqual(stats["handshakes_failed"], 0, stats)
