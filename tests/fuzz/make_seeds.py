@@ -194,6 +194,16 @@ config_id = 3
 nonce_length = 12
 mode = "plaintext"
 """)
+put("config", "proxy", b"""[proxy_defaults]
+timeout_ms = 30000
+client_timeout_ms = 60000
+trusted = ["10.0.0.0/8"]
+
+[[proxy]]
+prefix = "/api/"
+upstreams = ["http://127.0.0.1:8000", "http://[::1]:8001", "unix:/run/app.sock"]
+balancing = "least-outstanding"
+""")
 put("config", "bad_type", b"[server]\nworkers = \"two\"\n")
 put("config", "unknown", b"[nope]\nx = 1\n")
 
@@ -212,6 +222,8 @@ upstream("interim", False, b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hin
          b"Link: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
 upstream("head", True, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
 upstream("bad_chunk", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+upstream("trailers", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n"
+         b"3\r\nabc\r\n0\r\nT-1: a\r\nT-2: b\r\nT-3: c\r\n\r\n")
 upstream("truncated", False, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
 upstream("huge_head", False, b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n")
 upstream("two_lengths", False, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
