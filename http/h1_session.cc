@@ -291,8 +291,10 @@ private:
       fail(431);
       return 0;
     }
-    if (host_fields_ > 1) {
-      // Which one names the target? Neither (RFC 9112 3.2).
+    const bool http11 = parser_.http_major == 1 && parser_.http_minor >= 1;
+    if (host_fields_ > 1 || (host_fields_ == 0 && http11)) {
+      // Which one names the target? Neither; and an HTTP/1.1 request
+      // without one is as malformed (RFC 9112 3.2).
       fail(400);
       return 0;
     }

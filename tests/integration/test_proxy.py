@@ -413,19 +413,22 @@ class ProxyTest(TimedTestCase):
                 self.assertEqual(sha256(body), sha256(pattern(n)), kind)
 
     def test_host_from_http1_clients(self):
-        # Two Host fields: 400, and the upstream never asked. None (HTTP/1.0):
-        # the upstream gets an empty one, as HTTP/1.1 requires.
+        # Two Host fields, or none in HTTP/1.1: 400, and the upstream never
+        # asked. None in HTTP/1.0: the upstream gets an empty one, as
+        # HTTP/1.1 requires.
         with self.serve(f"/app={self.app.url}") as srv:
-            t = tls(srv)
-            t.sendall(b"GET /app/info?two HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n")
-            st, _ = read_http1_response(t.makefile("rb"))
-            t.close()
-            self.assertEqual(st, 400)
-            self.assertNotIn(("GET", "/app/info?two"), self.app.requests)
-            t = tls(srv)
-            t.sendall(b"GET /app/info?none HTTP/1.0\r\n\r\n")
-            st, got = read_http1_response(t.makefile("rb"))
-            t.close()
+            def ask(request):
+                t = tls(srv)
+                t.sendall(request)
+                answer = read_http1_response(t.makefile("rb"))
+                t.close()
+                return answer
+            for query, request in (
+                    ("two", b"GET /app/info?two HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n"),
+                    ("missing", b"GET /app/info?missing HTTP/1.1\r\n\r\n")):
+                self.assertEqual(ask(request)[0], 400, query)
+                self.assertNotIn(("GET", f"/app/info?{query}"), self.app.requests)
+            st, got = ask(b"GET /app/info?none HTTP/1.0\r\n\r\n")
             self.assertEqual(st, 200)
             self.assertIn(["host", ""], json.loads(got)["headers"])
 
