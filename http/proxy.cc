@@ -123,7 +123,7 @@ public:
     head_off_ = 0;
     frame_len_ = frame_off_ = 0;
     chunk_left_ = 0;
-    chunks_ = last_chunk_ = write_failed_ = false;
+    chunks_ = last_chunk_ = write_failed_ = stray_ = false;
     sent_at_ = proxy_.loop().now(); // a connecting one sets it again when connected
     head_timed_ = false;
     proxy_.loop().timers().cancel(timer_);
@@ -356,7 +356,15 @@ private:
           head_timed_ = true;
           up_.stats.head_latency.record(proxy_.loop().now() - sent_at_);
         }
-        if (r != UpstreamResponseParser::Result::ok) return broke(true);
+        if (r != UpstreamResponseParser::Result::ok) {
+          // Bytes after a whole answer: the answer stands, but what
+          // followed it must never pass for the next request's response,
+          // so the connection is closed rather than reused.
+          if (!parser_.complete()) return broke(true);
+          up_.stats.stray_bytes += 1;
+          stray_ = true;
+          return done();
+        }
         if (parser_.complete()) return done();
         continue;
       }
@@ -396,7 +404,7 @@ private:
     // A connection whose request write failed (the upstream answered and
     // closed its side) is never pooled, whatever its answer said.
     if (parser_.keep_alive() && state_ != State::closed && state_ != State::sending &&
-        !write_failed_) {
+        !write_failed_ && !stray_) {
       proxy_.pool(*this);
     } else {
       close();
@@ -419,6 +427,7 @@ private:
   bool chunks_ = false;         // a chunk went out (the next framing starts with its CRLF)
   bool last_chunk_ = false;
   bool write_failed_ = false;
+  bool stray_ = false;          // the upstream sent more than its answer
   bool want_read_ = false;      // the epoll interest set
   bool want_write_ = false;
   uint64_t opened_at_ = 0; // the connect started (loop time)

@@ -44,6 +44,7 @@ namespace xdpq::http {
   X(timeouts, "requests without a response head within the proxy timeout (504)")                  \
   X(resets, "responses cut short: the upstream closed or reset mid-body (client stream reset)")   \
   X(bad_responses, "malformed or oversized response heads (502)")                                  \
+  X(stray_bytes, "answers followed by bytes that are no answer (the connection is closed)")       \
   X(retries, "requests moved to another connection or upstream before any response byte")        \
   X(marked_down, "times passive health marked the upstream down")                                \
   X(probes, "active health checks started")                                                        \

@@ -587,6 +587,25 @@ class ProxyTest(TimedTestCase):
                     self.assertEqual(st, 502, (path, http))
             self.assertGreaterEqual(total(stats_json(srv), "upstream0_bad_responses"), 4)
 
+    def test_bytes_after_a_whole_answer_do_not_answer_the_next_request(self):
+        # One upstream connection at most, so the next request would go on
+        # the same one if it were pooled.
+        with self.serve(f"/app={self.app.url}",
+                        extra=("--proxy-max-connections", "1")) as srv:
+            for http in TCP:
+                st, _, got, rc, _ = curl(srv, "/app/overlong", http=http)
+                self.assertEqual((st, got, rc), (200, b"hello", 0), http)
+                st, _, got, rc, _ = curl(srv, "/app/info", http=http)
+                self.assertEqual((st, rc), (200, 0), http)
+                self.assertNotEqual(got, b"smuggle", http)
+            h3 = gtlsclient(srv, ["/app/overlong"])
+            self.assertEqual(h3.statuses.get(0), 200, h3.output[-2000:])
+            self.assertEqual(h3.file("overlong"), b"hello")
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "upstream0_stray_bytes"), 3)
+            self.assertEqual(total(stats, "upstream0_bad_responses"), 0)
+            self.assertEqual(total(stats, "upstream0_resets"), 0)
+
     def test_upstream_reset_mid_body_resets_the_stream(self):
         n = 1_000_000
         with self.serve(f"/app={self.app.url}") as srv:

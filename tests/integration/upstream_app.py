@@ -237,6 +237,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif p.endswith("/badhead"):
             self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nbad header line\r\n\r\nhello")
             self.close_connection = True
+        elif p.endswith("/overlong"):
+            # Five bytes announced, then a second "response" in the same
+            # write, on a connection kept open: it must not answer the
+            # proxy's next request.
+            self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"
+                             b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nsmuggle")
         elif p.endswith("/hugehead"):
             self.wfile.write(b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 100000 + b"\r\n\r\n")
             self.close_connection = True
