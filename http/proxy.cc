@@ -1006,16 +1006,24 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
       u->gen = g.get();
       u->route = &state;
       u->settings = &state.settings;
+      // The same route and URL as before a reload: its counters go on. A
+      // URL listed more than once is matched listing by listing.
+      const auto listing = static_cast<size_t>(std::count_if(
+          r.upstreams.data(), &a, [&](const auto &other) { return other.text == a.text; }));
       const Upstream *before = nullptr;
-      // The same route and URL as before a reload: its counters go on.
-      for (size_t j = 0; cur_ && j < cur_->routes.size(); ++j) {
+      for (size_t j = 0; cur_ && !before && j < cur_->routes.size(); ++j) {
         if (cur_->cfg->routes[j].prefix != r.prefix) continue;
+        size_t seen = 0;
         for (const Upstream *old : cur_->routes[j].upstreams) {
-          if (old->addr.text != a.text) continue;
-          u->stats = old->stats;
-          u->stats.outstanding = 0; // the old one's exchanges count down their own
-          before = old;
+          if (old->addr.text == a.text && seen++ == listing) {
+            before = old;
+            break;
+          }
         }
+      }
+      if (before) {
+        u->stats = before->stats;
+        u->stats.outstanding = 0; // the old one's exchanges count down their own
       }
       if (!cfg->health_check_path.empty()) {
         u->probe = std::make_unique<HealthProbe>(loop_, u->addr, cfg->health_check_path,

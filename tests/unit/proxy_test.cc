@@ -827,6 +827,28 @@ TEST_F(StreamedRequest, WaitingRequestsTakeFreedRoomOrTimeOut) {
   proxy.end_of_pass();
 }
 
+// A URL listed twice in a route is two upstreams; across a reload each
+// keeps its own counters (the first listing the first's, and so on).
+TEST_F(StreamedRequest, AReloadKeepsTheCountersOfAUrlListedTwice) {
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ",unix:" + path_);
+  Proxy proxy(cfg, loop_);
+  auto a = get(proxy); // round robin: the first listing
+  EXPECT_NE(upstream().find("GET /api/up HTTP/1.1"), std::string::npos);
+  auto requests = [&] {
+    std::vector<UpstreamStats> st;
+    proxy.upstream_stats(st);
+    std::vector<uint64_t> n;
+    for (const auto &u : st) n.push_back(u.requests);
+    return n;
+  };
+  ASSERT_EQ(requests(), (std::vector<uint64_t>{1, 0}));
+  proxy.reconfigure(cfg);
+  EXPECT_EQ(requests(), (std::vector<uint64_t>{1, 0}));
+  a.reset();
+  proxy.end_of_pass();
+}
+
 // A reload while a request waits for a connection: it goes to the new
 // upstreams of its prefix (even at another position in the new routes),
 // ahead of a request that came after the reload, instead of waiting for
