@@ -9,7 +9,7 @@
 namespace xdpq::http {
 
 H3ClientConn::H3ClientConn(const Options &opts, Events &events)
-    : events_(events), max_udp_payload_(opts.max_udp_payload) {
+    : events_(events), max_udp_payload_(opts.max_udp_payload), grant_data_(opts.grant_data) {
   ref_.user_data = this;
   ref_.get_conn = [](ngtcp2_crypto_conn_ref *r) { return self(r->user_data).conn_; };
 
@@ -63,7 +63,7 @@ H3ClientConn::H3ClientConn(const Options &opts, Events &events)
   ngtcp2_transport_params_default(&p);
   p.initial_max_stream_data_bidi_local = 4 << 20;
   p.initial_max_stream_data_uni = 1 << 20;
-  p.initial_max_data = 16 << 20;
+  p.initial_max_data = opts.max_data;
   p.initial_max_streams_uni = 3;
   p.max_idle_timeout = opts.idle_timeout;
   if (ngtcp2_conn_client_new(&conn_, &dcid, &scid, &opts.path, NGTCP2_PROTO_VER_V1, &cb, &s, &p,
@@ -150,7 +150,7 @@ int H3ClientConn::on_stream_data(int64_t sid, const uint8_t *data, size_t len, b
 // Bytes nghttp3 (or the owner, for bodies) is done with: credit for the peer.
 void H3ClientConn::consumed(int64_t sid, uint64_t n) {
   ngtcp2_conn_extend_max_stream_offset(conn_, sid, n);
-  ngtcp2_conn_extend_max_offset(conn_, n);
+  if (grant_data_) ngtcp2_conn_extend_max_offset(conn_, n);
 }
 
 int64_t H3ClientConn::submit_request(std::span<const nghttp3_nv> fields, bool has_body) {

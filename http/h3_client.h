@@ -57,6 +57,8 @@ public:
     uint64_t max_window = 0;        // 0: ngtcp2's default
     uint64_t max_stream_window = 0; // 0: ngtcp2's default
     uint64_t idle_timeout = 30'000'000'000ull;
+    uint64_t max_data = 16 << 20; // the connection's flow-control window
+    bool grant_data = true;       // false: never extended (a client that stops reading)
   };
 
   // Throws std::runtime_error if ngtcp2 or GnuTLS refuse.
@@ -98,6 +100,7 @@ private:
   nghttp3_conn *h3_ = nullptr;
   ngtcp2_crypto_conn_ref ref_{};
   size_t max_udp_payload_;
+  bool grant_data_;
 };
 
 } // namespace xdpq::http

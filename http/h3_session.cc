@@ -265,12 +265,16 @@ int64_t H3Session::writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, 
                 "ngtcp2_vec and nghttp3_vec share a layout");
   auto n = nghttp3_conn_writev_stream(conn_, &stream_id, &fin, reinterpret_cast<nghttp3_vec *>(vec),
                                       veccnt);
+  send_resets(); // streams nghttp3's reads of their bodies found broken
+  return n;
+}
+
+void H3Session::send_resets() {
   for (int64_t id : aborted_) {
     transport_.app_stop_reading(id, NGHTTP3_H3_INTERNAL_ERROR);
     transport_.app_reset_writing(id, NGHTTP3_H3_INTERNAL_ERROR);
   }
   aborted_.clear();
-  return n;
 }
 
 int H3Session::add_write_offset(int64_t stream_id, size_t n) {

@@ -78,6 +78,7 @@ public:
   int64_t read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
                       bool early) override;
   int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) override;
+  void before_write() override { send_resets(); }
   int add_write_offset(int64_t stream_id, size_t n) override;
   int add_ack_offset(int64_t stream_id, uint64_t n) override;
   void block_stream(int64_t stream_id) override;
@@ -117,6 +118,7 @@ private:
   bool credit(Stream &s);
   // Writes the bodies that on_data() handed to exchanges during one read.
   void flush_bodies();
+  void send_resets(); // the streams in aborted_, reset both ways
   // The proxied request cannot go on (body cut, overrun, over budget):
   // the stream is reset both ways, the upstream connection closed.
   void abort_request(Stream &s);

@@ -56,6 +56,10 @@ public:
   // Data to send: fills vec (up to veccnt) for one stream, sets stream_id
   // (-1: nothing) and fin. Returns the count or a negative error.
   virtual int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) = 0;
+  // The start of every write, asked for stream data or not (the
+  // connection's window may be spent): stream resets the application
+  // decided on go to the transport now, as they need no credit.
+  virtual void before_write() {}
   virtual int add_write_offset(int64_t stream_id, size_t n) = 0;
   virtual int add_ack_offset(int64_t stream_id, uint64_t n) = 0;
   // Flow control blocked the stream / lifted the block.

@@ -391,6 +391,7 @@ bool Connection::write() {
   std::span<uint8_t> buf;
   size_t written = 0;
   bool ok = true;
+  if (app_) app_->before_write();
   for (;;) {
     int64_t stream_id = -1;
     int fin = 0;

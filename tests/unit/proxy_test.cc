@@ -10,14 +10,17 @@
 
 #include "loop_steps.h"
 #include "parse_args.h"
+#include "quic_pipe.h"
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 using namespace xdpq::http;
@@ -825,6 +828,69 @@ TEST_F(StreamedRequest, WaitingRequestsTakeFreedRoomOrTimeOut) {
   b.reset();
   c.reset();
   proxy.end_of_pass();
+}
+
+// HTTP/3: a proxied answer cut off by its upstream is reset at once, even
+// while the client's connection window is spent on another answer (a
+// RESET_STREAM takes no flow-control credit), not when the client next
+// grants some.
+TEST_F(StreamedRequest, Http3ResetLeavesWhileTheConnectionWindowIsSpent) {
+  xdpq::quic::ManualClock clock;
+  const auto secrets = xdpq::quic::Secrets::generate();
+  xdpq::testing::TestServer server(clock, xdpq::quic::EndpointConfig{}, secrets);
+  server.app->set_proxy(proxy_.get());
+  xdpq::testing::TestClient client(clock, xdpq::testing::make_test_path(), 64 * 1024);
+  ASSERT_TRUE(xdpq::testing::run_until(client, server, clock, [&] {
+    return client.handshake_completed() && server.endpoint->stats().handshakes_completed > 0;
+  }));
+  // Datagrams both ways, no time passing; the loop runs the upstream side.
+  auto wire = [&] {
+    for (auto &dg : client.write()) {
+      for (auto &back : server.deliver(dg)) client.read(back);
+    }
+    for (auto &back : server.tick()) client.read(back);
+  };
+  const int64_t proxied = client.request("GET", "/api/up");
+  ASSERT_EQ(::fcntl(listen_, F_SETFL, O_NONBLOCK), 0); // upstream() polls
+  std::string got;
+  int64_t big = -1;
+  size_t big_got = 0;
+  const std::string part = "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc";
+  Steps steps(
+      loop_,
+      {{[&] {
+          wire();
+          got += upstream();
+          return got.find("\r\n\r\n") != std::string::npos;
+        },
+        [&] { (void)!::send(up_, part.data(), part.size(), 0); }},
+       // The answer's head and its first 3 of 100 bytes reach the client;
+       // then another answer spends the connection's window.
+       {[&] {
+          wire();
+          return client.responses[proxied].body == "abc";
+        },
+        [&] { big = client.request("GET", "/bytes/1000000"); }},
+       {[&] {
+          wire();
+          return client.responses[big].body.size() >= 32 * 1024;
+        },
+        [&] {
+          for (int i = 0; i < 10; ++i) wire();
+          big_got = client.responses[big].body.size();
+          ::close(up_); // the upstream breaks off 97 bytes short
+          up_ = -1;
+        }},
+       {[&] {
+          wire();
+          return client.responses[proxied].reset || client.closed();
+        },
+        nullptr}});
+  EXPECT_EQ(steps.run(), 4u);
+  EXPECT_LT(big_got, 64u * 1024); // the window was spent
+  EXPECT_TRUE(client.responses[proxied].reset);
+  EXPECT_EQ(client.responses[proxied].reset_code, static_cast<uint64_t>(NGHTTP3_H3_INTERNAL_ERROR));
+  EXPECT_FALSE(client.responses[big].done);
 }
 
 // A URL listed twice in a route is two upstreams; across a reload each

@@ -49,7 +49,8 @@ ngtcp2_path to_np(const dataplane::Path &p) {
 
 } // namespace
 
-TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path)
+TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
+                       uint64_t fixed_window)
     : clock_(clock), path_(path) {
   gnutls_certificate_allocate_credentials(&cred_);
   http::H3ClientConn::Options o;
@@ -58,6 +59,10 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path)
   o.cred = cred_;
   o.pmtud = false;
   o.idle_timeout = 60'000'000'000ull;
+  if (fixed_window != 0) {
+    o.max_data = fixed_window;
+    o.grant_data = false;
+  }
   try {
     h3c_ = std::make_unique<http::H3ClientConn>(o, *this);
   } catch (...) {

@@ -65,7 +65,9 @@ struct Response {
 
 class TestClient final : public http::H3ClientConn::Events {
 public:
-  TestClient(quic::ManualClock &clock, const dataplane::Path &path);
+  // A fixed_window other than 0 is the connection's flow-control window,
+  // never extended (a client that stops reading).
+  TestClient(quic::ManualClock &clock, const dataplane::Path &path, uint64_t fixed_window = 0);
   ~TestClient();
   TestClient(const TestClient &) = delete;
   TestClient &operator=(const TestClient &) = delete;
