@@ -291,6 +291,12 @@ private:
       fail(431);
       return 0;
     }
+    if (parser_.http_major > 1) {
+      // "HTTP/2.0" or later on this parser: not a version spoken here
+      // (RFC 9110 15.6.6), whatever the request looks like.
+      fail(505);
+      return 0;
+    }
     const bool http11 = parser_.http_major == 1 && parser_.http_minor >= 1;
     if (host_fields_ > 1 || (host_fields_ == 0 && http11)) {
       // Which one names the target? Neither; and an HTTP/1.1 request
@@ -427,7 +433,7 @@ private:
   // Answers with status and closes the connection afterwards (the request
   // stream is no longer in a state we trust).
   void fail(int status) {
-    if (status == 400) env_.stats->bad_requests += 1;
+    if (status == 400 || status == 505) env_.stats->bad_requests += 1;
     Response resp;
     make_error(resp, status);
     enqueue(resp, true);

@@ -423,10 +423,13 @@ class ProxyTest(TimedTestCase):
                 answer = read_http1_response(t.makefile("rb"))
                 t.close()
                 return answer
-            for query, request in (
-                    ("two", b"GET /app/info?two HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n"),
-                    ("missing", b"GET /app/info?missing HTTP/1.1\r\n\r\n")):
-                self.assertEqual(ask(request)[0], 400, query)
+            for query, request, status in (
+                    ("two", b"GET /app/info?two HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n", 400),
+                    ("missing", b"GET /app/info?missing HTTP/1.1\r\n\r\n", 400),
+                    # Not a version HTTP/1.x speaks, with or without Host.
+                    ("v2", b"GET /app/info?v2 HTTP/2.0\r\n\r\n", 505),
+                    ("v9", b"GET /app/info?v9 HTTP/9.9\r\nhost: a\r\n\r\n", 505)):
+                self.assertEqual(ask(request)[0], status, query)
                 self.assertNotIn(("GET", f"/app/info?{query}"), self.app.requests)
             st, got = ask(b"GET /app/info?none HTTP/1.0\r\n\r\n")
             self.assertEqual(st, 200)
