@@ -347,7 +347,8 @@ private:
         interest(false, state_ == State::sending && want_write_);
         break;
       }
-      ssize_t n = ::recv(fd_, buf.data(), std::min(room, buf.size()), 0);
+      const size_t want = std::min(room, buf.size());
+      ssize_t n = ::recv(fd_, buf.data(), want, 0);
       if (n > 0) {
         progressed = true;
         ex_->moved(); // framing, trailers and 1xx count as the upstream speaking too
@@ -365,7 +366,14 @@ private:
           stray_ = true;
           return done();
         }
-        if (parser_.complete()) return done();
+        if (parser_.complete()) {
+          // A read as long as asked may have stopped right where the
+          // answer ends, with more behind it: the socket is asked (without
+          // taking anything) before the connection can serve another
+          // request. A shorter read emptied it.
+          if (static_cast<size_t>(n) == want) check_behind();
+          return done();
+        }
         continue;
       }
       if (n == 0) {
@@ -379,6 +387,15 @@ private:
       return broke(false);
     }
     if (progressed) ex->notify();
+  }
+
+  // Bytes behind a whole answer make the connection unusable (counted);
+  // so does the upstream's close right behind it.
+  void check_behind() {
+    char c;
+    const ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0) up_.stats.stray_bytes += 1;
+    if (r >= 0) stray_ = true;
   }
 
   void failed_before_response(bool connect) {
@@ -427,7 +444,7 @@ private:
   bool chunks_ = false;         // a chunk went out (the next framing starts with its CRLF)
   bool last_chunk_ = false;
   bool write_failed_ = false;
-  bool stray_ = false;          // the upstream sent more than its answer
+  bool stray_ = false;          // more than its answer came, or the close: not reused
   bool want_read_ = false;      // the epoll interest set
   bool want_write_ = false;
   uint64_t opened_at_ = 0; // the connect started (loop time)

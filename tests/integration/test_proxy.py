@@ -6,6 +6,7 @@ hop-by-hop fields, 502/504, resets on a cut body, balancing (least
 outstanding against round robin), passive and active health, a client that
 never reads, counters, latency histograms and their Prometheus form."""
 
+import concurrent.futures
 import json
 import os
 import re
@@ -413,9 +414,9 @@ class ProxyTest(TimedTestCase):
                 self.assertEqual(sha256(body), sha256(pattern(n)), kind)
 
     def test_host_from_http1_clients(self):
-        # Two Host fields, or none in HTTP/1.1: 400, and the upstream never
-        # asked. None in HTTP/1.0: the upstream gets an empty one, as
-        # HTTP/1.1 requires.
+        # Two Host fields, or none in HTTP/1.1: 400; a major version past 1:
+        # 505; and the upstream never asked. None in HTTP/1.0: the upstream
+        # gets an empty one, as HTTP/1.1 requires.
         with self.serve(f"/app={self.app.url}") as srv:
             def ask(request):
                 t = tls(srv)
@@ -608,6 +609,23 @@ class ProxyTest(TimedTestCase):
             self.assertEqual(total(stats, "upstream0_stray_bytes"), 3)
             self.assertEqual(total(stats, "upstream0_bad_responses"), 0)
             self.assertEqual(total(stats, "upstream0_resets"), 0)
+
+    def test_bytes_behind_a_read_that_ends_with_the_answer(self):
+        # The answer's end and the extra bytes arrive together, and the
+        # read stops at the answer's end; a request waiting for the one
+        # connection allowed would get it at once, with those bytes in it.
+        with self.serve(f"/app={self.app.url}",
+                        extra=("--proxy-max-connections", "1")) as srv:
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                first = pool.submit(curl, srv, "/app/overlong-split")
+                time.sleep(0.1)  # the second waits for the connection
+                second = pool.submit(curl, srv, "/app/info?second")
+                st, _, got, rc, _ = first.result()
+                self.assertEqual((st, got, rc), (200, b"hello", 0))
+                st, _, got, rc, _ = second.result()
+                self.assertEqual((st, rc), (200, 0))
+                self.assertNotEqual(got, b"smuggle")
+            self.assertEqual(total(stats_json(srv), "upstream0_stray_bytes"), 1)
 
     def test_upstream_reset_mid_body_resets_the_stream(self):
         n = 1_000_000

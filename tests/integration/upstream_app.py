@@ -243,6 +243,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # proxy's next request.
             self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"
                              b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nsmuggle")
+        elif p.endswith("/overlong-split"):
+            # The same, but the head comes first and the body later, with
+            # the extra "response" right behind it: a read that asks for
+            # exactly the body's length ends where the answer does.
+            self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")
+            self.wfile.flush()
+            time.sleep(0.3)
+            self.wfile.write(b"helloHTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nsmuggle")
         elif p.endswith("/hugehead"):
             self.wfile.write(b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 100000 + b"\r\n\r\n")
             self.close_connection = True
