@@ -298,9 +298,11 @@ private:
       return 0;
     }
     const bool http11 = parser_.http_major == 1 && parser_.http_minor >= 1;
-    if (host_fields_ > 1 || (host_fields_ == 0 && http11)) {
+    if (host_fields_ > 1 || (host_fields_ == 0 && http11) ||
+        (host_fields_ == 1 && !valid_host_field(req_.authority))) {
       // Which one names the target? Neither; and an HTTP/1.1 request
-      // without one is as malformed (RFC 9112 3.2).
+      // without one, or with one that names no host, is as malformed
+      // (RFC 9112 3.2).
       fail(400);
       return 0;
     }

@@ -1,6 +1,7 @@
 #include "http/message.h"
 
 #include <array>
+#include <cctype>
 
 namespace xdpq::http {
 
@@ -123,6 +124,36 @@ void Response::reset() {
   body.reset();
   content_length = 0;
   length_unknown = false;
+}
+
+bool valid_host_field(std::string_view value) {
+  std::string_view port;
+  if (!value.empty() && value.front() == '[') {
+    const size_t close = value.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (char c : value.substr(1, close - 1)) {
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return false;
+    }
+    const std::string_view rest = value.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      port = rest.substr(1);
+    }
+  } else {
+    const size_t colon = value.find(':');
+    const std::string_view name = value.substr(0, colon);
+    if (colon != std::string_view::npos) port = value.substr(colon + 1);
+    // unreserved, pct-encoded and sub-delims
+    constexpr std::string_view other = "-._~%!$&'()*+,;=";
+    for (char c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && other.find(c) == std::string_view::npos)
+        return false;
+    }
+  }
+  for (char c : port) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
 }
 
 std::string_view reason_phrase(int status) {

@@ -146,4 +146,9 @@ struct Response {
 void make_error(Response &resp, int status, bool head_only = false);
 std::string_view reason_phrase(int status);
 
+// Whether a Host field's value is uri-host [":" port] (RFC 9112 3.2, RFC
+// 3986 3.2.2): a registered name or IPv4 address, or an IPv6 address in
+// brackets, and digits after a colon. Empty is valid (an empty authority).
+bool valid_host_field(std::string_view value);
+
 } // namespace xdpq::http

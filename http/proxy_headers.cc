@@ -67,7 +67,7 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
   if (req.method.empty() || req.path.empty() || req.path.front() != '/' ||
       req.method.find_first_of(" \r\n") != std::string::npos ||
       req.path.find_first_of(std::string_view(" \r\n\0", 4)) != std::string::npos ||
-      !writable(req.authority)) {
+      !valid_host_field(req.authority)) {
     return false;
   }
   std::string connection;

@@ -414,9 +414,9 @@ class ProxyTest(TimedTestCase):
                 self.assertEqual(sha256(body), sha256(pattern(n)), kind)
 
     def test_host_from_http1_clients(self):
-        # Two Host fields, or none in HTTP/1.1: 400; a major version past 1:
-        # 505; and the upstream never asked. None in HTTP/1.0: the upstream
-        # gets an empty one, as HTTP/1.1 requires.
+        # Two Host fields, none in HTTP/1.1, or one that is no host: 400; a
+        # major version past 1: 505; and the upstream never asked. None in
+        # HTTP/1.0: the upstream gets an empty one, as HTTP/1.1 requires.
         with self.serve(f"/app={self.app.url}") as srv:
             def ask(request):
                 t = tls(srv)
@@ -427,6 +427,8 @@ class ProxyTest(TimedTestCase):
             for query, request, status in (
                     ("two", b"GET /app/info?two HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n", 400),
                     ("missing", b"GET /app/info?missing HTTP/1.1\r\n\r\n", 400),
+                    ("path", b"GET /app/info?path HTTP/1.1\r\nhost: a/b\r\n\r\n", 400),
+                    ("user", b"GET /app/info?user HTTP/1.1\r\nhost: u@a\r\n\r\n", 400),
                     # Not a version HTTP/1.x speaks, with or without Host.
                     ("v2", b"GET /app/info?v2 HTTP/2.0\r\n\r\n", 505),
                     ("v9", b"GET /app/info?v9 HTTP/9.9\r\nhost: a\r\n\r\n", 505)):
@@ -435,6 +437,10 @@ class ProxyTest(TimedTestCase):
             st, got = ask(b"GET /app/info?none HTTP/1.0\r\n\r\n")
             self.assertEqual(st, 200)
             self.assertIn(["host", ""], json.loads(got)["headers"])
+            # An HTTP/2 :authority with userinfo (nghttp2 lets '@' through).
+            st, _, _, _, _ = curl(srv, "/app/info?h2user", "-H", "Host: u@a")
+            self.assertEqual(st, 400)
+            self.assertNotIn(("GET", "/app/info?h2user"), self.app.requests)
 
     def test_forwarded_headers_and_hop_by_hop(self):
         forged = ["-H", "X-Forwarded-For: 6.6.6.6", "-H", "X-Forwarded-Host: evil",

@@ -6,6 +6,7 @@ using xdpq::http::Header;
 using xdpq::http::HeaderList;
 using xdpq::http::Request;
 using xdpq::http::Response;
+using xdpq::http::valid_host_field;
 
 TEST(HeaderList, ClearKeepsSlotsAndTheirStrings) {
   HeaderList h;
@@ -63,4 +64,15 @@ TEST(HeaderList, RetainedBytesCountsEverySlotAndTrimFreesOutsizedOnes) {
   h.trim();                                // over what is worth keeping
   EXPECT_EQ(h.slots(), 0u);
   EXPECT_EQ(h.retained_bytes(), 0u);
+}
+
+TEST(HostField, HostAndPortOnly) {
+  for (const char *ok : {"example.com", "example.com:443", "a_b.c-d", "1.2.3.4:80", "[::1]",
+                         "[::1]:8443", "[2001:db8::1.2.3.4]", "", "h:", "%41"}) {
+    EXPECT_TRUE(valid_host_field(ok)) << ok;
+  }
+  for (const char *bad : {"a/b", "a b", "u@a", "a:1:2", "h:8x", "[::1", "[::1]x", "[]", "[g::1]",
+                          "a\tb", "a?b", "a#b"}) {
+    EXPECT_FALSE(valid_host_field(bad)) << bad;
+  }
 }

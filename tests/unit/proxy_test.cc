@@ -377,6 +377,11 @@ TEST(ProxyHeaders, UnwritableRequestRefused) {
   req.headers.add("x-evil", std::string("a\r\nx-injected: 1"));
   EXPECT_FALSE(build_upstream_request(req, ctx, out));
   EXPECT_TRUE(out.empty());
+  // An HTTP/2 or HTTP/3 authority with userinfo or a path is no Host.
+  for (const char *authority : {"u@a", "a/b"}) {
+    Request r = request("GET", "/", authority, {});
+    EXPECT_FALSE(build_upstream_request(r, ctx, out)) << authority;
+  }
 }
 
 TEST(ProxyHeaders, ResponseFieldsFiltered) {
