@@ -112,6 +112,9 @@ h1 = {
                        b"Content-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\nHost: x\r\n\r\n",
     "expect_other": b"POST /echo HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n"
                     b"xPUT /echo HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n",
+    # Host shapes (an IPv6 literal, userinfo) and a version past HTTP/1.
+    "host_shapes": b"GET / HTTP/1.1\r\nHost: [::1]:8443\r\n\r\nGET / HTTP/1.1\r\nHost: u@a\r\n\r\n"
+                   b"GET / HTTP/2.0\r\n\r\n",
 }
 for n, d in h1.items():
     put("h1", n, chunk(d[:20]) + chunk(d[20:]))
@@ -224,6 +227,8 @@ upstream("head", True, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
 upstream("bad_chunk", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
 upstream("trailers", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n"
          b"3\r\nabc\r\n0\r\nT-1: a\r\nT-2: b\r\nT-3: c\r\n\r\n")
+upstream("overlong", False, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+         b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nsmuggle")
 upstream("truncated", False, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
 upstream("huge_head", False, b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n")
 upstream("two_lengths", False, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
