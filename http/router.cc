@@ -22,6 +22,12 @@ void Router::set_fallback(std::shared_ptr<const Handler> h) { fallback_ = std::m
 
 void Router::route(const Request &req, Response &resp) const {
   resp.reset();
+  // HTTP/1.x checked its Host already; an HTTP/2 or HTTP/3 :authority that
+  // is not a host and port (userinfo, a path) names nothing served here.
+  if (!req.authority.empty() && !valid_host_field(req.authority)) {
+    make_error(resp, 400, req.method == "HEAD");
+    return;
+  }
   auto path = path_only(req.path);
   const Handler *best = nullptr;
   size_t best_len = 0;

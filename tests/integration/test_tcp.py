@@ -73,6 +73,16 @@ class TcpTest(TimedTestCase):
                 self.assertEqual(body, self.file[100:200])
                 self.assertEqual(hdr["content-range"], f"bytes 100-199/{len(self.file)}")
 
+    def test_authority_that_is_not_a_host(self):
+        # curl sends Host as HTTP/2's :authority; nghttp2 lets userinfo
+        # through (it resets a '/' itself), and nothing here is named so.
+        with self.serve() as srv:
+            st, _, body = curl(srv, "/f.bin", "-H", "Host: u@a")
+            self.assertEqual(st, 400)
+            self.assertNotIn(self.file[:64], body)
+            st, _, body = curl(srv, "/f.bin", "-H", "Host: a:443")
+            self.assertEqual((st, body), (200, self.file))
+
     def test_post_echo_chunked(self):
         data = os.urandom(300000)
         path = tempfile.mktemp()

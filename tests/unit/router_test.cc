@@ -90,3 +90,20 @@ TEST(PatternBody, ChunksAtAnyOffsetAreConsistent) {
   auto mid = b.chunk(12345);
   EXPECT_EQ(mid[0], 'a' + 12345 % 26);
 }
+
+TEST(Router, AuthorityThatIsNotAHostGets400) {
+  auto router = make_default_router(RouterConfig{});
+  Response resp;
+  for (const char *bad : {"u@a", "a/b", "a b", "[::1", "a:8x"}) {
+    Request r = req("GET", "/healthz");
+    r.authority = bad;
+    router->route(r, resp);
+    EXPECT_EQ(resp.status, 400) << bad;
+  }
+  for (const char *good : {"", "a", "a:443", "[::1]:443", "xn--d1a.example"}) {
+    Request r = req("GET", "/healthz");
+    r.authority = good;
+    router->route(r, resp);
+    EXPECT_EQ(resp.status, 200) << good;
+  }
+}
