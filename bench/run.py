@@ -715,6 +715,9 @@ http {{ access_log off; sendfile on; keepalive_requests 1000000;
                          for c, m in loads(b)]
             h3_cells += [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
                          for c, m in loads(b)]
+            # The peer comparison's other small-request shapes: one client
+            # (latency) and many connections with one request in flight each.
+            h3_cells += [dict(body="3", c=c, m=1, handshake=False) for c in (1, 100)]
             h3_cells += [dict(body="3", c=c, m=1, handshake=True) for c in (4, 16)]
             h2_cells = [dict(body=b, c=c, m=m, handshake=False) for b in BODIES
                         for c, m in loads(b)]
