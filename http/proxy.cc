@@ -51,14 +51,31 @@ struct ProxyGeneration {
   bool retired = false;
 };
 
+// What an upstream carries from this worker, shared by the upstreams of
+// the same route and URL across reloads: requests still in flight on the
+// old configuration count against the new one's connection limit and in
+// its least-outstanding choice.
+struct UpstreamLoad {
+  size_t conns = 0;         // open, idle or not, every generation's
+  uint64_t outstanding = 0; // requests in flight, every generation's
+  Upstream *current = nullptr; // the newest generation's, while it exists
+};
+
 struct Upstream final : HealthListener {
+  Upstream() { load->current = this; }
+  ~Upstream() {
+    if (load->current == this) load->current = nullptr;
+  }
+  Upstream(const Upstream &) = delete;
+  Upstream &operator=(const Upstream &) = delete;
+
   UpstreamAddress addr;
   Proxy *proxy = nullptr;
   ProxyGeneration *gen = nullptr;
   ProxyRouteState *route = nullptr;
   const RouteSettings *settings = nullptr; // its route's
-  std::vector<UpstreamConn *> idle;
-  size_t conns = 0; // open, idle or not
+  std::vector<UpstreamConn *> idle; // this generation's pooled ones
+  std::shared_ptr<UpstreamLoad> load = std::make_shared<UpstreamLoad>();
   uint64_t down_until = 0;
   unsigned fails = 0;
   UpstreamStats stats;
@@ -98,7 +115,7 @@ public:
     state_ = connected ? State::sending : State::connecting;
     opened_at_ = proxy_.loop().now();
     if (connected) up_.stats.connect_time.record(0);
-    up_.conns += 1;
+    up_.load->conns += 1;
     up_.stats.connects += 1;
     counted_ = true;
     proxy_.loop().watch(fd_, this, true);
@@ -163,7 +180,7 @@ public:
     ::close(fd_);
     fd_ = -1;
     if (counted_) {
-      up_.conns -= 1;
+      up_.load->conns -= 1;
       proxy_.capacity_freed(up_);
     }
     counted_ = false;
@@ -488,7 +505,7 @@ void ProxyExchange::detach() {
     c->detach();
   }
   if (counted_) {
-    upstream_->stats.outstanding -= 1;
+    upstream_->load->outstanding -= 1;
     counted_ = false;
   }
 }
@@ -567,7 +584,7 @@ void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
 void ProxyExchange::use(UpstreamConn *c, bool reused) {
   conn_ = c;
   upstream_->stats.requests += 1;
-  upstream_->stats.outstanding += 1;
+  upstream_->load->outstanding += 1;
   counted_ = true;
   if (reused) upstream_->stats.reused += 1;
   const auto &cfg = route_->settings;
@@ -764,7 +781,7 @@ void ProxyExchange::drop_body() {
 void ProxyExchange::conn_failed(bool connect) {
   conn_ = nullptr;
   if (counted_) {
-    upstream_->stats.outstanding -= 1;
+    upstream_->load->outstanding -= 1;
     counted_ = false;
   }
   proxy_.loop().timers().cancel(timer_);
@@ -795,7 +812,7 @@ void ProxyExchange::conn_broke(std::string_view why) {
   conn_ = nullptr;
   proxy_.loop().timers().cancel(timer_);
   if (counted_) {
-    upstream_->stats.outstanding -= 1;
+    upstream_->load->outstanding -= 1;
     counted_ = false;
   }
   if (!why.empty()) upstream_->stats.bad_responses += 1;
@@ -815,7 +832,7 @@ void ProxyExchange::conn_done() {
   conn_ = nullptr;
   proxy_.loop().timers().cancel(timer_);
   if (counted_) {
-    upstream_->stats.outstanding -= 1;
+    upstream_->load->outstanding -= 1;
     counted_ = false;
   }
   upstream_->stats.responses += 1;
@@ -1040,7 +1057,8 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
       }
       if (before) {
         u->stats = before->stats;
-        u->stats.outstanding = 0; // the old one's exchanges count down their own
+        u->load = before->load; // its connections and requests in flight count on
+        u->load->current = u.get();
       }
       if (!cfg->health_check_path.empty()) {
         u->probe = std::make_unique<HealthProbe>(loop_, u->addr, cfg->health_check_path,
@@ -1157,7 +1175,7 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
 }
 
 bool Proxy::full(const Upstream &u) {
-  return u.conns >= u.settings->max_conns_per_upstream && u.idle.empty();
+  return u.load->conns >= u.settings->max_conns_per_upstream && u.idle.empty();
 }
 
 Upstream *Proxy::pick(ProxyRouteState &route, bool need_room) {
@@ -1178,7 +1196,7 @@ Upstream *Proxy::pick(ProxyRouteState &route, bool need_room) {
       best_at = at;
       break;
     }
-    if (!best || u->stats.outstanding < best->stats.outstanding) {
+    if (!best || u->load->outstanding < best->load->outstanding) {
       best = u;
       best_at = at;
     }
@@ -1215,7 +1233,7 @@ UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &p
     reused = true;
     return c;
   }
-  if (u.conns >= u.settings->max_conns_per_upstream) {
+  if (u.load->conns >= u.settings->max_conns_per_upstream) {
     // Pooled ones first make room for a fresh one.
     if (!u.idle.empty()) {
       u.idle.front()->close();
@@ -1260,7 +1278,11 @@ void Proxy::pool(UpstreamConn &c) {
   c.make_idle(u.settings->idle_timeout_ns);
 }
 
-void Proxy::capacity_freed(Upstream &u) { serve_soon(*u.route); }
+void Proxy::capacity_freed(Upstream &u) {
+  // A connection of a replaced configuration makes room for the new one's
+  // upstream of the same route and URL.
+  serve_soon(u.load->current ? *u.load->current->route : *u.route);
+}
 
 void Proxy::serve_soon(ProxyRouteState &route) {
   // Served from the loop's timers, not from here: a connection closes,
@@ -1399,7 +1421,8 @@ void Proxy::upstream_stats(std::vector<UpstreamStats> &out) const {
   for (const auto &u : cur_->upstreams) {
     UpstreamStats s = u->stats;
     s.idle_connections = u->idle.size();
-    s.busy_connections = u->conns - u->idle.size();
+    s.busy_connections = u->load->conns - u->idle.size();
+    s.outstanding = u->load->outstanding;
     s.down = u->held_down(now) ? 1 : 0;
     out.push_back(s);
   }

@@ -975,6 +975,54 @@ TEST_F(StreamedRequest, AReloadMovesWaitingRequestsToTheNewUpstreams) {
   ::unlink(path2.c_str());
 }
 
+// A reload does not lift an upstream's connection limit: a request still
+// in flight on the old configuration holds its connection, and a request
+// after the reload waits for it instead of opening one more. Least
+// outstanding counts the old requests too.
+TEST_F(StreamedRequest, AReloadKeepsTheConnectionLimitAndTheLoad) {
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ";max_connections=1");
+  Proxy proxy(cfg, loop_);
+  auto a = get(proxy);
+  EXPECT_NE(upstream().find("GET /api/up HTTP/1.1"), std::string::npos);
+  proxy.reconfigure(cfg);
+  std::vector<UpstreamStats> st;
+  proxy.upstream_stats(st);
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].outstanding, 1u);
+  EXPECT_EQ(st[0].busy_connections, 1u);
+
+  auto b = get(proxy);
+  EXPECT_EQ(proxy.waiting(), 1u); // at the limit: a's connection is the only one
+  const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  (void)!::send(up_, answer.data(), answer.size(), 0);
+  int second = -1;
+  std::string got;
+  Steps steps(loop_, {{[&] { return a->ended(); }, nullptr},
+                      {[&] {
+                         // a's connection belongs to the old configuration:
+                         // closed, and b opens the new one's.
+                         if (second < 0)
+                           second = ::accept4(listen_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                         char buf[4096];
+                         ssize_t r;
+                         while (second >= 0 && (r = ::recv(second, buf, sizeof(buf), 0)) > 0)
+                           got.append(buf, static_cast<size_t>(r));
+                         return got.find("\r\n\r\n") != std::string::npos;
+                       },
+                       nullptr}});
+  EXPECT_EQ(steps.run(), 2u);
+  EXPECT_EQ(proxy.waiting(), 0u);
+  st.clear();
+  proxy.upstream_stats(st);
+  EXPECT_EQ(st[0].outstanding, 1u); // b
+  EXPECT_EQ(st[0].busy_connections, 1u);
+  a.reset();
+  b.reset();
+  proxy.end_of_pass();
+  if (second >= 0) ::close(second);
+}
+
 // A route's own settings win over the --proxy-* defaults, whichever
 // comes first on the command line; the rest come from the defaults.
 TEST(ProxyConfig, RouteSettingsOverrideTheDefaults) {
