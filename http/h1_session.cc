@@ -306,6 +306,12 @@ private:
       fail(400);
       return 0;
     }
+    if (const int refused = transfer_coding_refused(http11)) {
+      // A body whose length or coding is not what http-parser makes of it:
+      // never guessed (RFC 9112 6.1, 6.3).
+      fail(refused);
+      return 0;
+    }
     const bool body_follows = (parser_.flags & F_CHUNKED) ||
                               ((parser_.flags & F_CONTENTLENGTH) && parser_.content_length > 0);
     int route = env_.proxy ? env_.proxy->match(req_.path) : -1;
@@ -323,6 +329,32 @@ private:
       if (body_follows) body_ex_ = queue_.back().ex;
     }
     return 0;
+  }
+
+  // Transfer-Encoding is taken as one field saying "chunked" in HTTP/1.1,
+  // nothing else: another hop could read two fields, or a list, otherwise
+  // than http-parser does (request smuggling), and a coding other than
+  // chunked is not decoded here. 0 if the request's framing stands, else
+  // the status to refuse it with: 400 where its length cannot be known
+  // (HTTP/1.0, which has no Transfer-Encoding; two fields; chunked not
+  // last), 501 for a coding not implemented (RFC 9112 6.1).
+  int transfer_coding_refused(bool http11) const {
+    const std::string *value = nullptr;
+    for (const auto &f : req_.headers) {
+      if (f.name != "transfer-encoding") continue;
+      if (value) return 400;
+      value = &f.value;
+    }
+    if (!value) return 0;
+    if (!http11) return 400;
+    std::string_view v = *value;
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    if (ascii_iequals(v, "chunked") && (parser_.flags & F_CHUNKED)) return 0;
+    const size_t comma = v.rfind(',');
+    std::string_view last = comma == std::string_view::npos ? v : v.substr(comma + 1);
+    while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.remove_prefix(1);
+    return ascii_iequals(last, "chunked") ? 501 : 400;
   }
 
   // Expect (RFC 9110 10.1.1). A client that sent "100-continue" waits for
@@ -437,7 +469,9 @@ private:
   void fail(int status) {
     if (status == 400 || status == 505) env_.stats->bad_requests += 1;
     Response resp;
-    make_error(resp, status);
+    // A HEAD gets the head alone, an error's too (req_.method is set once
+    // the head is parsed, empty before).
+    make_error(resp, status, req_.method == "HEAD");
     enqueue(resp, true);
     in_message_ = false;
     in_headers_ = false;

@@ -247,7 +247,7 @@ private:
             me.env_.stats->requests += 1;
             if (st->too_large) {
               me.env_.stats->header_limit_rejects += 1;
-              make_error(st->resp, 431);
+              make_error(st->resp, 431, st->req.method == "HEAD");
               me.respond(*st);
               return 0;
             }
@@ -287,7 +287,7 @@ private:
           if (st->req.body.size() + len > me.env_.limits.max_request_body) {
             me.env_.stats->body_limit_rejects += 1;
             me.release_body(*st);
-            make_error(st->resp, 413);
+            make_error(st->resp, 413, st->req.method == "HEAD");
             me.respond(*st);
             return 0;
           }

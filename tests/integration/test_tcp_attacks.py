@@ -385,5 +385,50 @@ class AttackTest(TimedTestCase):
         self.assertEqual(self.finish()["tcp_bad_requests"], 3)
 
 
+    def test_transfer_encoding_other_than_one_chunked_is_refused(self):
+        # Only one field saying "chunked" frames a body: two fields, a list
+        # or another coding could be read otherwise by another hop (request
+        # smuggling), and a coding other than chunked is not decoded here.
+        # Each is refused and the connection ends before the "body" can be
+        # taken for a request.
+        smuggled = b"0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        for te, status in ((b"Transfer-Encoding: gzip, chunked\r\n", b"501"),
+                           (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                            b"400"),
+                           (b"Transfer-Encoding: identity\r\n", b"400"),
+                           (b"Transfer-Encoding: chunked, identity\r\n", b"400")):
+            s = tls_socket(self.srv, alpn="http/1.1")
+            s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\n" + te + b"\r\n" + smuggled)
+            closed, data = read_until_closed(s, 5)
+            self.assertTrue(closed, te)
+            self.assertTrue(data.startswith(b"HTTP/1.1 " + status), (te, data[:100]))
+            self.assertEqual(data.count(b"HTTP/1.1 "), 1, (te, data))
+        # HTTP/1.0 has no Transfer-Encoding: 400, and the connection ends.
+        s = tls_socket(self.srv, alpn="http/1.1")
+        s.sendall(b"POST /echo HTTP/1.0\r\nConnection: keep-alive\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n" + smuggled)
+        closed, data = read_until_closed(s, 5)
+        self.assertTrue(closed)
+        self.assertTrue(data.startswith(b"HTTP/1.1 400"), data[:100])
+        self.assertEqual(data.count(b"HTTP/1.1 "), 1, data)
+        self.assertEqual(self.finish()["tcp_bad_requests"], 4)  # the 501 is not one
+
+    def test_an_error_answer_to_head_has_no_body(self):
+        s = tls_socket(self.srv, alpn="http/1.1")
+        s.sendall(b"HEAD / HTTP/1.1\r\nHost: a/b\r\n\r\n")
+        closed, data = read_until_closed(s, 5)
+        self.assertTrue(closed)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 400"), data[:100])
+        self.assertIn(b"content-length: ", head.lower())
+        self.assertEqual(rest, b"")
+        # HTTP/2: a DATA frame after a HEAD's 431 is a protocol error to
+        # the client, which then sees no answer at all.
+        r = subprocess.run(["curl", "-sk", "--http2", "-I", "-o", "/dev/null", "-w", "%{http_code}",
+                            "-H", "X-Big: " + "a" * 20000, self.srv.url("/")],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual((r.returncode, r.stdout), (0, "431"), r.stderr)
+        self.finish()
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
