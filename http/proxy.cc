@@ -1148,6 +1148,7 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
   ForwardContext ctx;
   ctx.client_ip = ip;
   ctx.proto = client.tls ? "https" : "http";
+  ctx.early = client.early;
   ctx.trusted = trusted;
   ctx.forwarded_headers = cfg_->forwarded_headers;
   ctx.via = cfg_->via;

@@ -328,6 +328,9 @@ public:
   struct Client {
     const dataplane::Address *peer = nullptr; // null: unknown (tests)
     bool tls = true;
+    // The request came in TLS early data (0-RTT), before the handshake
+    // completed: it could be a replay (RFC 8470).
+    bool early = false;
   };
   // Starts proxying req on route once its head is complete. body_follows:
   // the client will send a body (HTTP/1.1 chunked or with a length, HTTP/2

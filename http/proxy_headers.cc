@@ -123,6 +123,9 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
     if (h) field(out, "x-forwarded-host", *h);
     else if (host && !host->empty()) field(out, "x-forwarded-host", *host);
   }
+  // The upstream may then answer 425 to make the client retry after its
+  // handshake; a client's own "Early-Data: 1" (an earlier hop's) passed above.
+  if (ctx.early && !req.find("early-data")) field(out, "early-data", "1");
   if (ctx.via) {
     std::string v;
     joined(req.headers, "via", v);

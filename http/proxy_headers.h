@@ -26,6 +26,7 @@ struct ForwardContext {
   bool via = false;
   RequestFraming framing = RequestFraming::none;
   uint64_t content_length = 0; // framing length
+  bool early = false;          // in 0-RTT: "Early-Data: 1" goes with it (RFC 8470 5.1)
 };
 
 // True for a field that never crosses a proxy (connection lists the names

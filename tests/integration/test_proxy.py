@@ -442,6 +442,19 @@ class ProxyTest(TimedTestCase):
             self.assertEqual(st, 400)
             self.assertNotIn(("GET", "/app/info?h2user"), self.app.requests)
 
+    def test_a_request_in_0rtt_goes_up_with_early_data(self):
+        # RFC 8470 5.1: the upstream learns that the request could be a
+        # replay (it may answer 425); after the handshake, no such field.
+        tmp = tempfile.mkdtemp(prefix="xdpq-proxy-0rtt-")
+        files = [f"--session-file={tmp}/session.pem", f"--tp-file={tmp}/tp.txt"]
+        with self.serve(f"/app={self.app.url}") as srv:
+            first = gtlsclient(srv, ["/app/info?first"], *files)
+            second = gtlsclient(srv, ["/app/info?early"], *files, "--quic-dump")
+        self.assertIn("type=0RTT", second.output, "client sent no 0-RTT packets")
+        self.assertNotIn("early-data", dict(json.loads(first.file("info?first"))["headers"]))
+        seen = json.loads(second.file("info?early"))["headers"]
+        self.assertIn(["early-data", "1"], seen)
+
     def test_forwarded_headers_and_hop_by_hop(self):
         forged = ["-H", "X-Forwarded-For: 6.6.6.6", "-H", "X-Forwarded-Host: evil",
                   "-H", "X-Forwarded-Proto: gopher", "-H", "Forwarded: for=6.6.6.6"]

@@ -368,6 +368,24 @@ TEST(ProxyHeaders, ViaAppended) {
   EXPECT_NE(out.find("via: 1.1 cdn, 1.1 xdpq\r\n"), std::string::npos) << out;
 }
 
+// RFC 8470 5.1: a request forwarded before the client's handshake
+// completed says so, once.
+TEST(ProxyHeaders, EarlyDataMarked) {
+  Request req = request("GET", "/", "h", {});
+  ForwardContext ctx;
+  std::string out;
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_EQ(out.find("early-data"), std::string::npos) << out;
+  ctx.early = true;
+  out.clear();
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_NE(out.find("\r\nearly-data: 1\r\n"), std::string::npos) << out;
+  Request again = request("GET", "/", "h", {{"early-data", "1"}});
+  out.clear();
+  ASSERT_TRUE(build_upstream_request(again, ctx, out));
+  EXPECT_EQ(out.find("early-data", out.find("early-data") + 1), std::string::npos) << out;
+}
+
 TEST(ProxyHeaders, UnwritableRequestRefused) {
   Request req = request("GET", "/a b", "", {});
   ForwardContext ctx;
