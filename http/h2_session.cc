@@ -27,6 +27,7 @@ struct H2Stream {
   bool body_too_large = false;
   bool responded = false;
   bool refused = false;
+  bool refused_by_us = false;    // reset for the server's own reasons (budget), not the client's
   bool ended = false;            // the client's END_STREAM arrived
   bool headers_done = false;
   uint64_t started_ns = 0;
@@ -165,7 +166,7 @@ private:
           st->header_bytes = 0;
           st->header_fields = 0;
           st->too_large = st->body_too_large = st->responded = st->headers_done = false;
-          st->refused = st->ended = false;
+          st->refused = st->refused_by_us = st->ended = false;
           st->charged = 0;
           st->offset = 0;
           st->exchange = nullptr;
@@ -294,6 +295,7 @@ private:
           if (!me.budget_.try_take(len)) {
             // Over the connection's or worker's budget: refuse, hold nothing.
             st->refused = true;
+            st->refused_by_us = true;
             me.env_.stats->body_budget_refusals += 1;
             me.release_body(*st);
             nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
@@ -350,12 +352,15 @@ private:
           // A server-sent RST_STREAM is usually the client's doing (the
           // "MadeYouReset" class): count them with the other protocol errors.
           // Our NO_ERROR "stop sending" after an early response is not one,
-          // nor a reset for an upstream that broke off: that is no fault of
-          // the client's, and must not close its connection.
+          // nor a reset for an upstream that broke off or for a spent body
+          // budget: that is no fault of the client's, and must not close
+          // its connection.
           if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR) {
             auto *st =
                 static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
-            if (!st || !st->exchange || !st->exchange->upstream_failed()) self(ud).protocol_error();
+            const bool ours =
+                st && (st->refused_by_us || (st->exchange && st->exchange->upstream_failed()));
+            if (!ours) self(ud).protocol_error();
           }
           if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
               (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
@@ -521,6 +526,7 @@ private:
     st.exchange->abort_body();
     if (st.refused) return;
     st.refused = true;
+    st.refused_by_us = st.exchange->budget_refused();
     st.responded = true;
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
   }

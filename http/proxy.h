@@ -177,6 +177,9 @@ public:
   uint64_t body_out() const { return req_out_; }
   uint64_t body_in() const { return req_in_; }
   bool body_expected() const { return framing_ != RequestFraming::none && !req_ended_; }
+  // put_body() refused bytes for want of budget (the server's state, not
+  // the client's fault).
+  bool budget_refused() const { return budget_refused_; }
 
   // Used by the proxy and the upstream connection.
   void begin();

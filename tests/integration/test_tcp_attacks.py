@@ -324,6 +324,76 @@ class AttackTest(TimedTestCase):
         self.assertLessEqual(max(held), 6 << 20, held)  # the worker's budget
         self.assertGreater(stats["tcp_body_budget_refusals"], 0, stats)
 
+    def test_budget_refusals_are_not_the_clients_fault(self):
+        # A stream refused because the body budget is spent (the server's
+        # own state, RST_STREAM REFUSED_STREAM) is no protocol error of the
+        # client's: 150 of them on one connection must not close it with
+        # GOAWAY ENHANCE_YOUR_CALM as 100 protocol errors do.
+        with Server(*FAST_TIMEOUTS, "--max-request-body", "60000",
+                    "--max-body-per-connection", "60000") as srv:
+            s = tls_socket(srv)
+            c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                     header_encoding="utf-8"))
+            c.initiate_connection()
+            post = [(":method", "POST"), (":scheme", "https"), (":authority", "x"),
+                    (":path", "/echo")]
+            c.send_headers(1, post)
+            for _ in range(4):  # the connection's whole budget, held
+                c.send_data(1, b"h" * 15000)
+            s.sendall(c.data_to_send())
+            refused, terminated, sid = 0, None, 3
+
+            def drain(until):
+                nonlocal refused, terminated
+                s.settimeout(0.2)
+                while time.time() < until:
+                    try:
+                        data = s.recv(65536)
+                    except (socket.timeout, ssl.SSLWantReadError):
+                        continue
+                    if not data:
+                        break
+                    for ev in c.receive_data(data):
+                        if isinstance(ev, h2.events.StreamReset) and ev.error_code == 7:
+                            refused += 1
+                        elif isinstance(ev, h2.events.ConnectionTerminated):
+                            terminated = ev.error_code
+                    s.sendall(c.data_to_send())
+            drain(time.time() + 0.5)
+            for _ in range(3):
+                if terminated is not None:
+                    break
+                for _ in range(50):
+                    c.send_headers(sid, post)
+                    c.send_data(sid, b"x")
+                    sid += 2
+                s.sendall(c.data_to_send())
+                drain(time.time() + 1)
+            self.assertIsNone(terminated, f"GOAWAY after {refused} refused streams")
+            c.send_headers(sid, [(":method", "GET"), (":scheme", "https"), (":authority", "x"),
+                                 (":path", "/healthz")], end_stream=True)
+            s.sendall(c.data_to_send())
+            status = None
+            s.settimeout(5)
+            end = time.time() + 5
+            while status is None and terminated is None and time.time() < end:
+                data = s.recv(65536)
+                if not data:
+                    break
+                for ev in c.receive_data(data):
+                    if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
+                        status = dict(ev.headers).get(":status")
+                    elif isinstance(ev, h2.events.ConnectionTerminated):
+                        terminated = ev.error_code
+            s.close()
+            stats = srv.stop()
+        self.assertEqual(refused, 150)
+        self.assertIsNone(terminated)
+        self.assertEqual(status, "200")
+        self.assertEqual(stats["tcp_protocol_error_closes"], 0, stats)
+        self.assertGreaterEqual(stats["tcp_body_budget_refusals"], 150, stats)
+        self.finish()
+
     def test_slow_client_never_finishing_headers(self):
         s = tls_socket(self.srv, "http/1.1")
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
