@@ -5,6 +5,7 @@
 
 #include "base/ascii.h"
 #include "base/guard.h"
+#include "http/h1_framing.h"
 #include "http/response_head.h"
 
 #include <http_parser.h>
@@ -80,14 +81,23 @@ public:
     // A proxied body is parsed only as far as its exchange has room: the
     // rest waits here (at most one read) and the socket is not read meanwhile.
     size_t n = 0;
+    bool misframed = false;
     while (n < len) {
       size_t take = len - n;
       if (body_ex_) take = std::min(take, body_ex_->body_room());
       if (take == 0) break;
+      // As far as the framing is strict; at a head's end, until the parser
+      // has said how its body is framed.
+      const size_t ok = framing_.allow(data + n, take);
+      if (ok == 0) {
+        misframed = true;
+        break;
+      }
       size_t k = http_parser_execute(&parser_, &settings_,
-                                     reinterpret_cast<const char *>(data) + n, take);
+                                     reinterpret_cast<const char *>(data) + n, ok);
+      framing_.take(data + n, k);
       n += k;
-      if (k < take || HTTP_PARSER_ERRNO(&parser_) != HPE_OK || parser_.upgrade || closing_) break;
+      if (k < ok || HTTP_PARSER_ERRNO(&parser_) != HPE_OK || parser_.upgrade || closing_) break;
     }
     flush_body(nullptr);
     if (!buffered_.empty()) {
@@ -101,7 +111,8 @@ public:
       closing_ = true;
       return;
     }
-    if (HTTP_PARSER_ERRNO(&parser_) != HPE_OK && HTTP_PARSER_ERRNO(&parser_) != HPE_PAUSED) {
+    if (misframed || framing_.failed() ||
+        (HTTP_PARSER_ERRNO(&parser_) != HPE_OK && HTTP_PARSER_ERRNO(&parser_) != HPE_PAUSED)) {
       if (body_ex_) {
         // A broken proxied body (a bad chunk size): its exchange answers
         // 400 or is cut, and the upstream connection is closed.
@@ -311,6 +322,13 @@ private:
       // never guessed (RFC 9112 6.1, 6.3).
       fail(refused);
       return 0;
+    }
+    if (parser_.flags & F_CHUNKED) {
+      framing_.body_chunked();
+    } else if (parser_.flags & F_CONTENTLENGTH) {
+      framing_.body_length(parser_.content_length);
+    } else {
+      framing_.body_none();
     }
     const bool body_follows = (parser_.flags & F_CHUNKED) ||
                               ((parser_.flags & F_CONTENTLENGTH) && parser_.content_length > 0);
@@ -523,6 +541,9 @@ private:
   size_t charged_ = 0; // the request body being received
   http_parser parser_{};
   http_parser_settings settings_{};
+  // Stops the parser where the framing stops being strict (http-parser's
+  // own strict checks are compiled out in Debian's build).
+  H1FramingCheck framing_;
   Request req_;
   std::string field_, value_;
   bool value_started_ = false;

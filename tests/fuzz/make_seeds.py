@@ -115,6 +115,13 @@ h1 = {
     # Host shapes (an IPv6 literal, userinfo) and a version past HTTP/1.
     "host_shapes": b"GET / HTTP/1.1\r\nHost: [::1]:8443\r\n\r\nGET / HTTP/1.1\r\nHost: u@a\r\n\r\n"
                    b"GET / HTTP/2.0\r\n\r\n",
+    # Chunked framing with an extension and trailers, then one a loose
+    # parser would take (no CRLF after the data); a bare CR in a head.
+    "chunk_framing": b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"3;e=\"a b\"\r\nabc\r\n0\r\nx-t: 1\r\n\r\n"
+                     b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"2\r\nabXY0\r\n\r\n",
+    "bare_cr": b"GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n",
 }
 for n, d in h1.items():
     put("h1", n, chunk(d[:20]) + chunk(d[20:]))

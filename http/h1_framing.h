@@ -1,0 +1,83 @@
+#pragma once
+// A strict check of HTTP/1.1 message framing, run over the bytes before
+// http-parser sees them. Debian's http-parser is built without its strict
+// checks (HTTP_PARSER_STRICT=0): it takes any byte after a CR for the LF
+// that ends a head line, any two bytes after chunk data for its CRLF, and
+// a bare LF inside a chunk extension. Another hop that reads those bytes as
+// RFC 9112 says frames the message differently (request smuggling). This
+// check stops the parser where a message stops being well framed:
+// - a head line ends in CRLF or a bare LF (RFC 9112 2.2 lets a recipient
+//   take LF alone), never in a CR followed by anything else;
+// - a chunked body is 1*HEXDIG, an optional extension of visible
+//   characters, spaces and tabs, CRLF; the data; CRLF; and after the last
+//   chunk, trailer lines and an empty line, each ended by CRLF.
+// The framing of a body (none, a length, chunked) comes from the parser's
+// reading of the head: the caller says which once the head is parsed.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xdpq::http {
+
+class H1FramingCheck {
+public:
+  // How many of the n bytes at p the parser may take now: all of them,
+  // or fewer where a head ends (its body's framing is needed first:
+  // body_*()) or where the framing breaks. 0 (for n > 0): the first byte
+  // breaks it, or the parser did not end the head where the check did.
+  // Looks only: take() moves past what the parser took.
+  size_t allow(const uint8_t *p, size_t n) const;
+  // The parser took these n bytes (at most what allow() gave).
+  void take(const uint8_t *p, size_t n);
+
+  // The head just parsed frames its body so (call from the parser's
+  // headers-complete callback): take() applies it where the head ends.
+  void body_none();
+  void body_length(uint64_t n);
+  void body_chunked();
+
+  // At the end of a head, waiting for its framing.
+  bool awaiting_body() const { return st_.state == State::await_body; }
+  // The parser took bytes the check had not allowed.
+  bool failed() const { return st_.state == State::failed; }
+  // Between messages (nothing of one taken yet).
+  bool idle() const { return st_.state == State::start; }
+
+  // Bounds on what the check reads without the parser learning anything:
+  // a chunk-size line with its extension, and the trailer section.
+  static constexpr size_t MAX_CHUNK_LINE = 4096;
+  static constexpr size_t MAX_TRAILERS = 16 * 1024;
+
+private:
+  enum class State : uint8_t {
+    start,       // before a message: empty lines are skipped, as the parser does
+    head,        // a head's lines
+    await_body,  // the head ended; its framing not known yet
+    length,      // a body of a known length
+    chunk_size,  // a chunk-size line, its extension
+    chunk_data,  // a chunk's data
+    chunk_end,   // the CRLF after a chunk's data
+    trailers,    // trailer lines after the last chunk
+    failed,
+  };
+  struct Scan {
+    State state = State::start;
+    bool cr = false;         // the previous byte was a CR
+    bool ext = false;        // in a chunk extension (after the size)
+    uint8_t digits = 0;      // hex digits of the chunk size
+    size_t line = 0;         // bytes of the current line (head, size line, trailer)
+    size_t trailer_bytes = 0;
+    uint64_t left = 0;       // body or chunk bytes still to come
+    uint64_t size = 0;       // the chunk size being read
+  };
+  // Advances s over up to n bytes at p; returns how many it passed (fewer
+  // than n where it stops: a head's end, a failure).
+  static size_t scan(Scan &s, const uint8_t *p, size_t n);
+  static bool chunk_line_byte(Scan &s, uint8_t b);
+  enum class Pending : uint8_t { unknown, none, length, chunked };
+  Scan st_;
+  Pending pending_ = Pending::unknown;
+  uint64_t pending_length_ = 0;
+};
+
+} // namespace xdpq::http
