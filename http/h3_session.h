@@ -162,6 +162,7 @@ public:
     return std::make_unique<H3Session>(transport, router_, limits_, stats_);
   }
   uint64_t no_error_code() const override { return NGHTTP3_H3_NO_ERROR; }
+  uint64_t excessive_load_code() const override { return NGHTTP3_H3_EXCESSIVE_LOAD; }
   const H3Stats &stats() const { return stats_; }
 
 private:

@@ -92,6 +92,9 @@ public:
   virtual std::unique_ptr<Application> create(AppTransport &transport) = 0;
   // Its counters and the like, for the worker (opaque to quic/).
   virtual uint64_t no_error_code() const = 0;
+  // The code that closes a connection whose peer resets streams faster than
+  // the connection's limit allows.
+  virtual uint64_t excessive_load_code() const = 0;
 };
 
 } // namespace xdpq::quic

@@ -707,10 +707,38 @@ void Connection::release_stream_credit() {
 // Both may leave something to send that the last write did not have (a
 // stream unblocked, a reset to answer): no ACK hold after this read.
 int Connection::on_stream_reset(int64_t stream_id) {
+  // A client's request stream (bidirectional, client-initiated) reset or
+  // its response refused: limited, as a flood of them would have the
+  // server start and drop work for each ("rapid reset").
+  // A cancel is usually both frames for one stream, at once: one count.
+  const bool counted = stream_id == last_reset_stream_;
+  last_reset_stream_ = stream_id;
+  if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1) && !counted && !take_reset_token()) {
+    ep_.mutable_stats().stream_reset_closes += 1;
+    ngtcp2_ccerr_set_application_error(&last_error_, ep_.app_factory().excessive_load_code(),
+                                       nullptr, 0);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
   if (app_)
     app_->shutdown_stream_read(stream_id);
   ep_.want_write(this);
   return 0;
+}
+
+bool Connection::take_reset_token() {
+  const auto &cfg = ep_.config();
+  const uint64_t now = ep_.clock().now();
+  const double burst = cfg.stream_reset_burst;
+  if (reset_tokens_ < 0) {
+    reset_tokens_ = burst;
+  } else {
+    reset_tokens_ += static_cast<double>(now - reset_refill_at_) * cfg.stream_reset_rate / 1e9;
+    if (reset_tokens_ > burst) reset_tokens_ = burst;
+  }
+  reset_refill_at_ = now;
+  if (reset_tokens_ < 1.0) return false;
+  reset_tokens_ -= 1.0;
+  return true;
 }
 
 int Connection::on_extend_max_stream_data(int64_t stream_id) {

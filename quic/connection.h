@@ -141,6 +141,12 @@ private:
   uint64_t client_streams_opened_ = 0;  // request streams the client opened
   uint64_t client_streams_granted_ = 0; // the limit it was last sent
   uint64_t credit_deadline_ = UINT64_MAX;
+  // The peer's stream resets: tokens left (-1: not started) and when
+  // they were last refilled.
+  double reset_tokens_ = -1;
+  uint64_t reset_refill_at_ = 0;
+  int64_t last_reset_stream_ = -1;
+  bool take_reset_token();
   // The last write() left the application with nothing to send (not cut
   // short by congestion, pacing, the packet budget or the sink).
   bool app_drained_ = false;

@@ -85,6 +85,12 @@ struct EndpointConfig {
   size_t max_udp_payload = 1452;
   size_t max_connections = 65536;
   uint32_t stateless_resets_per_second = 1000;
+  // A peer's RESET_STREAM and STOP_SENDING on request streams, per
+  // connection: a burst, then a rate per second (each can have set work
+  // going: a file read, an upstream request). Past it the connection closes
+  // (HTTP/2's RST_STREAM has the same limit).
+  uint32_t stream_reset_burst = 100; // a stream's RESET_STREAM and STOP_SENDING count once
+  uint32_t stream_reset_rate = 33;
   bool early_data = true;
 };
 
@@ -125,6 +131,7 @@ struct EndpointConfig {
   X(conns_closed, "connections freed")                                                             \
   X(conns_idle_closed, "connections closed by the idle timeout")                                   \
   X(conn_errors, "connections closed by a protocol or TLS error")                                  \
+  X(stream_reset_closes, "connections closed for resetting streams past the rate limit")           \
   X(key_updates, "key updates by peers")                                                           \
   X(path_validations_ok, "path validations that succeeded (migration, rebinding)")                 \
   X(path_validations_failed, "path validations that failed")                                       \

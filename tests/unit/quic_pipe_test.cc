@@ -887,3 +887,34 @@ TEST(CidKeyHash, IsKeyedPerTableAndCoversEveryByte) {
   for (size_t len = 1; len < 20; ++len) seen.insert(h1(quic::CidKey::from(d, len)));
   EXPECT_EQ(seen.size(), 1u + 20 + 19);
 }
+
+// A client that opens requests and resets them at once ("rapid reset")
+// has the server start and drop work for each: past a burst of resets
+// (and their rate) the connection closes with H3_EXCESSIVE_LOAD, as
+// HTTP/2's does. A few resets within the limit leave it open.
+TEST_F(QuicPipe, RapidStreamResetsCloseTheConnection) {
+  quic::EndpointConfig cfg;
+  cfg.stream_reset_burst = 20;
+  start(cfg);
+  ASSERT_EQ(fetch("GET", "/bytes/3").status, 200);
+  auto open_and_reset = [&] {
+    int64_t sid = client_->request("POST", "/echo", {}, "x", false);
+    if (sid < 0) return false;
+    exchange(1000);
+    ngtcp2_conn_shutdown_stream(client_->conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
+    exchange(1000);
+    return true;
+  };
+  // RESET_STREAM and STOP_SENDING of one stream count once: 15 of 20.
+  for (int i = 0; i < 15; ++i) ASSERT_TRUE(open_and_reset());
+  EXPECT_FALSE(client_->closed());
+  EXPECT_EQ(stats().stream_reset_closes, 0u);
+  EXPECT_EQ(fetch("GET", "/bytes/3").status, 200);
+  for (int i = 0; i < 20 && !client_->closed(); ++i) open_and_reset();
+  run([&] { return client_->closed(); });
+  EXPECT_TRUE(client_->closed());
+  EXPECT_EQ(stats().stream_reset_closes, 1u);
+  const ngtcp2_ccerr *err = ngtcp2_conn_get_ccerr(client_->conn());
+  EXPECT_EQ(err->type, NGTCP2_CCERR_TYPE_APPLICATION);
+  EXPECT_EQ(err->error_code, NGHTTP3_H3_EXCESSIVE_LOAD);
+}
