@@ -39,6 +39,7 @@ void H1FramingCheck::take(const uint8_t *p, size_t n) {
       st_.cr = false;
       st_.line = 0;
       break;
+    case Pending::to_close: st_.state = State::to_close; break;
     case Pending::unknown: break;
     }
     i += scan(st_, p + i, n - i);
@@ -56,6 +57,8 @@ void H1FramingCheck::body_length(uint64_t n) {
 }
 
 void H1FramingCheck::body_chunked() { pending_ = Pending::chunked; }
+
+void H1FramingCheck::body_to_close() { pending_ = Pending::to_close; }
 
 bool H1FramingCheck::chunk_line_byte(Scan &s, uint8_t b) {
   if (++s.line > MAX_CHUNK_LINE) return false;
@@ -193,6 +196,7 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
       }
       ++i;
       break;
+    case State::to_close: return n;
     case State::failed: return i;
     }
   }

@@ -35,6 +35,9 @@ public:
   void body_none();
   void body_length(uint64_t n);
   void body_chunked();
+  // A response delimited by the connection's close: every byte after the
+  // head is its body.
+  void body_to_close();
 
   // At the end of a head, waiting for its framing.
   bool awaiting_body() const { return st_.state == State::await_body; }
@@ -58,6 +61,7 @@ private:
     chunk_data,  // a chunk's data
     chunk_end,   // the CRLF after a chunk's data
     trailers,    // trailer lines after the last chunk
+    to_close,    // a body delimited by the close
     failed,
   };
   struct Scan {
@@ -74,7 +78,7 @@ private:
   // than n where it stops: a head's end, a failure).
   static size_t scan(Scan &s, const uint8_t *p, size_t n);
   static bool chunk_line_byte(Scan &s, uint8_t b);
-  enum class Pending : uint8_t { unknown, none, length, chunked };
+  enum class Pending : uint8_t { unknown, none, length, chunked, to_close };
   Scan st_;
   Pending pending_ = Pending::unknown;
   uint64_t pending_length_ = 0;

@@ -40,6 +40,7 @@ UpstreamResponseParser::UpstreamResponseParser(const UpstreamResponseLimits &lim
 void UpstreamResponseParser::reset(Handler *handler, bool head_request) {
   http_parser_init(&parser_, HTTP_RESPONSE);
   parser_.data = this;
+  framing_ = H1FramingCheck();
   handler_ = handler;
   head_request_ = head_request;
   started_ = head_done_ = complete_ = interim_ = keep_alive_ = length_known_ = false;
@@ -66,20 +67,33 @@ UpstreamResponseParser::Result UpstreamResponseParser::feed(const uint8_t *data,
     fail("bytes after the end of the response");
     return Result::error;
   }
-  size_t n = http_parser_execute(&parser_, &settings_, reinterpret_cast<const char *>(data), len);
-  if (failed()) return Result::error;
-  auto err = HTTP_PARSER_ERRNO(&parser_);
-  if (err != HPE_OK) {
-    fail(http_errno_description(err));
-    return Result::error;
-  }
-  if (parser_.upgrade) {
-    fail("protocol switch (101) is not proxied");
-    return Result::error;
-  }
-  if (n != len) {
-    fail("malformed response");
-    return Result::error;
+  size_t off = 0;
+  while (off < len) {
+    // As far as the framing is strict; at a head's end, until the parser
+    // has said how its body is framed.
+    const size_t ok = framing_.allow(data + off, len - off);
+    if (ok == 0) {
+      fail("malformed framing (a bare CR, or chunk framing without CRLF)");
+      return Result::error;
+    }
+    size_t n = http_parser_execute(&parser_, &settings_, reinterpret_cast<const char *>(data) + off,
+                                   ok);
+    framing_.take(data + off, n);
+    if (failed()) return Result::error;
+    auto err = HTTP_PARSER_ERRNO(&parser_);
+    if (err != HPE_OK) {
+      fail(http_errno_description(err));
+      return Result::error;
+    }
+    if (parser_.upgrade) {
+      fail("protocol switch (101) is not proxied");
+      return Result::error;
+    }
+    if (n != ok) {
+      fail("malformed response");
+      return Result::error;
+    }
+    off += n;
   }
   return Result::ok;
 }
@@ -175,6 +189,7 @@ int UpstreamResponseParser::on_headers_complete() {
     // content (RFC 9110 15.2) whatever its fields say: 1 tells http-parser
     // to read none, so no byte of it can pass for the final response's.
     interim_ = true;
+    framing_.body_none();
     return 1;
   }
   head_done_ = true;
@@ -192,7 +207,17 @@ int UpstreamResponseParser::on_headers_complete() {
   if (failed()) return -1;
   // A response to HEAD, a 204 and a 304 have no body, whatever their fields
   // announce (RFC 9110 6.4.1): read none.
-  return head_request_ || status_ == 204 || status_ == 304 ? 1 : 0;
+  const bool bodiless = head_request_ || status_ == 204 || status_ == 304;
+  if (bodiless) {
+    framing_.body_none();
+  } else if (parser_.flags & F_CHUNKED) {
+    framing_.body_chunked();
+  } else if (length_known_) {
+    framing_.body_length(content_length_);
+  } else {
+    framing_.body_to_close();
+  }
+  return bodiless ? 1 : 0;
 }
 
 int UpstreamResponseParser::on_body(const char *at, size_t n) {

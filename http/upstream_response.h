@@ -7,6 +7,7 @@
 // limits, a malformed line or an invalid chunk size is an error, never a
 // guess.
 
+#include "http/h1_framing.h"
 #include "http/message.h"
 
 #include <http_parser.h>
@@ -88,6 +89,7 @@ private:
   UpstreamResponseLimits limits_;
   http_parser parser_{};
   http_parser_settings settings_{};
+  H1FramingCheck framing_; // the strictness Debian's http-parser leaves out
   Handler *handler_ = nullptr;
   bool head_request_ = false;
   bool started_ = false;

@@ -239,5 +239,7 @@ upstream("overlong", False, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
 upstream("truncated", False, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
 upstream("huge_head", False, b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n")
 upstream("two_lengths", False, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+upstream("loose_chunk", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+         b"3;e=1\r\nabcXY0\r\n\r\n")
 
 print("seeds written to", OUT, file=sys.stderr)

@@ -109,6 +109,33 @@ TEST_F(UpstreamResponse, InvalidChunkSizeIsAnError) {
   EXPECT_FALSE(c.complete);
 }
 
+// Debian's http-parser (without its strict checks) takes any two bytes
+// after chunk data for their CRLF, and a CR with another byte for a head
+// line's end: the framing is checked before it reads them.
+TEST_F(UpstreamResponse, LooseFramingIsAnError) {
+  EXPECT_EQ(feed(p, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXY0\r\n\r\n"),
+            UpstreamResponseParser::Result::error);
+  EXPECT_TRUE(p.failed());
+  EXPECT_FALSE(c.complete);
+  UpstreamResponseParser q;
+  Collect d;
+  q.reset(&d, false);
+  EXPECT_EQ(feed(q, "HTTP/1.1 200 OK\r\nX-A: 1\rContent-Length: 2\r\n\r\nok"),
+            UpstreamResponseParser::Result::error);
+  EXPECT_EQ(d.heads, 0);
+  // Well framed, with an extension and a trailer, fed in pieces.
+  UpstreamResponseParser r;
+  Collect e;
+  r.reset(&e, false);
+  const std::string ok = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         "5;x=\"a b\"\r\nhello\r\n0\r\nx-t: 1\r\n\r\n";
+  for (size_t i = 0; i < ok.size(); i += 3) {
+    ASSERT_EQ(feed(r, ok.substr(i, 3)), UpstreamResponseParser::Result::ok) << i;
+  }
+  EXPECT_TRUE(e.complete);
+  EXPECT_EQ(e.body, "hello");
+}
+
 TEST_F(UpstreamResponse, CloseDelimitedBodyEndsAtClose) {
   ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\n\r\nsome bytes"), UpstreamResponseParser::Result::ok);
   EXPECT_FALSE(c.complete);
