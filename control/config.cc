@@ -61,6 +61,7 @@ constexpr Key KEYS[] = {
     {"tls", "secrets", Kind::string, "--secrets", "a path string"},
     {"http", "docroot", Kind::string, "--docroot", "a directory path string"},
     {"http", "serve_dotfiles", Kind::flag_if_true, "--serve-dotfiles", "true or false"},
+    {"http", "test_routes", Kind::flag_if_false, "--no-test-routes", "true or false"},
     {"http", "file_cache_entries", Kind::integer, "--file-cache-entries", "an integer"},
     {"http", "file_cache_bytes", Kind::integer, "--file-cache-bytes", "bytes"},
     {"http", "file_cache_max_file", Kind::integer, "--file-cache-max-file", "bytes"},
@@ -578,6 +579,7 @@ spin_us = 0                              # poll this long after work before slee
 [http]
 # docroot = "/srv/www"                   # default: an embedded page
 serve_dotfiles = false                   # names starting with '.' (but .well-known): 404
+test_routes = true                       # /echo and /bytes/N (benchmarks, tests); false in production
 file_cache_entries = 4096                # open files cached per worker
 file_cache_bytes = 67108864              # file contents held in memory per worker
 file_cache_max_file = 65536              # larger files are read on demand

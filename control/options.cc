@@ -69,6 +69,8 @@ TLS and content:
                           Regular files only; names starting with '.' (but
                           .well-known) are 404 unless --serve-dotfiles.
   --serve-dotfiles        Also serve dotfiles (.git/, .env, ...).
+  --no-test-routes        No /echo and /bytes/N (the benchmark and test
+                          routes): those paths come from the document root.
   --file-cache-entries N  Open files each worker keeps cached (default 4096).
   --file-cache-bytes N    File contents each worker keeps in memory
                           (default 67108864).
@@ -255,8 +257,8 @@ Operation:
   --version               Version.
 
 Routes on every protocol: --proxy prefixes first, then the built-in
-/healthz, /bytes/N (N bytes, up to 64 MiB) and POST /echo; everything else
-from the document root.
+/healthz, /bytes/N (N bytes, up to 64 MiB) and POST /echo (the last two
+not with --no-test-routes); everything else from the document root.
 
 Exit status: 0 on clean shutdown (SIGINT/SIGTERM), 1 on a runtime failure,
 2 for a usage or configuration error (the reason on stderr).
@@ -468,6 +470,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.docroot = need();
     } else if (arg == "--serve-dotfiles") {
       o.serve_dotfiles = true;
+    } else if (arg == "--no-test-routes") {
+      o.test_routes = false;
     } else if (arg == "--file-cache-entries") {
       o.file_cache_entries = parse_number(arg, need(), 0, 1u << 24);
     } else if (arg == "--file-cache-bytes") {

@@ -36,6 +36,7 @@ struct Options {
   std::string key_file;
   std::string docroot; // empty: the embedded page
   bool serve_dotfiles = false;
+  bool test_routes = true; // /echo and /bytes/N
   uint64_t file_cache_entries = 4096;
   uint64_t file_cache_bytes = 64u << 20;
   uint64_t file_cache_max_file = 64u << 10;

@@ -183,6 +183,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     rc.files.max_file_in_memory = opts_.file_cache_max_file;
     rc.files.revalidate_ns = opts_.file_cache_revalidate_ms * 1'000'000ull;
     rc.files.allow_dotfiles = opts_.serve_dotfiles;
+    rc.test_routes = opts_.test_routes;
     router = http::make_default_router(rc);
   } catch (const std::exception &e) {
     throw UsageError(std::string("--docroot: ") + e.what());

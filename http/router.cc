@@ -68,8 +68,10 @@ void Router::route(const Request &req, Response &resp) const {
 std::shared_ptr<const Router> make_default_router(const RouterConfig &cfg) {
   auto r = std::make_shared<Router>();
   r->add_exact("/healthz", std::make_shared<HealthHandler>());
-  r->add_exact("/echo", std::make_shared<EchoHandler>());
-  r->add_prefix("/bytes/", std::make_shared<BytesHandler>(cfg.max_bytes));
+  if (cfg.test_routes) {
+    r->add_exact("/echo", std::make_shared<EchoHandler>());
+    r->add_prefix("/bytes/", std::make_shared<BytesHandler>(cfg.max_bytes));
+  }
   r->set_fallback(std::make_shared<StaticFiles>(cfg.docroot, cfg.files));
   return r;
 }

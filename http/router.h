@@ -43,9 +43,11 @@ struct RouterConfig {
   std::string docroot;          // empty: the embedded demo page
   uint64_t max_bytes = 64ull << 20; // largest /bytes/N
   FileCacheLimits files;            // the workers' open-file caches
+  bool test_routes = true;          // /echo and /bytes/N
 };
 
-// The standard route table: /healthz, /echo, /bytes/N, then static files.
+// The standard route table: /healthz, /echo and /bytes/N (test_routes),
+// then static files.
 // Throws std::runtime_error if the document root cannot be opened.
 std::shared_ptr<const Router> make_default_router(const RouterConfig &cfg);
 

@@ -123,6 +123,8 @@ class PackageTest(TimedTestCase):
         with open("/etc/xdpq/xdpq.toml") as f:
             conf = f.read()
         self.assertIn('secrets = "/var/lib/xdpq/secrets"', conf)
+        # No benchmark routes on a deployed server.
+        self.assertRegex(conf, r"(?m)^test_routes = false ")
         r = run("/usr/sbin/xdpqd", "--config", "/etc/xdpq/xdpq.toml", "--check-config")
         self.assertIn("configuration OK", r.stdout)
         self.assertFalse(os.path.exists("/var/lib/xdpq/secrets"))

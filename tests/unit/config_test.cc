@@ -38,8 +38,12 @@ max_streams = 50
 early_data = false
 [tcp]
 enabled = false
+[http]
+test_routes = false
 )");
   auto o = parse({"--config", path});
+  EXPECT_FALSE(o.test_routes);
+  EXPECT_TRUE(parse({}).test_routes);
   ASSERT_EQ(o.listen.size(), 2u);
   EXPECT_EQ(o.listen[0].to_string(), "127.0.0.1:7000");
   EXPECT_EQ(o.log_level, "debug");

@@ -107,3 +107,18 @@ TEST(Router, AuthorityThatIsNotAHostGets400) {
     EXPECT_EQ(resp.status, 200) << good;
   }
 }
+
+// Production: no /echo or /bytes/N (a file of that name is served instead);
+// /healthz stays.
+TEST(Router, WithoutTestRoutes) {
+  RouterConfig cfg;
+  cfg.test_routes = false;
+  auto router = make_default_router(cfg);
+  Response resp;
+  router->route(req("GET", "/healthz"), resp);
+  EXPECT_EQ(resp.status, 200);
+  router->route(req("GET", "/bytes/30"), resp);
+  EXPECT_EQ(resp.status, 404);
+  router->route(req("POST", "/echo", "hello"), resp);
+  EXPECT_EQ(resp.status, 405); // the static files take no POST
+}
