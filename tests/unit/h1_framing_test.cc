@@ -82,7 +82,7 @@ TEST(H1FramingCheck, LooseFramingStopsWhereItBreaks) {
       chunked("0\r\nx-t: 1\n\r\n"),                  // LF alone in the trailers
       chunked("\r\nhello\r\n0\r\n\r\n"),              // no size
       chunked("10000000000000000\r\n"),              // past 64 bits
-      chunked(std::string("5;\x01\r\nhello\r\n0\r\n\r\n", 19)), // a control byte in the extension
+      chunked(std::string("5;") + '\x01' + "\r\nhello\r\n0\r\n\r\n"), // a control byte in the extension
       "GET / HTTP/1.1\r\nHost: x\rX-Smuggled: 1\r\n\r\n", // a bare CR in the head
   };
   for (const auto &wire : bad) {
