@@ -242,6 +242,8 @@ private:
     host_fields_ = 0;
     too_large_ = false;
     body_too_large_ = false;
+    discard_body_ = false;
+    discarded_ = 0;
     in_message_ = true;
     in_headers_ = true;
     started_ = now_;
@@ -345,6 +347,8 @@ private:
       queue_.push_back(std::move(q));
       proxied_ = true;
       if (body_follows) body_ex_ = queue_.back().ex;
+    } else if (body_follows && !env_.router->takes_body(req_)) {
+      discard_body_ = true; // parsed to find the next request, never held
     }
     return 0;
   }
@@ -432,13 +436,16 @@ private:
       return 0;
     }
     if (closing_ || body_too_large_) return 0;
-    if (req_.body.size() + n > env_.limits.max_request_body) {
+    if (discard_body_) discarded_ += n;
+    const uint64_t length = discard_body_ ? discarded_ : req_.body.size() + n;
+    if (length > env_.limits.max_request_body) {
       body_too_large_ = true;
       env_.stats->body_limit_rejects += 1;
       release_body();
       fail(413);
       return 0;
     }
+    if (discard_body_) return 0;
     if (!budget_.try_take(n)) {
       // Over the connection's (pipelined bodies) or worker's budget.
       env_.stats->body_budget_refusals += 1;
@@ -487,9 +494,9 @@ private:
   void fail(int status) {
     if (status == 400 || status == 505) env_.stats->bad_requests += 1;
     Response resp;
-    // A HEAD gets the head alone, an error's too (req_.method is set once
-    // the head is parsed, empty before).
-    make_error(resp, status, req_.method == "HEAD");
+    // A HEAD gets the head alone, an error's too: once this message's head
+    // is parsed (before, req_ may still hold the previous request's).
+    make_error(resp, status, in_message_ && !in_headers_ && req_.method == "HEAD");
     enqueue(resp, true);
     in_message_ = false;
     in_headers_ = false;
@@ -552,6 +559,8 @@ private:
   unsigned host_fields_ = 0;
   bool too_large_ = false;
   bool body_too_large_ = false;
+  bool discard_body_ = false; // its handler reads no body: skipped as it arrives
+  uint64_t discarded_ = 0;     // ... so far (max_request_body still bounds it)
   bool keep_alive_ = true;
   bool in_message_ = false;
   bool in_headers_ = false;

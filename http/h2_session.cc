@@ -27,8 +27,10 @@ struct H2Stream {
   bool body_too_large = false;
   bool responded = false;
   bool refused = false;
-  bool refused_by_us = false;    // reset for the server's own reasons (budget), not the client's
+  bool refused_by_us = false;    // reset for the worker's state (its body budget spent), not the client's
   bool ended = false;            // the client's END_STREAM arrived
+  bool discarding = false;       // answered at its head; its body is skipped as it comes
+  uint64_t discarded = 0;        // ... so far
   bool headers_done = false;
   uint64_t started_ns = 0;
   size_t charged = 0; // bytes taken from the body budget
@@ -166,7 +168,8 @@ private:
           st->header_bytes = 0;
           st->header_fields = 0;
           st->too_large = st->body_too_large = st->responded = st->headers_done = false;
-          st->refused = st->refused_by_us = st->ended = false;
+          st->refused = st->refused_by_us = st->ended = st->discarding = false;
+          st->discarded = 0;
           st->charged = 0;
           st->offset = 0;
           st->exchange = nullptr;
@@ -283,6 +286,16 @@ private:
             return 0;
           }
           nghttp2_session_consume(s, id, len);
+          if (st && st->discarding) {
+            // Answered at its head: the body is read and dropped, up to the
+            // request body limit; past it the client is told to stop.
+            st->discarded += len;
+            if (st->discarded > me.env_.limits.max_request_body) {
+              st->discarding = false;
+              nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+            }
+            return 0;
+          }
           if (!st || st->responded || st->refused)
             return 0;
           if (st->req.body.size() + len > me.env_.limits.max_request_body) {
@@ -295,7 +308,9 @@ private:
           if (!me.budget_.try_take(len)) {
             // Over the connection's or worker's budget: refuse, hold nothing.
             st->refused = true;
-            st->refused_by_us = true;
+            // The worker's budget spent by all clients is no fault of this
+            // one's; its connection's own part full is.
+            st->refused_by_us = !me.budget_.own_limit_refused();
             me.env_.stats->body_budget_refusals += 1;
             me.release_body(*st);
             nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
@@ -366,7 +381,7 @@ private:
               (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
             auto *st =
                 static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
-            if (st && !st->ended) {
+            if (st && !st->ended && !st->discarding) {
               // The response went out before the request ended (413, 431): tell
               // the client to stop sending (RFC 9113 8.1) instead of reading and
               // discarding the rest of its body.
@@ -472,7 +487,12 @@ private:
         return;
       }
     }
-    if (body_follows) return;
+    // A handler that reads the body gets the request once it is whole; any
+    // other answers now rather than have its body held.
+    if (body_follows && env_.router->takes_body(st.req)) return;
+    // Its body is dropped as it arrives (no reset: curl 7.88 takes a
+    // NO_ERROR reset during its upload for a failure, answer and all).
+    st.discarding = body_follows;
     env_.router->route(st.req, st.resp);
     respond(st);
   }
@@ -526,7 +546,7 @@ private:
     st.exchange->abort_body();
     if (st.refused) return;
     st.refused = true;
-    st.refused_by_us = st.exchange->budget_refused();
+    st.refused_by_us = st.exchange->worker_budget_refused();
     st.responded = true;
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
   }

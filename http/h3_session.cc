@@ -416,9 +416,13 @@ void H3Session::dispatch(Stream &s, bool body_follows) {
       return;
     }
   }
-  if (body_follows) return; // the router takes the request with its body
+  // A handler that reads the body gets the request once it is whole;
+  // any other answers now, and the body is not read (RFC 9114 4.1: a
+  // complete response may come before the request's end).
+  if (body_follows && router_->takes_body(s.req)) return;
   router_->route(s.req, s.resp);
   respond(s);
+  if (body_follows) transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
 }
 
 void H3Session::proxy_progress(void *tag) {

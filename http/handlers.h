@@ -15,6 +15,7 @@ public:
 class EchoHandler final : public Handler {
 public:
   void handle(const Request &req, Response &resp) const override;
+  bool takes_body() const override { return true; }
 };
 
 // GET/HEAD /bytes/N: N bytes of PatternBody (decimal N, 0..max).

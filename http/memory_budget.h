@@ -45,7 +45,8 @@ public:
   // Takes n bytes if both this connection and the worker stay within their
   // budgets; false (nothing taken, a refusal counted) otherwise.
   bool try_take(size_t n) {
-    if (held_ + n > limit_ || (worker_ && worker_->held_ + n > worker_->limit_)) {
+    own_limit_refused_ = held_ + n > limit_;
+    if (own_limit_refused_ || (worker_ && worker_->held_ + n > worker_->limit_)) {
       if (worker_) worker_->refusals_ += 1;
       return false;
     }
@@ -59,9 +60,13 @@ public:
     if (worker_) worker_->held_ -= n;
   }
   size_t held() const { return held_; }
+  // The last refusal was this connection's own limit (what the peer itself
+  // holds), not the worker's (what all peers hold).
+  bool own_limit_refused() const { return own_limit_refused_; }
 
 private:
   MemoryBudget *worker_;
+  bool own_limit_refused_ = false;
   size_t limit_;
   size_t held_ = 0;
 };

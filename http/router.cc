@@ -20,15 +20,7 @@ void Router::add_prefix(std::string prefix, std::shared_ptr<const Handler> h) {
 
 void Router::set_fallback(std::shared_ptr<const Handler> h) { fallback_ = std::move(h); }
 
-void Router::route(const Request &req, Response &resp) const {
-  resp.reset();
-  // HTTP/1.x checked its Host already; an HTTP/2 or HTTP/3 :authority that
-  // is not a host and port (userinfo, a path) names nothing served here.
-  if (!req.authority.empty() && !valid_host_field(req.authority)) {
-    make_error(resp, 400, req.method == "HEAD");
-    return;
-  }
-  auto path = path_only(req.path);
+const Handler *Router::find(std::string_view path) const {
   const Handler *best = nullptr;
   size_t best_len = 0;
   for (const auto &r : routes_) {
@@ -38,13 +30,26 @@ void Router::route(const Request &req, Response &resp) const {
         best_len = r.path.size();
       }
     } else if (path == r.path) {
-      best = r.handler.get();
-      break;
+      return r.handler.get();
     }
   }
-  if (!best) {
-    best = fallback_.get();
+  return best ? best : fallback_.get();
+}
+
+bool Router::takes_body(const Request &req) const {
+  const Handler *h = find(path_only(req.path));
+  return h && h->takes_body();
+}
+
+void Router::route(const Request &req, Response &resp) const {
+  resp.reset();
+  // HTTP/1.x checked its Host already; an HTTP/2 or HTTP/3 :authority that
+  // is not a host and port (userinfo, a path) names nothing served here.
+  if (!req.authority.empty() && !valid_host_field(req.authority)) {
+    make_error(resp, 400, req.method == "HEAD");
+    return;
   }
+  const Handler *best = find(path_only(req.path));
   if (!best) {
     make_error(resp, 404);
   } else {

@@ -16,6 +16,10 @@ public:
   virtual ~Handler() = default;
   // Fills resp. Handlers may ignore HEAD: the router strips the body.
   virtual void handle(const Request &req, Response &resp) const = 0;
+  // Reads the request's body: the session collects it before handle().
+  // Others are answered as soon as the head is there, and a body sent
+  // with their request is never held.
+  virtual bool takes_body() const { return false; }
 };
 
 class Router {
@@ -28,8 +32,11 @@ public:
 
   // Never throws; unknown paths without a fallback get 404.
   void route(const Request &req, Response &resp) const;
+  // Whether the handler req goes to reads its body (POST /echo does).
+  bool takes_body(const Request &req) const;
 
 private:
+  const Handler *find(std::string_view path) const;
   struct Route {
     std::string path;
     bool prefix;

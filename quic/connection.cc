@@ -49,8 +49,10 @@ int cb_stream_reset(ngtcp2_conn *, int64_t stream_id, uint64_t, uint64_t, void *
                  int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
+// ngtcp2 calls this when this side stops reading a stream (our
+// STOP_SENDING), not for the peer's.
 int cb_stream_stop_sending(ngtcp2_conn *, int64_t stream_id, uint64_t, void *ud, void *) {
-  return guarded([&] { return self(ud).on_stream_reset(stream_id); },
+  return guarded([&] { return self(ud).on_stream_stop_sending(stream_id); },
                  int{NGTCP2_ERR_CALLBACK_FAILURE});
 }
 
@@ -685,6 +687,7 @@ int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_
   // A finished client request stream frees a slot for the next one; the
   // credit rides with the next response (see stream_credit_).
   if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1)) {
+    std::erase(stopped_reading_, stream_id);
     if (stream_credit_ == 0)
       credit_deadline_ = ep_.clock().now() + STREAM_CREDIT_DELAY;
     stream_credit_ += 1;
@@ -707,18 +710,30 @@ void Connection::release_stream_credit() {
 // Both may leave something to send that the last write did not have (a
 // stream unblocked, a reset to answer): no ACK hold after this read.
 int Connection::on_stream_reset(int64_t stream_id) {
-  // A client's request stream (bidirectional, client-initiated) reset or
-  // its response refused: limited, as a flood of them would have the
-  // server start and drop work for each ("rapid reset").
-  // A cancel is usually both frames for one stream, at once: one count.
-  const bool counted = stream_id == last_reset_stream_;
-  last_reset_stream_ = stream_id;
-  if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1) && !counted && !take_reset_token()) {
+  // The peer reset a request stream (bidirectional, client-initiated):
+  // limited, as a flood of them would have the server start and drop work
+  // for each ("rapid reset").
+  // A RESET_STREAM answering our STOP_SENDING (RFC 9000 3.5 requires it:
+  // a 413, a 425, an answer before the request's end) is no cancel.
+  auto asked = std::find(stopped_reading_.begin(), stopped_reading_.end(), stream_id);
+  const bool answer = asked != stopped_reading_.end();
+  if (answer) stopped_reading_.erase(asked);
+  if (!answer && ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1) && !take_reset_token()) {
     ep_.mutable_stats().stream_reset_closes += 1;
     ngtcp2_ccerr_set_application_error(&last_error_, ep_.app_factory().excessive_load_code(),
                                        nullptr, 0);
     return NGTCP2_ERR_CALLBACK_FAILURE;
   }
+  return on_stream_read_shut(stream_id);
+}
+
+int Connection::on_stream_stop_sending(int64_t stream_id) {
+  // Open client request streams only, so at most max_streams of them.
+  if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1)) stopped_reading_.push_back(stream_id);
+  return on_stream_read_shut(stream_id);
+}
+
+int Connection::on_stream_read_shut(int64_t stream_id) {
   if (app_)
     app_->shutdown_stream_read(stream_id);
   ep_.want_write(this);

@@ -63,7 +63,9 @@ public:
   int on_recv_stream_data(uint32_t flags, int64_t stream_id, const uint8_t *data, size_t len);
   int on_acked_stream_data(int64_t stream_id, uint64_t len);
   int on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_error);
-  int on_stream_reset(int64_t stream_id);
+  int on_stream_reset(int64_t stream_id);        // the peer's RESET_STREAM
+  int on_stream_stop_sending(int64_t stream_id); // our STOP_SENDING
+  int on_stream_read_shut(int64_t stream_id);    // either: reading ends
   int on_extend_max_stream_data(int64_t stream_id);
   int on_extend_max_remote_streams_bidi(uint64_t max_streams);
   int on_stream_open(int64_t stream_id);
@@ -145,7 +147,9 @@ private:
   // they were last refilled.
   double reset_tokens_ = -1;
   uint64_t reset_refill_at_ = 0;
-  int64_t last_reset_stream_ = -1;
+  // Open request streams we sent STOP_SENDING for: the peer's RESET_STREAM
+  // on them is the answer RFC 9000 requires, not a cancel of its own.
+  std::vector<int64_t> stopped_reading_;
   bool take_reset_token();
   // The last write() left the application with nothing to send (not cut
   // short by congestion, pacing, the packet budget or the sink).

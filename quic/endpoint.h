@@ -85,11 +85,11 @@ struct EndpointConfig {
   size_t max_udp_payload = 1452;
   size_t max_connections = 65536;
   uint32_t stateless_resets_per_second = 1000;
-  // A peer's RESET_STREAM and STOP_SENDING on request streams, per
-  // connection: a burst, then a rate per second (each can have set work
-  // going: a file read, an upstream request). Past it the connection closes
-  // (HTTP/2's RST_STREAM has the same limit).
-  uint32_t stream_reset_burst = 100; // a stream's RESET_STREAM and STOP_SENDING count once
+  // A peer's RESET_STREAM on request streams, per connection: a burst,
+  // then a rate per second (each can have set work going: a file read, an
+  // upstream request). Past it the connection closes (HTTP/2's RST_STREAM
+  // has the same limit).
+  uint32_t stream_reset_burst = 100;
   uint32_t stream_reset_rate = 33;
   bool early_data = true;
 };

@@ -3,9 +3,12 @@
 h2load; same bytes as over HTTP/3; Alt-Svc; HEAD, Range, chunked POST."""
 
 import os
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -82,6 +85,35 @@ class TcpTest(TimedTestCase):
             self.assertNotIn(self.file[:64], body)
             st, _, body = curl(srv, "/f.bin", "-H", "Host: a:443")
             self.assertEqual((st, body), (200, self.file))
+
+    def test_a_body_nobody_reads_is_not_held(self):
+        # Only /echo reads a request's body. Sent to a file, the body was
+        # held until it ended, so with the worker's body budget spent by
+        # another upload the request was refused (HTTP/1.1 503, HTTP/2
+        # REFUSED_STREAM, HTTP/3 H3_REQUEST_REJECTED). Now it is answered
+        # as a file is (HTTP/2 and HTTP/3 at its head), and the body is
+        # dropped as it arrives.
+        limit = 65536
+        small = os.path.join(tempfile.mkdtemp(prefix="xdpq-nobody-"), "small")
+        with open(small, "wb") as f:
+            f.write(b"s" * 60000)
+        with self.serve("--max-request-body", str(limit), "--max-body-per-connection", str(limit),
+                        "--max-body-per-worker", str(limit)) as srv:
+            # One upload to /echo holds the worker's whole budget.
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            ctx.set_alpn_protocols(["http/1.1"])
+            holder = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port)))
+            holder.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n" +
+                           b"h" * 65000)
+            time.sleep(0.3)
+            for http in ("--http1.1", "--http2"):
+                st, _, _ = curl(srv, "/f.bin", "--data-binary", f"@{small}", http=http)
+                self.assertEqual(st, 405, http)
+            h3 = gtlsclient(srv, ["/f.bin"], "-d", small, "-m", "POST")
+            self.assertEqual(h3.statuses.get(0), 405, h3.output[-2000:])
+            holder.close()
 
     def test_post_echo_chunked(self):
         data = os.urandom(300000)

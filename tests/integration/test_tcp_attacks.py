@@ -325,73 +325,83 @@ class AttackTest(TimedTestCase):
         self.assertGreater(stats["tcp_body_budget_refusals"], 0, stats)
 
     def test_budget_refusals_are_not_the_clients_fault(self):
-        # A stream refused because the body budget is spent (the server's
-        # own state, RST_STREAM REFUSED_STREAM) is no protocol error of the
-        # client's: 150 of them on one connection must not close it with
-        # GOAWAY ENHANCE_YOUR_CALM as 100 protocol errors do.
-        with Server(*FAST_TIMEOUTS, "--max-request-body", "60000",
-                    "--max-body-per-connection", "60000") as srv:
-            s = tls_socket(srv)
-            c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
-                                                                     header_encoding="utf-8"))
-            c.initiate_connection()
-            post = [(":method", "POST"), (":scheme", "https"), (":authority", "x"),
-                    (":path", "/echo")]
-            c.send_headers(1, post)
-            for _ in range(4):  # the connection's whole budget, held
-                c.send_data(1, b"h" * 15000)
-            s.sendall(c.data_to_send())
-            refused, terminated, sid = 0, None, 3
+        # A stream refused because the worker's body budget is spent (what
+        # all clients hold, RST_STREAM REFUSED_STREAM) is no protocol error
+        # of the refused client's: 150 of them must not close its
+        # connection with GOAWAY ENHANCE_YOUR_CALM as 100 protocol errors
+        # do. A client that fills its own connection's part itself is
+        # counted, as before.
+        post = [(":method", "POST"), (":scheme", "https"), (":authority", "x"),
+                (":path", "/echo")]
+        limit = ["--max-request-body", "60000", "--max-body-per-connection", "60000",
+                 "--max-body-per-worker", "60000"]
+        # Default timeouts: the holder must outlive the other's uploads.
+        with Server(*limit) as srv:
+            def client():
+                s = tls_socket(srv)
+                c = h2.connection.H2Connection(h2.config.H2Configuration(
+                    client_side=True, header_encoding="utf-8"))
+                c.initiate_connection()
+                s.sendall(c.data_to_send())
+                return {"s": s, "c": c, "refused": 0, "terminated": None, "status": None,
+                        "sid": 1}
 
-            def drain(until):
-                nonlocal refused, terminated
-                s.settimeout(0.2)
-                while time.time() < until:
+            def drain(k, seconds, until=lambda: False):
+                k["s"].settimeout(0.2)
+                end = time.time() + seconds
+                while time.time() < end and not until():
                     try:
-                        data = s.recv(65536)
+                        data = k["s"].recv(65536)
                     except (socket.timeout, ssl.SSLWantReadError):
                         continue
                     if not data:
                         break
-                    for ev in c.receive_data(data):
+                    for ev in k["c"].receive_data(data):
                         if isinstance(ev, h2.events.StreamReset) and ev.error_code == 7:
-                            refused += 1
+                            k["refused"] += 1
                         elif isinstance(ev, h2.events.ConnectionTerminated):
-                            terminated = ev.error_code
-                    s.sendall(c.data_to_send())
-            drain(time.time() + 0.5)
-            for _ in range(3):
-                if terminated is not None:
-                    break
-                for _ in range(50):
-                    c.send_headers(sid, post)
-                    c.send_data(sid, b"x")
-                    sid += 2
-                s.sendall(c.data_to_send())
-                drain(time.time() + 1)
-            self.assertIsNone(terminated, f"GOAWAY after {refused} refused streams")
-            c.send_headers(sid, [(":method", "GET"), (":scheme", "https"), (":authority", "x"),
-                                 (":path", "/healthz")], end_stream=True)
-            s.sendall(c.data_to_send())
-            status = None
-            s.settimeout(5)
-            end = time.time() + 5
-            while status is None and terminated is None and time.time() < end:
-                data = s.recv(65536)
-                if not data:
-                    break
-                for ev in c.receive_data(data):
-                    if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
-                        status = dict(ev.headers).get(":status")
-                    elif isinstance(ev, h2.events.ConnectionTerminated):
-                        terminated = ev.error_code
-            s.close()
+                            k["terminated"] = ev.error_code
+                        elif isinstance(ev, h2.events.ResponseReceived):
+                            k["status"] = dict(ev.headers).get(":status")
+                    k["s"].sendall(k["c"].data_to_send())
+
+            def refused_uploads(k, n):
+                for _ in range(n // 50):
+                    if k["terminated"] is not None:
+                        break
+                    for _ in range(50):
+                        k["c"].send_headers(k["sid"], post)
+                        k["c"].send_data(k["sid"], b"x")
+                        k["sid"] += 2
+                    k["s"].sendall(k["c"].data_to_send())
+                    drain(k, 1)
+
+            holder = client()
+            holder["c"].send_headers(1, post)
+            for _ in range(4):  # the worker's whole budget, held
+                holder["c"].send_data(1, b"h" * 15000)
+            holder["sid"] = 3
+            holder["s"].sendall(holder["c"].data_to_send())
+            drain(holder, 0.5)
+            other = client()
+            refused_uploads(other, 150)
+            self.assertIsNone(other["terminated"], f"GOAWAY after {other['refused']} refused")
+            other["c"].send_headers(other["sid"], [(":method", "GET"), (":scheme", "https"),
+                                                   (":authority", "x"), (":path", "/healthz")],
+                                    end_stream=True)
+            other["s"].sendall(other["c"].data_to_send())
+            drain(other, 5, lambda: other["status"] is not None)
+            # The holder's own connection is full: its refusals are its own.
+            refused_uploads(holder, 150)
+            drain(holder, 2, lambda: holder["terminated"] is not None)
+            for k in (holder, other):
+                k["s"].close()
             stats = srv.stop()
-        self.assertEqual(refused, 150)
-        self.assertIsNone(terminated)
-        self.assertEqual(status, "200")
-        self.assertEqual(stats["tcp_protocol_error_closes"], 0, stats)
-        self.assertGreaterEqual(stats["tcp_body_budget_refusals"], 150, stats)
+        self.assertEqual(other["refused"], 150)
+        self.assertEqual(other["status"], "200")
+        self.assertEqual(holder["terminated"], 11)  # ENHANCE_YOUR_CALM
+        self.assertEqual(stats["tcp_protocol_error_closes"], 1, stats)
+        self.assertGreaterEqual(stats["tcp_body_budget_refusals"], 250, stats)
         self.finish()
 
     def test_slow_client_never_finishing_headers(self):
@@ -520,6 +530,14 @@ class AttackTest(TimedTestCase):
         self.assertTrue(head.startswith(b"HTTP/1.1 400"), data[:100])
         self.assertIn(b"content-length: ", head.lower())
         self.assertEqual(rest, b"")
+        # A request after a HEAD that fails before its own head is parsed
+        # (a bad first byte) gets its 400 with the body it announces.
+        s = tls_socket(self.srv, alpn="http/1.1")
+        s.sendall(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n\x01GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        closed, data = read_until_closed(s, 5)
+        self.assertTrue(closed)
+        second = data[data.index(b"HTTP/1.1 400"):]
+        self.assertTrue(second.endswith(b"\r\n\r\n400 Bad Request\n"), data)
         # HTTP/2: a DATA frame after a HEAD's 431 is a protocol error to
         # the client, which then sees no answer at all.
         r = subprocess.run(["curl", "-sk", "--http2", "-I", "-o", "/dev/null", "-w", "%{http_code}",
