@@ -167,6 +167,9 @@ void TcpServer::closed(TcpConnection *c, uint32_t source_slot) {
     return;
   sources_.release(source_slot);
   stats_.closed += 1;
+  // A connection woken and then closed in the same round of end_of_pass()
+  // would outlive its memory in woken_ (freed below, resumed next pass).
+  std::erase(woken_, c);
   // Freed at the end of the pass: an event for it may still be pending.
   dead_.push_back(std::move(it->second));
   conns_.erase(it);
