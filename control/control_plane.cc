@@ -144,6 +144,9 @@ void Server::on_signal(int signo) {
   } else if (signo == SIGUSR2) {
     upgrade(); // logs its result
   } else if (signo == SIGTERM) {
+    // Remembered even while draining after an upgrade: the new process
+    // ending then is the service stopping, not a crash to recover from.
+    stop_asked_ = true;
     begin_drain("SIGTERM");
   } else if (!hard_stop_) { // SIGINT: stop now
     hard_stop_ = true;
@@ -256,13 +259,31 @@ void Server::upgrade_channel_closed() {
   // of the second upgrade (its predecessor is long gone: a process with a
   // live predecessor refuses to upgrade).
   if (upgrade_child_ > 0) {
+    // Its descriptors close before it becomes a zombie: wait a moment
+    // for its status.
+    int status = 0;
+    pid_t reaped = 0;
+    for (int i = 0; i < 100 && reaped == 0; ++i) {
+      reaped = waitpid(upgrade_child_, &status, WNOHANG);
+      if (reaped == 0) usleep(10'000);
+    }
+    const bool clean = reaped == upgrade_child_ && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (stop_asked_ || clean) {
+      // Stopped on purpose (systemd stops the whole service with SIGTERM,
+      // or someone stopped the new process): we finish our drain and
+      // exit, as the upgrade left us to.
+      LOG_INFO("upgrade: the new process (pid %d) stopped; this process finishes its drain",
+               upgrade_child_);
+      return;
+    }
     // The new process died after it took over: without us nobody would
     // read the sockets (outside systemd, nobody would restart it either).
-    int status = 0;
-    waitpid(upgrade_child_, &status, WNOHANG);
-    LOG_ERROR("upgrade: the new process (pid %d) exited after taking over; taking the sockets "
-              "back and serving on",
-              upgrade_child_);
+    LOG_ERROR("upgrade: the new process (pid %d) exited after taking over (%s %d); taking the "
+              "sockets back and serving on",
+              upgrade_child_, reaped != upgrade_child_ ? "status unknown" :
+                              WIFSIGNALED(status) ? "signal" : "status",
+              reaped != upgrade_child_ ? 0 : WIFSIGNALED(status) ? WTERMSIG(status)
+                                                                  : WEXITSTATUS(status));
     upgrade_child_ = -1;
     // systemd first: the dead main process must not make it stop us.
     sd_notify_state(("MAINPID=" + std::to_string(getpid()) + "\nREADY=1").c_str());

@@ -142,6 +142,7 @@ private:
   uint64_t started_at_ = 0;
   bool draining_ = false;
   bool hard_stop_ = false;
+  bool stop_asked_ = false; // SIGTERM came (the service is stopping)
   bool failed_ = false; // a worker failed: exit status 1
   std::shared_ptr<http::TcpTlsContext> tcp_tls_;
   std::vector<int> reservations_; // kernel sockets holding AF_XDP-served ports

@@ -60,6 +60,15 @@ def eventfds(pid):
     return n
 
 
+def running(pid):
+    """Neither gone nor a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def all_stats(log):
     return [json.loads(m) for m in re.findall(r"stats (\{.*\})", log)]
 
@@ -302,8 +311,33 @@ class Upgrade(TimedTestCase):
         self.assertIn("100 succeeded, 0 failed", h1)
         self.assertIn("taking the sockets back", srv.output())
 
+    def test_stopping_the_service_after_an_upgrade_stops_the_old_process_too(self):
+        # systemd stops a service by sending SIGTERM to every process of
+        # it: the new one drains and exits 0, and the old one, still
+        # draining its own connections, must not take that for a crash
+        # and serve on (systemd would wait for it, then kill it).
+        with self.start() as srv:
+            keep = self.keep_alive()  # keeps the old process draining
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+            new = self.new_pid(up.stdout)
+            os.kill(srv.proc.pid, signal.SIGTERM)
+            os.kill(new, signal.SIGTERM)
+            for _ in range(200):
+                if not running(new):
+                    break
+                time.sleep(0.05)
+            self.assertFalse(running(new), "the new process did not stop")
+            time.sleep(1.5)  # (the old process reaps it and decides)
+            self.assertIsNone(srv.proc.poll(), "the old process left its connection unfinished")
+            keep.close()
+            self.assertEqual(srv.proc.wait(timeout=15), 0, srv.output()[-3000:])
+            log = srv.output()
+        self.assertNotIn("taking the sockets back", log)
+        self.assertIn(f"the new process (pid {new}) stopped", log)
+
     def test_systemd_follows_the_main_pid(self):
-        """What systemd sees (Type=notify, NotifyAccess=main, a watchdog),
+        """What systemd sees (Type=notify, a watchdog; what NotifyAccess=main would take),
         from a notify socket of our own: the running xdpqd says READY and
         pings; the upgrade names the new process MAINPID, from the old
         main process; from then on only the new one pings."""
