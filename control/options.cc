@@ -305,7 +305,9 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       arg = arg.substr(0, eq);
       has_inline = true;
     }
+    bool took_value = false;
     auto need = [&]() -> std::string_view {
+      took_value = true;
       if (has_inline) return value;
       if (i + 1 >= args.size()) throw UsageError(std::string(arg) + ": missing value");
       return args[++i];
@@ -316,9 +318,11 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.version = true;
     } else if (arg == "--check-config") {
       o.check_config = true;
-      if (i + 1 < args.size() && !args[i + 1].starts_with("--")) ++i; // its FILE
+      took_value = true; // its FILE, if any, was read before the other flags
+      if (!has_inline && i + 1 < args.size() && !args[i + 1].starts_with("--")) ++i;
     } else if (arg == "--config") {
-      ++i; // read before the other flags
+      took_value = true; // read before the other flags
+      if (!has_inline) ++i;
     } else if (arg == "--print-default-config") {
       o.print_default_config = true;
     } else if (arg == "--control-socket") {
@@ -555,6 +559,10 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     } else {
       throw UsageError("unknown option '" + args[i] + "' (see --help)");
     }
+    // "--serve-dotfiles=false" must not turn a switch on.
+    if (has_inline && !took_value) {
+      throw UsageError(std::string(arg) + " takes no value (got '" + args[i] + "')");
+    }
     } catch (const UsageError &e) {
       if (origin.empty()) throw;
       throw UsageError(origin + ": " + e.what());
@@ -572,6 +580,7 @@ Options parse_options(int argc, const char *const *argv) {
     std::string_view a = cli[i];
     if (a.starts_with("--config=")) config = std::string(a.substr(9));
     else if (a == "--config" && i + 1 < cli.size()) config = cli[i + 1];
+    else if (a.starts_with("--check-config=")) config = std::string(a.substr(15));
     else if (a == "--check-config" && i + 1 < cli.size() && !cli[i + 1].starts_with("--")) {
       config = cli[i + 1];
     }

@@ -106,6 +106,21 @@ TEST(Config, CheckConfigTakesTheFile) {
   EXPECT_EQ(o.config_file, path);
 }
 
+TEST(Config, InlineFileNamesAreRead) {
+  // --check-config=FILE checked the defaults, not FILE; --config=FILE
+  // swallowed the flag after it.
+  auto path = write_config("[server]\nlog_level = \"warn\"\n");
+  auto c = parse({"--check-config=" + path});
+  EXPECT_TRUE(c.check_config);
+  EXPECT_EQ(c.log_level, "warn");
+  EXPECT_EQ(c.config_file, path);
+  auto bad = write_config("[server]\nworkers = 0\n");
+  EXPECT_NE(error_of({"--check-config=" + bad}).find(bad + ":2"), std::string::npos);
+  auto o = parse({"--config=" + path, "--no-tcp"});
+  EXPECT_EQ(o.log_level, "warn");
+  EXPECT_FALSE(o.tcp);
+}
+
 TEST(Config, DefaultConfigTextParsesToTheDefaults) {
   auto path = write_config(default_config_text());
   auto o = parse({"--config", path});

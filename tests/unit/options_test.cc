@@ -72,6 +72,15 @@ TEST(Options, ErrorsNameTheFlag) {
   EXPECT_NE(error_of({"--log-level", "loud"}).find("--log-level"), std::string::npos);
 }
 
+TEST(Options, SwitchesTakeNoInlineValue) {
+  // "--serve-dotfiles=false" turned dotfile serving on.
+  for (const char *bad : {"--serve-dotfiles=false", "--xdp-replace=no", "--no-tcp=1",
+                          "--version=2"}) {
+    EXPECT_NE(error_of({bad}).find("takes no value"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(parse({"--workers=3"}).workers, 3);
+}
+
 TEST(Options, HelpDocumentsEveryFlag) {
   std::string help = usage_text();
   for (const char *flag :
