@@ -95,7 +95,15 @@ int bind_control_socket(const std::string &path) {
                      ": another xdpqd is listening there (use another path)");
   }
   close(probe);
-  unlink(path.c_str());
+  // Only a socket is removed: a path set by mistake to a file must not
+  // cost that file.
+  struct stat st{};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      throw UsageError("--control-socket " + path + ": exists and is not a socket (left as it is)");
+    }
+    unlink(path.c_str());
+  }
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   mode_t old = umask(0177); // the socket file is created 0600: owner only
   int rv = bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));

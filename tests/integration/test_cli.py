@@ -77,6 +77,17 @@ class CliTest(TimedTestCase):
         with Server("--dataplane", "socket") as srv:
             self.assert_usage_error(["--listen", f"127.0.0.1:{srv.port}"], "in use")
 
+    def test_a_control_socket_path_that_is_a_file_is_left_alone(self):
+        # A typo pointing control_socket at a file deleted the file.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "secrets")
+            with open(path, "w") as f:
+                f.write("precious\n")
+            self.assert_usage_error(["--listen", f"127.0.0.1:{free_udp_port()}", "--no-tcp",
+                                     "--control-socket", path], "is not a socket")
+            with open(path) as f:
+                self.assertEqual(f.read(), "precious\n")
+
     def test_check_config(self):
         r = run("--check-config", "--listen", "127.0.0.1:1")
         self.assertEqual(r.returncode, 0, r.stderr)
