@@ -36,6 +36,7 @@ public:
   // refusal decided at accept; reading the request first means the client
   // is not cut off in the middle of sending it).
   void refuse(std::string text) { refusal_ = std::move(text); }
+  bool http() const { return http_; }
 
   void reply_and_close(std::string text) {
     out_ = std::move(text);
@@ -196,7 +197,8 @@ void AdminServer::accept_all(Listener &l) {
       return;
     }
     l.backoff->on_success();
-    if (clients_.size() >= MAX_CLIENTS) {
+    const size_t same_kind = l.http ? http_clients_ : clients_.size() - http_clients_;
+    if (same_kind >= (l.http ? MAX_METRICS_CLIENTS : MAX_CONTROL_CLIENTS)) {
       stats_.refused_busy += 1;
       static constexpr char BUSY[] = "error: too many admin clients, try again\n";
       [[maybe_unused]] auto n = send(fd, BUSY, sizeof(BUSY) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -207,6 +209,7 @@ void AdminServer::accept_all(Listener &l) {
     auto owned = std::make_unique<Client>(*this, fd, l.http);
     Client *c = owned.get();
     clients_.emplace(c, std::move(owned));
+    http_clients_ += l.http;
     if (!l.http) {
       ucred cred{};
       socklen_t len = sizeof(cred);
@@ -224,6 +227,7 @@ void AdminServer::finished(Client *c) {
   auto it = clients_.find(c);
   if (it == clients_.end())
     return;
+  http_clients_ -= c->http();
   dead_.push_back(std::move(it->second)); // freed at the end of the pass
   clients_.erase(it);
 }

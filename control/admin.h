@@ -38,7 +38,10 @@ struct AdminStats {
 
 class AdminServer {
 public:
-  static constexpr size_t MAX_CLIENTS = 32;
+  // Each listener has its own cap: clients of the metrics port (whoever
+  // can reach it) never take the control socket's places.
+  static constexpr size_t MAX_CONTROL_CLIENTS = 16;
+  static constexpr size_t MAX_METRICS_CLIENTS = 32;
   static constexpr uint64_t DEADLINE_NS = 2'000'000'000;
   static constexpr size_t MAX_CONTROL_REQUEST = 4096;
   static constexpr size_t MAX_HTTP_REQUEST = 8192;
@@ -75,6 +78,7 @@ private:
   std::vector<std::unique_ptr<Listener>> listeners_;
   bool listening_ = true;
   std::unordered_map<Client *, std::unique_ptr<Client>> clients_;
+  size_t http_clients_ = 0; // of clients_, those of the metrics listener
   std::vector<std::unique_ptr<Client>> dead_;
   AdminStats stats_;
 };
