@@ -125,10 +125,12 @@ TEST(Packet, RejectsNonUnicastSourcesAndGroupDestinations) {
     EXPECT_EQ(status("10.0.0.2", bad_dst, false), ParseStatus::bad_address) << bad_dst;
   }
   EXPECT_EQ(status("fd00::2", "fd00::1", true), ParseStatus::ok);
-  for (const char *bad_src : {"::", "::1", "ff02::1"}) {
+  for (const char *bad_src : {"::", "::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.2"}) {
     EXPECT_EQ(status(bad_src, "fd00::1", true), ParseStatus::bad_address) << bad_src;
   }
-  EXPECT_EQ(status("fd00::2", "ff02::1", true), ParseStatus::bad_address);
+  for (const char *bad_dst : {"ff02::1", "::ffff:224.0.0.1", "::ffff:10.0.0.1"}) {
+    EXPECT_EQ(status("fd00::2", bad_dst, true), ParseStatus::bad_address) << bad_dst;
+  }
   // A group MAC address as the Ethernet source.
   FrameSpec s;
   s.payload = quic_short(50);
