@@ -41,6 +41,24 @@ struct {
 	__type(value, __u8);
 } served_v6 SEC(".maps");
 
+/* The host's own addresses, kept by xdpqd from the kernel's address
+ * notifications: a port served on every address is served on these only.
+ * Traffic to any other address (a router's or a hypervisor's forwarded
+ * traffic, a broadcast) stays the kernel's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XDPQ_MAX_LOCAL);
+	__type(key, __u32);
+	__type(value, __u8);
+} local_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XDPQ_MAX_LOCAL);
+	__type(key, struct in6_addr);
+	__type(value, __u8);
+} local_v6 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, XDPQ_CNT__MAX);
@@ -73,25 +91,43 @@ static __always_inline int count(__u32 id, int verdict)
 	return verdict;
 }
 
+/* Whether (daddr, dport) is served: SERVED, NOT_SERVED, or NOT_LOCAL (the
+ * port is served on every address, and daddr is not one of the host's). */
+#define SERVED 1
+#define NOT_SERVED 0
+#define NOT_LOCAL (-1)
+
 static __always_inline int served4(__be32 daddr, __be16 dport)
 {
 	struct xdpq_v4_key k = { .addr = daddr, .port = dport };
 
 	if (bpf_map_lookup_elem(&served_v4, &k))
-		return 1;
+		return SERVED;
 	k.addr = 0;
-	return bpf_map_lookup_elem(&served_v4, &k) != NULL;
+	if (!bpf_map_lookup_elem(&served_v4, &k))
+		return NOT_SERVED;
+	return bpf_map_lookup_elem(&local_v4, &daddr) ? SERVED : NOT_LOCAL;
 }
 
 static __always_inline int served6(const struct in6_addr *daddr, __be16 dport)
 {
 	struct xdpq_v6_key k = { .port = dport };
+	struct in6_addr a;
 
 	__builtin_memcpy(k.addr, daddr, 16);
 	if (bpf_map_lookup_elem(&served_v6, &k))
-		return 1;
+		return SERVED;
 	__builtin_memset(k.addr, 0, 16);
-	return bpf_map_lookup_elem(&served_v6, &k) != NULL;
+	if (!bpf_map_lookup_elem(&served_v6, &k))
+		return NOT_SERVED;
+	__builtin_memcpy(&a, daddr, 16); /* map keys must live on the stack */
+	return bpf_map_lookup_elem(&local_v6, &a) ? SERVED : NOT_LOCAL;
+}
+
+static __always_inline int not_served(int s)
+{
+	return s == NOT_LOCAL ? count(XDPQ_CNT_PASS_NOT_LOCAL, XDP_PASS)
+			      : count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
 }
 
 /* Judges the UDP payload of a datagram to a served port; udp_len is the
@@ -139,8 +175,9 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, void *l3, void *end)
 	udp = l3 + ihl;
 	if ((void *)(udp + 1) > end)
 		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
-	if (!served4(ip->daddr, udp->dest))
-		return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
+	int s = served4(ip->daddr, udp->dest);
+	if (s != SERVED)
+		return not_served(s);
 	if (ip->frag_off & bpf_htons(IP_MF))
 		return count(XDPQ_CNT_DROP_FRAGMENT, XDP_DROP);
 	tot_len = bpf_ntohs(ip->tot_len);
@@ -176,8 +213,9 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 	}
 	if ((void *)(udp + 1) > end)
 		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
-	if (!served6(&ip6->daddr, udp->dest))
-		return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
+	int s = served6(&ip6->daddr, udp->dest);
+	if (s != SERVED)
+		return not_served(s);
 	if (fragment)
 		return count(XDPQ_CNT_DROP_FRAGMENT, XDP_DROP);
 	payload_len = bpf_ntohs(ip6->payload_len);

@@ -10,6 +10,7 @@
 #include "control/server.h"
 #include "control/systemd.h"
 #include "control/worker.h"
+#include "dataplane/local_addresses.h"
 #include "dataplane/xdp_program.h"
 
 #include <fcntl.h>
@@ -165,6 +166,16 @@ private:
   Server &srv_;
 };
 
+// The host's address changes (AF_XDP serving a wildcard listen).
+class AddressWatch final : public dataplane::FdHandler {
+public:
+  explicit AddressWatch(dataplane::LocalAddresses &a) : a_(a) {}
+  void on_io(uint32_t) override { a_.on_readable(); }
+
+private:
+  dataplane::LocalAddresses &a_;
+};
+
 // The control thread's loop: signals, admin clients and the watchdog, all
 // non-blocking; a tick checks the workers.
 struct Server::ControlLoop final : public dataplane::LoopHandler {
@@ -174,6 +185,7 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
   SignalReader signals;
   AdminServer admin;
   ChannelWatch channel{srv};
+  std::unique_ptr<AddressWatch> addresses;
   dataplane::Timer tick;
   uint64_t wd_usec;
   uint64_t wd_next;
@@ -184,9 +196,16 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
         wd_usec(sd_watchdog_usec()), wd_next(dataplane::monotonic_ns()),
         beats(s.workers_.size(), UINT64_MAX) {
     loop.watch(signals.fd(), &signals);
+    if (s.local_addresses_) {
+      addresses = std::make_unique<AddressWatch>(*s.local_addresses_);
+      loop.watch(s.local_addresses_->fd(), addresses.get());
+    }
     loop.timers().schedule(tick, loop.now());
   }
-  ~ControlLoop() { loop.unwatch(signals.fd()); }
+  ~ControlLoop() {
+    loop.unwatch(signals.fd());
+    if (addresses) loop.unwatch(srv.local_addresses_->fd());
+  }
 
   static void on_tick(dataplane::Timer &t) {
     auto *self = static_cast<ControlLoop *>(t.owner());

@@ -8,6 +8,7 @@
 #include "dataplane/cpu.h"
 #include "dataplane/event_loop.h"
 #include "dataplane/handoff_ring.h"
+#include "dataplane/local_addresses.h"
 #include "dataplane/udp_socket_port.h"
 #include "dataplane/xdp_program.h"
 #ifdef XDPQ_HAVE_AFXDP
@@ -440,8 +441,40 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
   tcp_tls_ = tls;
 }
 
+#ifdef XDPQ_HAVE_AFXDP
+void Server::follow_local_addresses() {
+  if (std::none_of(opts_.listen.begin(), opts_.listen.end(),
+                   [](const dataplane::Address &a) { return a.is_unspecified(); })) {
+    return;
+  }
+  auto *program = program_.get();
+  bool *full_logged = &local_full_logged_;
+  try {
+    local_addresses_ = std::make_unique<dataplane::LocalAddresses>(
+        [program, full_logged](const dataplane::Address &a, bool present) {
+          try {
+            program->set_local(a, present);
+            LOG_DEBUG("local address %s %s", a.to_string().c_str(),
+                      present ? "served" : "gone");
+          } catch (const dataplane::XdpError &e) {
+            // Traffic to it stays the kernel's (the reserved port holds it).
+            if (!*full_logged) LOG_WARN("%s; it is not served over AF_XDP", e.what());
+            *full_logged = true;
+          }
+        });
+  } catch (const std::runtime_error &e) {
+    throw UsageError(std::string("listen on every address: ") + e.what());
+  }
+  LOG_INFO("serving the wildcard listen on AF_XDP for the host's %zu addresses (followed)",
+           local_addresses_->size());
+}
+#else
+void Server::follow_local_addresses() {}
+#endif
+
 Server::~Server() {
   workers_.clear(); // ports leave the XSKMAP before the program detaches
+  local_addresses_.reset();
 #ifdef XDPQ_HAVE_AFXDP
   program_.reset();
 #endif
@@ -528,6 +561,7 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
   try {
     program_ = std::make_unique<dataplane::XdpProgram>();
     for (const auto &a : opts_.listen) program_->add_served(a);
+    follow_local_addresses();
     if (!upgrade) {
       program_->attach(opts_.interface, mode, opts_.xdp_replace);
     } else {

@@ -26,6 +26,7 @@ class TcpTlsContext;
 }
 namespace xdpq::dataplane {
 class HandoffRegion;
+class LocalAddresses;
 class UdpSocketPort;
 class XdpProgram;
 } // namespace xdpq::dataplane
@@ -119,6 +120,9 @@ private:
   // sockets with its program on the link (restore: false, and logged
   // why, if it stays on the kernel sockets); release: "" or why not.
   void take_queues_from_previous();
+  // A wildcard listen on AF_XDP: the XDP program learns the host's
+  // addresses (and their changes, on the control thread).
+  void follow_local_addresses();
   std::string release_afxdp();
   bool restore_afxdp();
   std::string try_restore_afxdp();
@@ -147,6 +151,9 @@ private:
   std::shared_ptr<http::TcpTlsContext> tcp_tls_;
   std::vector<int> reservations_; // kernel sockets holding AF_XDP-served ports
   std::unique_ptr<dataplane::XdpProgram> program_; // outlives the workers
+  // AF_XDP with a wildcard listen: the host's addresses, kept in program_.
+  std::unique_ptr<dataplane::LocalAddresses> local_addresses_;
+  bool local_full_logged_ = false;
   std::vector<std::unique_ptr<Worker>> workers_;
   dataplane::UdpSocketPort *steering_port_ = nullptr;
 

@@ -3,6 +3,7 @@
 #include "base/clock.h"
 
 #include "dataplane/neighbor_cache.h"
+#include "dataplane/rtnetlink.h"
 
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
@@ -49,51 +50,13 @@ const void *addr_bytes(const Address &a, size_t &len) {
   return &a.u.in6.sin6_addr;
 }
 
-// An Address (port 0) from an attribute's payload, if it has the length of
-// family's addresses.
-bool addr_from(int family, const void *data, size_t len, Address &out) {
-  out = Address{};
-  if (family == AF_INET && len == 4) {
-    out.u.in.sin_family = AF_INET;
-    std::memcpy(&out.u.in.sin_addr, data, 4);
-    out.len = sizeof(sockaddr_in);
-    return true;
-  }
-  if (family == AF_INET6 && len == 16) {
-    out.u.in6.sin6_family = AF_INET6;
-    std::memcpy(&out.u.in6.sin6_addr, data, 16);
-    out.len = sizeof(sockaddr_in6);
-    return true;
-  }
-  return false;
-}
-
 // The table key: the address without port (or scope).
 Address key_of(const Address &a) {
   Address k;
   size_t len;
   const void *b = addr_bytes(a, len);
-  addr_from(a.family(), b, len, k);
+  rtnl::addr_from(a.family(), b, len, k);
   return k;
-}
-
-// Walks the attributes after a family message of fixed size; f(type, data,
-// len) for each well-formed one. (Not RTA_OK/RTA_NEXT: bounds in size_t,
-// no casts that drop alignment.)
-template <typename F> void for_each_attr(const nlmsghdr *h, size_t fixed, F &&f) {
-  const size_t start = NLMSG_LENGTH(NLMSG_ALIGN(fixed));
-  if (h->nlmsg_len < start) return;
-  const auto *p = reinterpret_cast<const uint8_t *>(h) + start;
-  size_t left = h->nlmsg_len - start;
-  while (left >= sizeof(rtattr)) {
-    const auto *a = reinterpret_cast<const rtattr *>(p);
-    if (a->rta_len < sizeof(rtattr) || a->rta_len > left) return;
-    f(a->rta_type, p + RTA_LENGTH(0), a->rta_len - RTA_LENGTH(0));
-    const size_t step = RTA_ALIGN(a->rta_len);
-    if (step >= left) return;
-    p += step;
-    left -= step;
-  }
 }
 
 } // namespace
@@ -254,18 +217,8 @@ void KernelNextHops::on_readable() {
         group_ = pi.group;
       }
     }
-    // Each message starts NLMSG_ALIGNTO-aligned in the (malloc-aligned) buffer.
-    const uint8_t *p = buf_.data();
-    size_t left = static_cast<size_t>(n);
-    while (left >= sizeof(nlmsghdr)) {
-      const auto *h = reinterpret_cast<const nlmsghdr *>(p);
-      if (h->nlmsg_len < sizeof(nlmsghdr) || h->nlmsg_len > left) break;
-      handle(h);
-      const size_t step = NLMSG_ALIGN(h->nlmsg_len);
-      if (step >= left) break;
-      p += step;
-      left -= step;
-    }
+    rtnl::for_each_message(buf_.data(), static_cast<size_t>(n),
+                           [&](const nlmsghdr *h) { handle(h); });
   }
 }
 
@@ -304,15 +257,15 @@ void KernelNextHops::on_route(const nlmsghdr *h) {
   Address dst, gw;
   bool have_dst = false, have_gw = false;
   int oif = 0;
-  for_each_attr(h, sizeof(rtmsg), [&](uint16_t type, const void *data, size_t len) {
+  rtnl::for_each_attr(h, sizeof(rtmsg), [&](uint16_t type, const void *data, size_t len) {
     if (type == RTA_DST) {
-      have_dst = addr_from(rt->rtm_family, data, len, dst);
+      have_dst = rtnl::addr_from(rt->rtm_family, data, len, dst);
     } else if (type == RTA_GATEWAY) {
-      have_gw = addr_from(rt->rtm_family, data, len, gw);
+      have_gw = rtnl::addr_from(rt->rtm_family, data, len, gw);
     } else if (type == RTA_VIA && len >= sizeof(rtvia)) {
       // An IPv6 route through an IPv4 gateway (or the other way round).
       const auto *via = static_cast<const rtvia *>(data);
-      have_gw = addr_from(via->rtvia_family, via->rtvia_addr, len - sizeof(rtvia), gw);
+      have_gw = rtnl::addr_from(via->rtvia_family, via->rtvia_addr, len - sizeof(rtvia), gw);
     } else if (type == RTA_OIF && len == sizeof(int)) {
       std::memcpy(&oif, data, sizeof(int));
     }
@@ -342,9 +295,9 @@ void KernelNextHops::on_neigh(const nlmsghdr *h) {
   bool have_ip = false;
   Mac mac{};
   bool have_mac = false;
-  for_each_attr(h, sizeof(ndmsg), [&](uint16_t type, const void *data, size_t len) {
+  rtnl::for_each_attr(h, sizeof(ndmsg), [&](uint16_t type, const void *data, size_t len) {
     if (type == NDA_DST) {
-      have_ip = addr_from(nd->ndm_family, data, len, ip);
+      have_ip = rtnl::addr_from(nd->ndm_family, data, len, ip);
     } else if (type == NDA_LLADDR && len == mac.size()) {
       std::memcpy(mac.data(), data, mac.size());
       have_mac = true;

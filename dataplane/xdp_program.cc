@@ -26,6 +26,7 @@ const char *const XDP_COUNTER_NAMES[] = {
     "xdp_pass_not_served",  "xdp_pass_truncated",      "xdp_pass_no_socket",
     "xdp_drop_short_payload", "xdp_drop_small_initial", "xdp_drop_reflection",
     "xdp_drop_fragment",    "xdp_drop_bad_ip_len",     "xdp_drop_bad_udp_len",
+    "xdp_pass_not_local",
 };
 static_assert(sizeof(XDP_COUNTER_NAMES) / sizeof(XDP_COUNTER_NAMES[0]) == XDPQ_CNT__MAX,
               "a counter name per enum xdpq_counter");
@@ -209,6 +210,20 @@ void XdpProgram::add_served(const Address &a) {
     err = bpf_map_update_elem(map_fd("served_v6"), &k, &one, BPF_ANY);
   }
   if (err) throw XdpError("XDP program: cannot serve " + a.to_string() + ": " + errstr(err));
+}
+
+void XdpProgram::set_local(const Address &a, bool local) {
+  uint8_t one = 1;
+  const bool v4 = a.family() == AF_INET;
+  const void *key = v4 ? static_cast<const void *>(&a.u.in.sin_addr.s_addr)
+                       : static_cast<const void *>(&a.u.in6.sin6_addr);
+  int m = map_fd(v4 ? "local_v4" : "local_v6");
+  int err = local ? bpf_map_update_elem(m, key, &one, BPF_ANY) : bpf_map_delete_elem(m, key);
+  if (err && local) {
+    // Full (XDPQ_MAX_LOCAL): the address stays the kernel's.
+    throw XdpError("XDP program: cannot add local address " + a.to_string() + ": " +
+                   errstr(err));
+  }
 }
 
 void XdpProgram::set_socket(uint32_t queue, int xsk_fd) {

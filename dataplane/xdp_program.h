@@ -67,6 +67,9 @@ public:
   // Served (address, port) pairs; an unspecified address serves the port on
   // every address of that family.
   void add_served(const Address &a);
+  // The host's own addresses (the port of a wildcard is served on these
+  // only); throws XdpError when the table is full.
+  void set_local(const Address &a, bool local);
   // Registers the AF_XDP socket of a queue (or removes it with fd < 0).
   void set_socket(uint32_t queue, int xsk_fd);
 

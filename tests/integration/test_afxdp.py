@@ -359,6 +359,46 @@ class AfXdpLifecycle(TimedTestCase):
         self.assertGreaterEqual(len(busy), 2, "flows did not spread over queues:\n"
                                 + "\n".join(busy))
 
+    def test_a_wildcard_listen_serves_the_hosts_addresses_only(self):
+        # Regression: listening on 0.0.0.0 took UDP to any destination
+        # address into AF_XDP, and the server answered from an address the
+        # host does not have (a router's or hypervisor's forwarded traffic,
+        # a broadcast). Now the XDP program serves the wildcard on the
+        # host's own addresses, followed as they come and go.
+        with Topology() as topo:
+            base = topo.srv_ip.rsplit(".", 1)[0]
+            extra, stranger = f"{base}.50", f"{base}.9"
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native", host=topo.srv_ip, port=4433, netns=topo.srv_ns, workers=0,
+                        listen=["0.0.0.0:4433", "[::]:4433"]) as srv:
+                r1 = gtlsclient(srv, ["/bytes/1000"], netns=topo.cli_ns)
+                # A QUIC Initial to an address of nobody's on the link,
+                # sent to the server's MAC: the kernel's, never answered.
+                code = ("from scapy.all import Ether, IP, UDP, Raw, sendp\n"
+                        "import os\n"
+                        "p = bytes([0xc3, 0, 0, 0, 1, 8]) + os.urandom(8) + bytes([0]) "
+                        "+ os.urandom(1200)\n"
+                        "f = Ether(src='02:77:00:00:00:02', dst='02:77:00:00:00:01') / "
+                        f"IP(src='{topo.cli_ip}', dst='{stranger}') / "
+                        "UDP(sport=50000, dport=4433) / Raw(p)\n"
+                        f"sendp([f] * 5, iface='{topo.cli_if}', verbose=False)\n")
+                sh("/usr/bin/python3", "-c", code, ns=topo.cli_ns)
+                # An address the host gains while serving is served at once.
+                sh("ip", "-n", topo.srv_ns, "addr", "add", f"{extra}/32", "dev", topo.srv_if)
+                time.sleep(0.3)
+                srv.host = extra
+                r2 = gtlsclient(srv, ["/bytes/1001"], netns=topo.cli_ns)
+                mid = json.loads(xdpqctl(srv, "--json", "stats")[1])["total"]
+                sh("ip", "-n", topo.srv_ns, "addr", "del", f"{extra}/32", "dev", topo.srv_if)
+                time.sleep(0.3)
+                sh("/usr/bin/python3", "-c", code.replace(stranger, extra), ns=topo.cli_ns)
+                stats = srv.stop()
+        self.assertEqual(r1.file("1000"), pattern(1000), r1.output[-2000:])
+        self.assertEqual(r2.file("1001"), pattern(1001), r2.output[-2000:] + srv.output()[-2000:])
+        self.assertEqual(mid["xdp_pass_not_local"], 5, mid)
+        self.assertEqual(stats["xdp_pass_not_local"], 10, stats)
+        self.assertEqual(stats["handshakes_started"], 2, stats)
+
     def test_fewer_workers_than_queues_share_a_umem(self):
         # Zero-copy readiness: more NIC queues than workers. Two
         # workers serve four queues, worker i the queues i and i+2, on one

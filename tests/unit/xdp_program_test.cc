@@ -18,7 +18,8 @@ namespace {
 const std::string COUNTERS[] = {"redirected",     "pass_not_ip",       "pass_not_udp",
                                 "pass_not_served", "pass_truncated",   "pass_no_socket",
                                 "drop_short_payload", "drop_small_initial", "drop_reflection",
-                                "drop_fragment",  "drop_bad_ip_len",   "drop_bad_udp_len"};
+                                "drop_fragment",  "drop_bad_ip_len",   "drop_bad_udp_len",
+                                "pass_not_local"};
 
 class XdpProgramTest : public ::testing::Test {
 protected:
@@ -67,8 +68,38 @@ TEST_F(XdpProgramTest, ValidQuicToServedPortReachesTheSocketStage) {
   expect(make_frame(served_v4(quic_short(60))), XDP_PASS, "pass_no_socket");
   FrameSpec any = served_v4(quic_short(60));
   any.dst = "192.0.2.7";
-  any.dport = 8443; // served on every address
+  any.dport = 8443; // served on every address the host has
+  prog_->set_local(*parse_address("192.0.2.7:0"), true);
   expect(make_frame(any), XDP_PASS, "pass_no_socket");
+}
+
+// Regression: a port served on every address took UDP to any destination
+// (a router's forwarded traffic, a broadcast) and answered from an address
+// the host does not have.
+TEST_F(XdpProgramTest, WildcardServesOnlyTheHostsAddresses) {
+  FrameSpec any = served_v4(quic_short(60));
+  any.dport = 8443;
+  any.dst = "198.51.100.7";
+  expect(make_frame(any), XDP_PASS, "pass_not_local");
+  any.dst = "10.0.0.255";
+  expect(make_frame(any), XDP_PASS, "pass_not_local");
+  prog_->set_local(*parse_address("198.51.100.7:0"), true);
+  any.dst = "198.51.100.7";
+  expect(make_frame(any), XDP_PASS, "pass_no_socket");
+  prog_->set_local(*parse_address("198.51.100.7:0"), false);
+  expect(make_frame(any), XDP_PASS, "pass_not_local");
+  // The same for IPv6.
+  prog_->add_served(*parse_address("[::]:8443"));
+  FrameSpec v6 = served_v4(quic_short(80));
+  v6.ipv6 = true;
+  v6.src = "fd00::2";
+  v6.dst = "2001:db8::7";
+  v6.dport = 8443;
+  expect(make_frame(v6), XDP_PASS, "pass_not_local");
+  prog_->set_local(*parse_address("[2001:db8::7]:0"), true);
+  expect(make_frame(v6), XDP_PASS, "pass_no_socket");
+  // An address served by name needs no local entry.
+  expect(make_frame(served_v4(quic_short(60))), XDP_PASS, "pass_no_socket");
 }
 
 TEST_F(XdpProgramTest, EverythingElsePasses) {
