@@ -36,6 +36,9 @@ std::string Server::reload() {
   sd_notify_state("RELOADING=1");
   std::string result;
   std::shared_ptr<const http::ProxyConfig> new_proxy; // changed routes
+  // Staged: nothing is applied until every part has been checked.
+  std::string log_level = opts_.log_level;
+  std::string cert_file = opts_.cert_file, key_file = opts_.key_file;
   try {
     // Re-read the configuration file for what can change without a
     // restart; the command line's flags still override it.
@@ -48,13 +51,10 @@ std::string Server::reload() {
       if (fresh.proxy.describe() != opts_.proxy.describe()) {
         new_proxy = std::make_shared<const http::ProxyConfig>(fresh.proxy);
       }
-      if (fresh.log_level != opts_.log_level) {
-        log::set_level(*log::parse_level(fresh.log_level));
-        opts_.log_level = fresh.log_level;
-      }
+      log_level = fresh.log_level;
       if (!fresh.cert_file.empty()) {
-        opts_.cert_file = fresh.cert_file;
-        opts_.key_file = fresh.key_file;
+        cert_file = fresh.cert_file;
+        key_file = fresh.key_file;
       }
       if (fresh.listen != opts_.listen || fresh.dataplane != opts_.dataplane ||
           fresh.workers != opts_.workers || fresh.queues != opts_.queues ||
@@ -63,7 +63,8 @@ std::string Server::reload() {
                  "need a restart; kept the running ones");
       }
     }
-    if (opts_.cert_file.empty()) {
+    std::shared_ptr<quic::TlsConfig> cfg;
+    if (cert_file.empty()) {
       result = "no --cert/--key: no certificate to reload (self-signed)";
     } else {
       auto read = [](const std::string &p) {
@@ -73,17 +74,26 @@ std::string Server::reload() {
         ss << in.rdbuf();
         return ss.str();
       };
-      auto cfg = std::make_shared<quic::TlsConfig>(tls_cfg_);
-      cfg->cert_pem = read(opts_.cert_file);
-      cfg->key_pem = read(opts_.key_file);
+      cfg = std::make_shared<quic::TlsConfig>(tls_cfg_);
+      cfg->cert_pem = read(cert_file);
+      cfg->key_pem = read(key_file);
       quic::TlsContext probe(*cfg, secrets_); // throws on a bad pair: keep the old one
-      if (tcp_tls_) tcp_tls_->reload(cfg->cert_pem, cfg->key_pem);
-      for (auto &w : workers_) w->request_reload(cfg);
-      tls_cfg_ = *cfg;
       result = "certificate reloaded, SHA-256 fingerprint " +
                certificate_fingerprint(cfg->cert_pem);
     }
-    // Last: nothing above can fail after this, so a failed reload changes nothing.
+    // Last: nothing above changed anything, and below only the first step
+    // can fail (before it changes anything): a failed reload changes nothing.
+    if (cfg && tcp_tls_) tcp_tls_->reload(cfg->cert_pem, cfg->key_pem);
+    if (log_level != opts_.log_level) {
+      log::set_level(*log::parse_level(log_level));
+      opts_.log_level = log_level;
+    }
+    opts_.cert_file = cert_file;
+    opts_.key_file = key_file;
+    if (cfg) {
+      for (auto &w : workers_) w->request_reload(cfg);
+      tls_cfg_ = *cfg;
+    }
     if (new_proxy) {
       for (auto &w : workers_) w->request_proxy_reload(new_proxy);
       opts_.proxy = *new_proxy;

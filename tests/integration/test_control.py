@@ -229,6 +229,32 @@ class ControlTest(TimedTestCase):
         self.assertEqual(sha256(result["r"].file(str(size))), sha256(pattern(size)),
                          "the download that started before the reload must complete")
 
+    def test_a_failed_reload_changes_nothing(self):
+        # Regression: the log level (and the certificate paths) were
+        # applied before the certificate was read, so a reload that failed
+        # on a missing certificate said "nothing changed" and had changed
+        # the log level.
+        key, cert, fp = make_cert(self.tmp, "xdpq-cert-a")
+        conf = os.path.join(self.tmp, "reload.toml")
+
+        def write(level, cert_path):
+            with open(conf, "w") as f:
+                f.write(f'[server]\nlog_level = "{level}"\n'
+                        f'[tls]\ncert = "{cert_path}"\nkey = "{key}"\n')
+        write("info", cert)
+        with Server("--config", conf) as srv:
+            write("debug", os.path.join(self.tmp, "missing.pem"))
+            srv.proc.send_signal(signal.SIGHUP)
+            deadline = time.time() + 10
+            while "reload failed" not in srv.output() and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertIn("reload failed, nothing changed", srv.output())
+            r = gtlsclient(srv, ["/healthz"])
+            self.assertEqual(r.statuses, {0: 200}, r.output[-2000:])
+            time.sleep(0.3)
+            log = srv.output()
+        self.assertNotIn("handshake completed in", log, "the log level changed")
+
     def test_sigterm_drain_under_afxdp_leaves_nothing_attached(self):
         with Topology() as topo:
             srv = Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
