@@ -188,8 +188,10 @@ const char *type_name(const toml::node &v) {
 // - It recurses once per level of nesting when it finishes and when it
 //   frees a document, so a key of some thousands of dotted parts overflows
 //   the stack. Every level opens with a '.', '[' or '{' outside strings and
-//   comments; capping those bounds the depth far above anything the
-//   configuration needs (it uses a dozen or so).
+//   comments; capping those per statement (a line, or the lines of an
+//   array or inline table left open) bounds the depth far above anything
+//   the configuration needs (it uses a dozen or so), whatever the number
+//   of statements.
 // - Its test for Unicode whitespace reaches __builtin_unreachable() for
 //   most non-ASCII code points (U+00A1 to U+0499 among them: 'é'), and it
 //   asks that question of any character where whitespace could be: outside
@@ -215,7 +217,8 @@ Refusal refuse_before_parsing(std::string_view text) {
   bool after_line_end_backslash = false; // in a """ string: skipping whitespace
   char before = '\0';                    // the last non-blank code character on the line
   int line = 1;
-  int structure = 0;
+  int structure = 0; // in this statement
+  int open = 0;      // '[' and '{' not yet closed
   auto non_ascii = [](char c) { return static_cast<unsigned char>(c) >= 0x80; };
   auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
   auto key_char = [](char c) {
@@ -238,6 +241,8 @@ Refusal refuse_before_parsing(std::string_view text) {
       ++line;
       if (in != In::multi_basic && in != In::multi_literal)
         in = In::code;
+      if (open == 0 && in == In::code)
+        structure = 0; // the statement ended
       in_number = false;
       before = '\0';
       continue;
@@ -247,6 +252,10 @@ Refusal refuse_before_parsing(std::string_view text) {
       char prev = i > 0 ? text[i - 1] : '\0';
       if (blank(c) || c == ',' || c == ']' || c == '}' || c == '#')
         in_number = false;
+      if ((c == ']' || c == '}') && open > 0)
+        --open;
+      else if (c == '[' || c == '{')
+        ++open;
       else if (((c >= '0' && c <= '9') || c == '+' || c == '-') && !key_char(prev))
         in_number = true;
       if (c == '#') {
@@ -261,7 +270,7 @@ Refusal refuse_before_parsing(std::string_view text) {
           i += 2;
       } else if ((c == '.' || c == '[' || c == '{') && ++structure > MAX_STRUCTURE) {
         return {line, "more than " + std::to_string(MAX_STRUCTURE) +
-                          " '.', '[' and '{' outside strings and comments"};
+                          " '.', '[' and '{' outside strings and comments in one statement"};
       } else if (non_ascii(c)) {
         return {line, "a non-ASCII character outside strings and comments"};
       }

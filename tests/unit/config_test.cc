@@ -271,6 +271,24 @@ TEST(Config, DeepNestingIsRefusedBeforeParsing) {
   EXPECT_EQ(o.secrets_file, dots + "'");
 }
 
+// Regression: the cap on '.', '[' and '{' counted the whole file, so about
+// 340 [[proxy]] routes were refused as a syntax error. It holds per
+// statement; a deep statement is still refused (above), also across lines.
+TEST(Config, ManyRoutesAreNotTooDeep) {
+  std::string text;
+  for (int i = 0; i < 600; ++i) {
+    text += "[[proxy]]\nprefix = \"/r" + std::to_string(i) +
+            "/\"\nupstreams = [\"http://127.0.0.1:8000\"]\n";
+  }
+  auto o = parse({"--config", write_config(text)});
+  EXPECT_EQ(o.proxy.routes.size(), 600u);
+  std::string deep = "[server]\nlisten = " + std::string(1100, '[') + "\n" +
+                     std::string(1100, ']') + "\n";
+  auto path = write_config(deep);
+  EXPECT_NE(error_of({"--config", path}).find(path + ":2: syntax error: more than 1024"),
+            std::string::npos);
+}
+
 // Regression (found by fuzz_config): toml++ 3.3's Unicode whitespace test
 // reaches __builtin_unreachable() on most non-ASCII characters where
 // whitespace could be. Those places are refused before parsing; non-ASCII
