@@ -27,6 +27,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -116,6 +117,24 @@ int bind_control_socket(const std::string &path) {
   return fd;
 }
 
+// Where an inherited listening socket is bound.
+std::string bound_path(int fd) {
+  sockaddr_un a{};
+  socklen_t len = sizeof(a);
+  if (getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) != 0 || a.sun_family != AF_UNIX ||
+      len <= offsetof(sockaddr_un, sun_path)) {
+    return {};
+  }
+  return std::string(a.sun_path, strnlen(a.sun_path, len - offsetof(sockaddr_un, sun_path)));
+}
+
+dataplane::Address bound_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len) != 0) return {};
+  return dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), len);
+}
+
 } // namespace
 
 void Server::open_control() {
@@ -123,13 +142,16 @@ void Server::open_control() {
   control_path_ = control_socket_path(opts_);
   if (inherited_) {
     // The previous process's listening sockets: xdpqctl and scrapers see
-    // no gap. (A changed path or metrics address takes a restart.)
+    // no gap. A changed path or metrics address is bound afresh, and the
+    // previous process keeps its own until it exits.
     for (size_t k = 0; k < inherited_->sockets.size(); ++k) {
       const auto &s = inherited_->sockets[k];
-      if (s.kind == Inheritance::Kind::control && control_fd_ < 0) {
+      if (s.kind == Inheritance::Kind::control && control_fd_ < 0 &&
+          bound_path(s.fd) == control_path_) {
         control_fd_ = s.fd;
         adopted_.push_back(k);
-      } else if (s.kind == Inheritance::Kind::metrics && opts_.metrics && metrics_fd_ < 0) {
+      } else if (s.kind == Inheritance::Kind::metrics && opts_.metrics && metrics_fd_ < 0 &&
+                 bound_address(s.fd) == *opts_.metrics) {
         metrics_fd_ = s.fd;
         adopted_.push_back(k);
       }

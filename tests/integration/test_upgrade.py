@@ -175,6 +175,45 @@ class Upgrade(TimedTestCase):
                 h3 = gtlsclient(srv, ["/app/z"])
                 self.assertEqual(h3.file("z"), b"b GET /app/z", srv.output()[-3000:])
 
+    def test_upgrade_takes_a_new_metrics_address_and_control_socket(self):
+        # Regression: the new process adopted the old process's metrics and
+        # control listeners whatever its configuration said, so a reload
+        # that moved metrics off a public address left them there.
+        def tcp_port():
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return s.getsockname()[1]
+
+        def metrics(port):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                c.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+                data = b""
+                while chunk := c.recv(65536):
+                    data += chunk
+            return data
+
+        p1, p2 = tcp_port(), tcp_port()
+        sock2 = os.path.join(self.tmp, "ctl2.sock")
+        secrets = os.path.join(self.tmp, "secrets")
+        write_config(self.config, self.port, self.h2c[:1], self.sock, secrets,
+                     extra=f'metrics = "127.0.0.1:{p1}"')
+        with Server("--config", self.config, host="127.0.0.1", port=self.port, workers=0,
+                    listen=[]) as srv:
+            self.assertIn(b"xdpq_handshakes_started_total", metrics(p1))
+            write_config(self.config, self.port, self.h2c[:1], sock2, secrets,
+                         extra=f'metrics = "127.0.0.1:{p2}"')
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+            new = self.new_pid(up.stdout)
+            self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
+            self.assertIn(b"xdpq_handshakes_started_total", metrics(p2))
+            with self.assertRaises(ConnectionRefusedError):
+                metrics(p1)
+            st = ctl(sock2, "--json", "status")
+            self.assertEqual(st.returncode, 0, st.stdout + st.stderr)
+            self.assertEqual(json.loads(st.stdout)["pid"], new)
+            self.assertFalse(os.path.exists(self.sock), "the old control socket was left")
+
     def keep_alive(self):
         """An idle HTTP/1.1 keep-alive connection to the serving process: it
         keeps that process draining after it hands over."""
