@@ -47,7 +47,9 @@ SourceLimiter::Verdict SourceLimiter::admit(const Address &src, uint64_t now_ns,
   if (!enabled()) return Verdict::ok;
   uint32_t i = index(src);
   Slot &s = slots_[i];
-  if (limits_.max_connections > 0 && s.connections >= limits_.max_connections) {
+  const uint32_t proven = s.connections > s.unproven ? s.connections - s.unproven : 0;
+  const uint32_t held = proof == Proof::validated ? proven : s.connections;
+  if (limits_.max_connections > 0 && held >= limits_.max_connections) {
     return Verdict::too_many_connections;
   }
   if (proof == Proof::validated) {
@@ -59,13 +61,21 @@ SourceLimiter::Verdict SourceLimiter::admit(const Address &src, uint64_t now_ns,
     return Verdict::too_fast;
   }
   s.connections += 1;
+  if (proof == Proof::none) s.unproven += 1;
   *slot = i;
   return Verdict::ok;
 }
 
-void SourceLimiter::release(uint32_t slot) {
+void SourceLimiter::proven(uint32_t slot) {
   if (slot == NONE || slot >= slots_.size()) return;
-  if (slots_[slot].connections > 0) slots_[slot].connections -= 1;
+  if (slots_[slot].unproven > 0) slots_[slot].unproven -= 1;
+}
+
+void SourceLimiter::release(uint32_t slot, bool unproven) {
+  if (slot == NONE || slot >= slots_.size()) return;
+  Slot &s = slots_[slot];
+  if (s.connections > 0) s.connections -= 1;
+  if (unproven && s.unproven > 0) s.unproven -= 1;
 }
 
 uint32_t SourceLimiter::connections(const Address &src) const {

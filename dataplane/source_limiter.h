@@ -48,9 +48,16 @@ public:
   // A new connection from src, which has (validated) or has not proven its
   // address; each kind draws on its own bucket (SourceLimits). On ok,
   // *slot names what release() gives back (NONE when the limiter is off).
+  // The connection cap counts a proven source's connections apart from
+  // those admitted without proof: forged Initials in a victim's name fill
+  // only the unproven part, and the victim with a token still gets in.
   Verdict admit(const Address &src, uint64_t now_ns, uint32_t *slot, Proof proof = Proof::none);
-  // The connection admitted with slot ended.
-  void release(uint32_t slot);
+  // A connection admitted without proof proved its address (its handshake
+  // completed): it counts as proven from now on.
+  void proven(uint32_t slot);
+  // The connection admitted with slot ended; unproven: it never proved its
+  // address (admitted without proof, proven() never called).
+  void release(uint32_t slot, bool unproven = false);
 
   // Connections held by src's slot (tests, diagnostics).
   uint32_t connections(const Address &src) const;
@@ -64,6 +71,7 @@ private:
   };
   struct Slot {
     uint32_t connections = 0;
+    uint32_t unproven = 0; // of connections, admitted without proof and not proven since
     Bucket unvalidated;
     Bucket validated;
   };

@@ -781,6 +781,7 @@ int Connection::on_extend_max_remote_streams_bidi(uint64_t max_streams) {
 int Connection::on_handshake_completed() {
   handshake_done_ = true;
   ep_.handshake_done(this);
+  ep_.source_proven(this);
   auto &st = ep_.mutable_stats();
   st.handshakes_completed += 1;
   st.handshake_time.record(ep_.clock().now() - started_at_);

@@ -55,6 +55,7 @@ public:
   std::vector<CidKey> routes;
   // Its place in the endpoint's per-source limiter (given back when freed).
   uint32_t source_slot = UINT32_MAX;
+  bool source_unproven = false; // admitted without a token, handshake not completed yet
 
   ngtcp2_conn *conn() const { return conn_; }
   bool handshake_done() const { return handshake_done_; }

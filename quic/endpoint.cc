@@ -149,6 +149,12 @@ void Endpoint::handshake_done(Connection *) {
   if (handshakes_in_progress_ > 0) --handshakes_in_progress_;
 }
 
+void Endpoint::source_proven(Connection *c) {
+  if (!c->source_unproven) return;
+  c->source_unproven = false;
+  sources_.proven(c->source_slot);
+}
+
 void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   stats_.datagrams_in += 1;
   stats_.bytes_in += dg.len;
@@ -261,37 +267,41 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
     return;
   }
   uint32_t slot;
+  // Over a per-source cap or rate. A proven address is refused outright, so
+  // the client stops instead of retransmitting into a silent server. One
+  // without proof may be forged (perhaps by someone filling this source's
+  // share): one Retry packet (smaller than the Initial, no state), and a
+  // real client comes back with a token and counts as proven.
+  auto over = [&](uint64_t &refused, uint64_t &retried, uint64_t &dropped) {
+    if (validated) {
+      refused += 1;
+      send_close_without_state(dg, hd, NGTCP2_CONNECTION_REFUSED);
+    } else if (cfg_.retry != RetryMode::off) {
+      retried += 1;
+      send_retry(dg, hd);
+    } else {
+      dropped += 1;
+    }
+  };
   switch (sources_.admit(dg.path.remote, now, &slot,
                          validated ? dataplane::SourceLimiter::Proof::validated
                                    : dataplane::SourceLimiter::Proof::none)) {
   case dataplane::SourceLimiter::Verdict::ok: break;
   case dataplane::SourceLimiter::Verdict::too_many_connections:
-    stats_.drop_source_limit += 1;
-    return;
+    return over(stats_.refused_source_limit, stats_.retries_source_limit,
+                stats_.drop_source_limit);
   case dataplane::SourceLimiter::Verdict::too_fast:
-    if (validated) {
-      // A proven address over its validated rate: refused outright, so the
-      // client stops instead of retransmitting into a silent server.
-      stats_.refused_source_rate += 1;
-      send_close_without_state(dg, hd, NGTCP2_CONNECTION_REFUSED);
-    } else if (cfg_.retry != RetryMode::off) {
-      // Possibly forged: one Retry packet (smaller than the Initial, no
-      // state) and the client comes back with a token, or never does.
-      stats_.retries_source_rate += 1;
-      send_retry(dg, hd);
-    } else {
-      stats_.drop_source_rate += 1;
-    }
-    return;
+    return over(stats_.refused_source_rate, stats_.retries_source_rate, stats_.drop_source_rate);
   }
   recent_handshakes_ += 1;
 
   auto conn = std::make_unique<Connection>(*this);
   Connection *c = conn.get();
   c->source_slot = slot;
+  c->source_unproven = !validated;
   if (c->init(hd, dg.path, podcid, token) != 0) {
     drop_routes(c);
-    sources_.release(slot);
+    sources_.release(slot, !validated);
     stats_.drop_unparsable += 1; // no resources for it; the client retries
     return;
   }
@@ -424,7 +434,7 @@ void Endpoint::end_of_pass() {
   pending_writes_.erase(pending_writes_.begin(), pending_writes_.begin() + static_cast<long>(i));
   for (Connection *c : retired_) {
     drop_routes(c);
-    sources_.release(c->source_slot);
+    sources_.release(c->source_slot, c->source_unproven);
     if (c->pending_write) {
       std::erase(pending_writes_, c);
     }

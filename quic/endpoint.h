@@ -114,6 +114,8 @@ struct EndpointConfig {
   X(drop_tx_full, "stateless replies not sent: no room to transmit")                               \
   X(drop_other_worker, "dropped: another worker's connection ID, and no room to hand it off")      \
   X(drop_source_limit, "dropped Initials: the source holds its connection cap")                    \
+  X(retries_source_limit, "Retries sent: an unvalidated source at its connection cap")             \
+  X(refused_source_limit, "Initials refused: a validated source at its connection cap")            \
   X(drop_source_rate, "dropped Initials: the source opens connections too fast (Retry is off)")     \
   X(retries_source_rate, "Retries sent: an unvalidated source over its new-connection rate")        \
   X(refused_source_rate, "Initials refused: a validated source over its new-connection rate")       \
@@ -229,6 +231,8 @@ public:
   void want_write(Connection *c);
   void retire(Connection *c);
   void handshake_done(Connection *c);
+  // c's handshake completed: its address is proven (per-source caps).
+  void source_proven(Connection *c);
 
 private:
   void drop_routes(Connection *c);

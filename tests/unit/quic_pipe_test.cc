@@ -673,14 +673,41 @@ TEST_F(QuicPipe, PerSourceConnectionCap) {
   cfg.per_source = {2, 0, 0};
   start(cfg); // the fixture's client: one connection from 127.0.0.1
   TestClient second(clock_, make_test_path(50001));
-  ASSERT_TRUE(run_until(second, *server_, clock_, [&] { return second.handshake_completed(); }));
+  ASSERT_TRUE(run_until(second, *server_, clock_,
+                        [&] { return stats().handshakes_completed == 2; }));
   EXPECT_EQ(server_->endpoint->source_connections(make_test_path().remote), 2u);
+  // A third is asked for a token (perhaps someone forges Initials in this
+  // source's name), and with it, its own two proven connections fill the
+  // cap: refused, not left to retransmit into silence.
   TestClient third(clock_, make_test_path(50002));
-  for (auto &dg : third.write()) EXPECT_TRUE(server_->deliver(dg).empty());
-  EXPECT_EQ(stats().drop_source_limit, 1u);
+  for (int round = 0; round < 2; ++round) { // the Retry, then the refusal
+    for (auto &dg : third.write()) {
+      for (auto &back : server_->deliver(dg)) third.read(back);
+    }
+  }
+  EXPECT_FALSE(third.handshake_completed());
+  EXPECT_EQ(stats().retries_source_limit, 1u);
+  EXPECT_EQ(stats().refused_source_limit, 1u);
   EXPECT_EQ(server_->endpoint->connection_count(), 2u);
   // The first two are unharmed.
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
+// Regression: handshakes started in a victim's name that never finish
+// (forged Initials) filled its connection cap for the handshake timeout,
+// and the victim could not connect at all.
+TEST_F(QuicPipe, ForgedHandshakesDoNotLockASourceOut) {
+  quic::EndpointConfig cfg;
+  cfg.per_source = {2, 0, 0};
+  start(cfg); // the fixture's client: one proven connection
+  TestClient forged(clock_, make_test_path(50001));
+  for (auto &dg : forged.write()) server_->deliver(dg); // its answers go nowhere
+  EXPECT_EQ(server_->endpoint->source_connections(make_test_path().remote), 2u);
+  TestClient victim(clock_, make_test_path(50002));
+  ASSERT_TRUE(run_until(victim, *server_, clock_, [&] { return victim.handshake_completed(); },
+                        50));
+  EXPECT_EQ(stats().retries_source_limit, 1u);
+  EXPECT_EQ(stats().drop_source_limit, 0u);
 }
 
 // A source over its new-connection rate is asked to prove its address with

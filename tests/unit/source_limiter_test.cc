@@ -26,6 +26,34 @@ TEST(SourceLimiter, CapsConnectionsPerSourceAndGivesThemBack) {
   EXPECT_EQ(lim.connections(addr("192.0.2.7:1")), 3u);
 }
 
+// Regression: Initials forged in a victim's name (each held for the
+// handshake timeout) filled its connection cap, and the victim was refused
+// even with a token proving its address.
+TEST(SourceLimiter, ForgedConnectionsLeaveRoomForProvenOnes) {
+  SourceLimiter lim({2, 0, 0});
+  const auto v = addr("192.0.2.9:1000");
+  uint32_t f1, f2, s;
+  EXPECT_EQ(lim.admit(v, SEC, &f1), SourceLimiter::Verdict::ok);
+  EXPECT_EQ(lim.admit(v, SEC, &f2), SourceLimiter::Verdict::ok);
+  EXPECT_EQ(lim.admit(v, SEC, &s), SourceLimiter::Verdict::too_many_connections);
+  uint32_t p1, p2;
+  EXPECT_EQ(lim.admit(v, SEC, &p1, SourceLimiter::Proof::validated), SourceLimiter::Verdict::ok);
+  EXPECT_EQ(lim.admit(v, SEC, &p2, SourceLimiter::Proof::validated), SourceLimiter::Verdict::ok);
+  EXPECT_EQ(lim.admit(v, SEC, &s, SourceLimiter::Proof::validated),
+            SourceLimiter::Verdict::too_many_connections);
+  // A connection admitted without proof that completes its handshake is
+  // proven from then on; the others leave as unproven.
+  lim.proven(f1);
+  lim.release(p1);
+  EXPECT_EQ(lim.admit(v, SEC, &s, SourceLimiter::Proof::validated),
+            SourceLimiter::Verdict::too_many_connections); // f1 and p2
+  lim.release(f2, true);
+  lim.release(f1);
+  EXPECT_EQ(lim.connections(v), 1u);
+  EXPECT_EQ(lim.admit(v, SEC, &s, SourceLimiter::Proof::validated), SourceLimiter::Verdict::ok);
+  EXPECT_EQ(lim.admit(v, SEC, &s), SourceLimiter::Verdict::too_many_connections);
+}
+
 TEST(SourceLimiter, Ipv6SourcesAreSlash64) {
   SourceLimiter lim({1, 0, 0}, 1u << 20); // many slots: no collisions in this test
   uint32_t s;
