@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstddef>
 #include <cstring>
@@ -441,7 +442,14 @@ std::string Server::command(const std::vector<std::string> &args, bool json) {
   }
   if (cmd == "capture" && args.size() >= 2 && args[1] == "start" && args.size() >= 3) {
     std::string filter = args.size() >= 4 ? args[3] : "";
-    uint64_t count = args.size() >= 5 ? std::strtoull(args[4].c_str(), nullptr, 10) : 0;
+    uint64_t count = 0; // 0: until stopped
+    if (args.size() >= 5) {
+      const std::string &c = args[4];
+      auto [end, ec] = std::from_chars(c.data(), c.data() + c.size(), count);
+      if (c.empty() || ec != std::errc() || end != c.data() + c.size()) {
+        return err("capture start: --count expects a number of packets, got '" + c + "'");
+      }
+    }
     std::string why = capture_.start(args[2], filter, count);
     return why.empty() ? ok("capturing to " + args[2]) : err(why);
   }

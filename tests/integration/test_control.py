@@ -165,6 +165,12 @@ class ControlTest(TimedTestCase):
             rc, out, _ = xdpqctl(srv, "capture", "start", cap + "x", "--filter", "tcp and (")
             self.assertEqual(rc, 1)
             self.assertIn("bad filter", out)
+            # A count that is not a number was taken as 0: capture until stopped.
+            for bad in ("ten", "-1", "5x"):
+                rc, out, _ = xdpqctl(srv, "capture", "start", cap + "y", "--count", bad)
+                self.assertEqual(rc, 1, out)
+                self.assertIn("--count expects a number", out)
+            self.assertFalse(os.path.exists(cap + "y"))
         td = subprocess.run(["tcpdump", "-nn", "-r", cap], capture_output=True, text=True)
         self.assertEqual(td.returncode, 0, td.stderr)
         lines = [ln for ln in td.stdout.splitlines() if "UDP" in ln]
