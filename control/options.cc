@@ -563,6 +563,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     if (has_inline && !took_value) {
       throw UsageError(std::string(arg) + " takes no value (got '" + args[i] + "')");
     }
+    if (!origin.empty()) o.flag_origins[std::string(arg)] = origin;
+    else o.flag_origins.erase(std::string(arg)); // the command line overrides the file
     } catch (const UsageError &e) {
       if (origin.empty()) throw;
       throw UsageError(origin + ": " + e.what());
@@ -591,16 +593,26 @@ Options parse_options(int argc, const char *const *argv) {
     apply_flags(o, config_file_flags(config));
   }
   apply_flags(o, cli);
+  // An error about settings that a file gave says where: the first of
+  // flags that came from the file.
+  auto at = [&o](std::initializer_list<const char *> flags) -> std::string {
+    for (const char *f : flags) {
+      if (auto it = o.flag_origins.find(f); it != o.flag_origins.end()) return it->second + ": ";
+    }
+    return {};
+  };
   if (!o.listen_set) {
     o.listen.push_back(*dataplane::parse_address("0.0.0.0:4433"));
     o.listen.push_back(*dataplane::parse_address("[::]:4433"));
   }
   if (o.dataplane == "afxdp") {
-    if (o.interface.empty()) throw UsageError("--dataplane afxdp needs --interface IF");
+    if (o.interface.empty()) {
+      throw UsageError(at({"--dataplane"}) + "--dataplane afxdp needs --interface IF");
+    }
     if (o.queues.empty()) o.queues.push_back(0);
     for (int q : o.queues) {
       if (q >= XDPQ_MAX_QUEUES) {
-        throw UsageError("--queues: queue " + std::to_string(q) + " is past the XDP program's " +
+        throw UsageError(at({"--queues"}) + "--queues: queue " + std::to_string(q) + " is past the XDP program's " +
                          std::to_string(XDPQ_MAX_QUEUES) + " queues (0-" +
                          std::to_string(XDPQ_MAX_QUEUES - 1) + ")");
       }
@@ -608,33 +620,39 @@ Options parse_options(int argc, const char *const *argv) {
     auto sorted = o.queues;
     std::sort(sorted.begin(), sorted.end());
     if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end()) {
-      throw UsageError("--queues: queue " + std::to_string(*d) + " is listed twice");
+      throw UsageError(at({"--queues"}) + "--queues: queue " + std::to_string(*d) +
+                       " is listed twice");
     }
     if (o.workers > static_cast<int>(o.queues.size())) {
-      throw UsageError("--workers " + std::to_string(o.workers) + ": more workers than the " +
+      throw UsageError(at({"--workers", "--queues"}) + "--workers " + std::to_string(o.workers) +
+                       ": more workers than the " +
                        std::to_string(o.queues.size()) +
                        " queues of --queues (each worker serves at least one queue)");
     }
     if (o.workers == 0 && o.queues.size() > 127) {
-      throw UsageError("--queues: more than 127 queues need --workers N (at most 127), each "
+      throw UsageError(at({"--queues"}) + "--queues: more than 127 queues need --workers N (at most 127), each "
                        "worker serving several queues");
     }
   } else if (!o.interface.empty() || !o.queues.empty()) {
-    throw UsageError("--interface and --queues go with --dataplane afxdp");
+    throw UsageError(at({"--interface", "--queues"}) +
+                     "--interface and --queues go with --dataplane afxdp");
   }
   if (o.max_body_per_connection < o.max_request_body) {
-    throw UsageError("--max-body-per-connection (" + std::to_string(o.max_body_per_connection) +
+    throw UsageError(at({"--max-body-per-connection", "--max-request-body"}) +
+                     "--max-body-per-connection (" + std::to_string(o.max_body_per_connection) +
                      ") must be at least --max-request-body (" +
                      std::to_string(o.max_request_body) + ")");
   }
   if (o.max_body_per_worker < o.max_body_per_connection) {
-    throw UsageError("--max-body-per-worker (" + std::to_string(o.max_body_per_worker) +
+    throw UsageError(at({"--max-body-per-worker", "--max-body-per-connection"}) +
+                     "--max-body-per-worker (" + std::to_string(o.max_body_per_worker) +
                      ") must be at least --max-body-per-connection (" +
                      std::to_string(o.max_body_per_connection) + ")");
   }
   if (o.quic_lb_server_id.empty()) {
     if (o.quic_lb_config_id >= 0 || o.quic_lb_nonce_length || !o.quic_lb_mode.empty()) {
-      throw UsageError("--quic-lb-config-id, --quic-lb-nonce-length and --quic-lb-mode go with "
+      throw UsageError(at({"--quic-lb-config-id", "--quic-lb-nonce-length", "--quic-lb-mode"}) +
+                       "--quic-lb-config-id, --quic-lb-nonce-length and --quic-lb-mode go with "
                        "--quic-lb-server-id");
     }
   } else {
@@ -643,19 +661,22 @@ Options parse_options(int argc, const char *const *argv) {
     if (o.quic_lb_mode.empty()) o.quic_lb_mode = "encrypted";
     if (o.quic_lb_nonce_length == 0) o.quic_lb_nonce_length = sid <= 8 ? 16 - sid : 8;
     if (sid + o.quic_lb_nonce_length > 19) {
-      throw UsageError("--quic-lb-server-id (" + std::to_string(sid) +
+      throw UsageError(at({"--quic-lb-server-id", "--quic-lb-nonce-length"}) +
+                       "--quic-lb-server-id (" + std::to_string(sid) +
                        " bytes) and --quic-lb-nonce-length (" +
                        std::to_string(o.quic_lb_nonce_length) +
                        ") exceed 19 bytes together (a connection ID holds 20)");
     }
     if (o.secrets_file.empty()) {
-      throw UsageError("--quic-lb-server-id needs --secrets FILE: the nodes behind a balancer "
+      throw UsageError(at({"--quic-lb-server-id"}) +
+                       "--quic-lb-server-id needs --secrets FILE: the nodes behind a balancer "
                        "must share their stateless reset, token and ticket keys (copy one "
                        "secrets file to every node)");
     }
   }
   if (o.cert_file.empty() != o.key_file.empty()) {
-    throw UsageError("--cert and --key go together: give both, or neither for a "
+    throw UsageError(at({"--cert", "--key"}) +
+                     "--cert and --key go together: give both, or neither for a "
                      "self-signed certificate");
   }
   return o;

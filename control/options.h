@@ -6,6 +6,7 @@
 #include "http/proxy_config.h"
 #include "quic/endpoint.h"
 
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,9 @@ public:
 };
 
 struct Options {
+  // Where a flag's value came from when a configuration file set it
+  // ("FILE:LINE: section.key"), for errors that involve several settings.
+  std::map<std::string, std::string> flag_origins;
   std::vector<dataplane::Address> listen; // default: 0.0.0.0:4433 and [::]:4433
   std::string dataplane = "socket";
   // AF_XDP dataplane.

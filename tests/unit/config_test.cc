@@ -121,6 +121,23 @@ TEST(Config, InlineFileNamesAreRead) {
   EXPECT_FALSE(o.tcp);
 }
 
+TEST(Config, ErrorsBetweenSettingsSayWhere) {
+  // Checks between settings named only flags, so a file's mistake had no
+  // file:line.
+  auto path = write_config("[http]\n\nmax_request_body = 33554432\n");
+  auto e = error_of({"--config", path});
+  EXPECT_NE(e.find(path + ":3: http.max_request_body: --max-body-per-connection"),
+            std::string::npos)
+      << e;
+  auto tls = write_config("[tls]\ncert = \"/etc/x.pem\"\n");
+  e = error_of({"--config", tls});
+  EXPECT_NE(e.find(tls + ":2: tls.cert: --cert and --key go together"), std::string::npos) << e;
+  // The command line overrides the file: the error names the flag alone.
+  e = error_of({"--config", tls, "--cert", "/etc/y.pem"});
+  EXPECT_EQ(e.find(tls), std::string::npos) << e;
+  EXPECT_NE(e.find("--cert and --key go together"), std::string::npos) << e;
+}
+
 TEST(Config, DefaultConfigTextParsesToTheDefaults) {
   auto path = write_config(default_config_text());
   auto o = parse({"--config", path});
