@@ -245,10 +245,9 @@ uint64_t H3Session::app_error_code(int64_t error) const {
   return nghttp3_err_infer_quic_app_error_code(static_cast<int>(error));
 }
 
-void H3Session::shutdown_notice() {
-  nghttp3_conn_submit_shutdown_notice(conn_);
-  nghttp3_conn_shutdown(conn_);
-}
+void H3Session::shutdown_notice() { nghttp3_conn_submit_shutdown_notice(conn_); }
+
+void H3Session::shutdown_final() { nghttp3_conn_shutdown(conn_); }
 
 int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
                                bool early) {

@@ -89,6 +89,7 @@ public:
   void set_max_client_streams_bidi(uint64_t n) override;
   // GOAWAY with the largest id, then the final one; streams in flight finish.
   void shutdown_notice() override;
+  void shutdown_final() override;
   size_t active_streams() const override { return active_; }
   bool answer_pending() const override { return awaiting_ > 0; }
   uint64_t app_error_code(int64_t error) const override;

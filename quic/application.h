@@ -70,8 +70,13 @@ public:
   // The stream is gone (app_error: the code it closed with).
   virtual int close_stream(int64_t stream_id, uint64_t app_error) = 0;
   virtual void set_max_client_streams_bidi(uint64_t n) = 0;
-  // Graceful shutdown: tell the peer (GOAWAY); streams in flight finish.
+  // Graceful shutdown in two steps (RFC 9114 5.2): shutdown_notice() tells
+  // the peer no stream is refused yet (GOAWAY with the largest id);
+  // shutdown_final(), a round trip later, names the last stream that will
+  // be served (the requests the peer sent before it saw the first one
+  // arrived meanwhile). Streams in flight finish.
   virtual void shutdown_notice() = 0;
+  virtual void shutdown_final() = 0;
   virtual size_t active_streams() const = 0;
   // A request is complete and its answer will come from elsewhere (an
   // upstream), not from this read: the connection may hold the request's

@@ -496,8 +496,13 @@ int Connection::settle_pacer(uint64_t now) {
 void Connection::shutdown_notice() {
   if (state_ != State::active || !app_)
     return;
+  if (goaway_pending()) return;
   // HTTP/3: the two-step GOAWAY (RFC 9114 5.2); streams in flight complete.
+  // The final one waits a probe timeout (about a round trip), so requests
+  // the peer sent before it saw the first one are served, not refused.
   app_->shutdown_notice();
+  goaway_at_ = ep_.clock().now() + ngtcp2_conn_get_pto(conn_);
+  update_timer(ngtcp2_conn_get_expiry(conn_));
   ep_.want_write(this);
 }
 
@@ -597,6 +602,10 @@ void Connection::on_timer() {
     ep_.mutable_stats().acks_held_expired += 1; // the answer took longer: the ACK leaves alone
   if (now >= credit_deadline_)
     release_stream_credit(); // no response came to carry it
+  if (now >= goaway_at_) {
+    goaway_at_ = UINT64_MAX;
+    app_->shutdown_final();
+  }
   int rv = settle_pacer(now);
   if (rv == 0) rv = ngtcp2_conn_handle_expiry(conn_, now);
   if (rv != 0) {
@@ -610,7 +619,7 @@ void Connection::on_timer() {
 void Connection::update_timer(uint64_t expiry) {
   if (state_ != State::active) return;
   if (ack_held_) expiry = expiry == ack_timer_at_ ? hold_until_ : std::min(expiry, hold_until_);
-  expiry = std::min(expiry, credit_deadline_);
+  expiry = std::min({expiry, credit_deadline_, goaway_at_});
   if (expiry == UINT64_MAX) {
     ep_.timers().cancel(timer_);
   } else {

@@ -43,8 +43,11 @@ public:
   // closing period.
   void close(uint64_t app_error);
 
-  // Graceful shutdown of HTTP/3: GOAWAY; the streams in flight finish.
+  // Graceful shutdown of HTTP/3: the first GOAWAY now, the final one a
+  // probe timeout later; the streams in flight finish.
   void shutdown_notice();
+  // The final GOAWAY is still to go (drain waits for it).
+  bool goaway_pending() const { return goaway_at_ != UINT64_MAX; }
   size_t active_streams() const { return app_ ? app_->active_streams() : 0; }
   ConnInfo info() const;
 
@@ -144,6 +147,7 @@ private:
   uint64_t client_streams_opened_ = 0;  // request streams the client opened
   uint64_t client_streams_granted_ = 0; // the limit it was last sent
   uint64_t credit_deadline_ = UINT64_MAX;
+  uint64_t goaway_at_ = UINT64_MAX; // when the final GOAWAY goes (after shutdown_notice)
   // The peer's stream resets: tokens left (-1: not started) and when
   // they were last refilled.
   double reset_tokens_ = -1;

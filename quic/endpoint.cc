@@ -451,7 +451,7 @@ void Endpoint::start_drain() {
 
 size_t Endpoint::active_requests() const {
   size_t n = 0;
-  for (const auto &[c, owner] : conns_) n += c->active_streams();
+  for (const auto &[c, owner] : conns_) n += c->active_streams() + c->goaway_pending();
   return n;
 }
 

@@ -180,7 +180,8 @@ public:
   // died); connections already told GOAWAY finish as they were.
   void stop_drain() { draining_ = false; }
   bool draining() const { return draining_; }
-  // Request streams still open across all connections.
+  // Request streams still open across all connections, and connections
+  // whose final GOAWAY has not gone yet: what a drain waits for.
   size_t active_requests() const;
   void list_connections(std::vector<ConnInfo> &out) const;
   // A new TLS context for new connections (certificate reload); existing

@@ -797,6 +797,33 @@ TEST_F(QuicPipe, LinkAddressIsLearnedOnlyFromAuthenticatedPackets) {
   for (const auto &r : v) EXPECT_EQ(r.link, CLIENT_LINK);
 }
 
+// Regression: the drain sent both GOAWAYs at once, the second naming the
+// last request already received: a request the client sent before it saw
+// the GOAWAY was refused (H3_REQUEST_REJECTED), to be retried elsewhere.
+// The final GOAWAY now waits a probe timeout, and such a request is served.
+TEST_F(QuicPipe, ARequestInFlightWhenTheDrainStartsIsServed) {
+  start();
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+  const int64_t sid = client_->request("GET", "/healthz");
+  ASSERT_GE(sid, 0);
+  auto in_flight = client_->write(); // on its way when the server starts draining
+  server_->endpoint->start_drain();
+  for (auto &dg : server_->tick()) client_->read(dg); // the first GOAWAY
+  EXPECT_GT(server_->endpoint->active_requests(), 0u); // the drain waits for the final one
+  for (auto &dg : in_flight) {
+    for (auto &back : server_->deliver(dg)) client_->read(back);
+  }
+  ASSERT_TRUE(run([&] {
+    auto &r = client_->responses[sid];
+    return r.done || r.reset;
+  }));
+  EXPECT_FALSE(client_->responses[sid].reset);
+  EXPECT_EQ(client_->responses[sid].status, 200);
+  // A probe timeout later the final GOAWAY has gone, and the drain is done.
+  ASSERT_TRUE(run([&] { return server_->endpoint->active_requests() == 0; }));
+  EXPECT_FALSE(client_->closed());
+}
+
 namespace {
 constexpr uint8_t LB_KEY[16] = {0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80,
                                 0x25, 0x69, 0x34, 0xe5, 0x0c, 0x66, 0x20, 0x7f};
