@@ -8,6 +8,7 @@
 #include "base/small_alloc.h"
 #include "control/counters.h"
 #include "dataplane/cpu.h"
+#include "http/static_files.h"
 
 #include <pthread.h>
 
@@ -266,6 +267,7 @@ void Worker::fill_snapshot() {
   s.gauges.quic_connections = endpoint_.connection_count();
   s.gauges.body_bytes_held = budget_.held();
   s.gauges.body_bytes_limit = budget_.limit();
+  if (!loop_done_) s.gauges.file_read_bytes_held = http::file_read_bytes_held();
   s.handoff = handoff_;
   s.passes = passes_;
   s.loop = loop_.stats();

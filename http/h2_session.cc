@@ -418,16 +418,17 @@ private:
           if (st->exchange) return read_streamed(*st, buf, length, flags);
           const Body *body = st->resp.body.get();
           size_t n = 0;
+          // Copied straight into nghttp2's frame: a file is read for what
+          // the window lets out now, and nothing is held for a client that
+          // keeps its window small.
           while (body && n < length && st->offset < body->size()) {
-            auto c = body->chunk(st->offset);
+            size_t got = body->copy(st->offset, buf + n, length - n);
             // The content went away (a file truncated under us): nghttp2 resets
             // the stream (INTERNAL_ERROR) rather than send a short body.
-            if (c.empty())
+            if (got == 0)
               return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-            size_t take = std::min(c.size(), length - n);
-            std::memcpy(buf + n, c.data(), take);
-            n += take;
-            st->offset += take;
+            n += got;
+            st->offset += got;
           }
           if (body)
             st->resp.body->release(st->offset); // copied: no longer needed

@@ -61,7 +61,7 @@ H3ClientConn::H3ClientConn(const Options &opts, Events &events)
   if (opts.max_stream_window) s.max_stream_window = opts.max_stream_window;
   ngtcp2_transport_params p;
   ngtcp2_transport_params_default(&p);
-  p.initial_max_stream_data_bidi_local = 4 << 20;
+  p.initial_max_stream_data_bidi_local = opts.stream_window;
   p.initial_max_stream_data_uni = 1 << 20;
   p.initial_max_data = opts.max_data;
   p.initial_max_streams_uni = 3;

@@ -4,6 +4,7 @@
 #include "base/guard.h"
 #include "base/small_alloc.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <stdexcept>
@@ -31,6 +32,10 @@ struct H3Session::Stream {
   bool flush_queued = false;  // in flush_: body bytes to write upstream after this read
   bool stop_sent = false;     // STOP_SENDING: the rest of the body is not wanted
   bool awaiting = false;      // proxied, its response head not yet come (awaiting_)
+  // In read_waiting_: no credit or room to read its file. waits_for_conn:
+  // the connection's window or room, else the stream's own window.
+  bool read_waiting = false;
+  bool waits_for_conn = false;
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -53,6 +58,8 @@ struct H3Session::Stream {
     flush_queued = false;
     stop_sent = false;
     awaiting = false;
+    read_waiting = false;
+    waits_for_conn = false;
   }
 };
 
@@ -287,7 +294,46 @@ int H3Session::add_ack_offset(int64_t stream_id, uint64_t n) {
 void H3Session::block_stream(int64_t stream_id) { nghttp3_conn_block_stream(conn_, stream_id); }
 
 int H3Session::unblock_stream(int64_t stream_id) {
+  // The peer raised the stream's window: a file body waiting for credit
+  // reads again.
+  if (auto it = std::find_if(read_waiting_.begin(), read_waiting_.end(),
+                             [&](const Stream *w) { return w->id == stream_id; });
+      it != read_waiting_.end() && !(*it)->waits_for_conn) {
+    stop_waiting(**it);
+    if (int rv = nghttp3_conn_resume_stream(conn_, stream_id); rv != 0) return rv;
+  }
   return nghttp3_conn_unblock_stream(conn_, stream_id);
+}
+
+void H3Session::wait_to_read(Stream &s, bool for_connection) {
+  if (s.read_waiting) stop_waiting(s);
+  s.read_waiting = true;
+  s.waits_for_conn = for_connection;
+  conn_waiting_ += for_connection;
+  read_waiting_.push_back(&s);
+}
+
+void H3Session::stop_waiting(Stream &s) {
+  if (!s.read_waiting) return;
+  conn_waiting_ -= s.waits_for_conn;
+  s.read_waiting = s.waits_for_conn = false;
+  std::erase(read_waiting_, &s);
+}
+
+// At the start of a write (never inside nghttp3's callbacks): the streams
+// waiting for the connection's window or room read again once both are
+// there; each re-checks when nghttp3 asks it.
+void H3Session::wake_readers() {
+  if (read_ahead_held_ >= MAX_READ_AHEAD || transport_.app_conn_credit() == 0) return;
+  for (size_t i = 0; i < read_waiting_.size();) {
+    Stream *w = read_waiting_[i];
+    if (!w->waits_for_conn) {
+      ++i;
+      continue;
+    }
+    stop_waiting(*w);
+    nghttp3_conn_resume_stream(conn_, w->id);
+  }
 }
 
 void H3Session::shutdown_stream_write(int64_t stream_id) {
@@ -571,6 +617,11 @@ void H3Session::on_stream_close(Stream &s) {
     // connection's credit for them comes back.
     transport_.app_consume(s.id, s.exchange->body_in() - s.credited);
   }
+  if (s.resp.body && s.resp.body->reads_ahead() && s.body_offset > s.acked) {
+    read_ahead_held_ -= std::min(s.body_offset - s.acked, read_ahead_held_);
+    if (conn_waiting_ > 0) transport_.app_want_write();
+  }
+  stop_waiting(s);
   s.req.reset();
   s.exchange = nullptr;
   s.resp.reset(); // releases the body (a cached file entry, a proxied exchange) now
@@ -625,7 +676,23 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
   uint64_t given = 0;
   // A read-ahead of about one block: what we hand out stays referenced
   // until acknowledged, so handing out everything would hold it all.
-  while (n < veccnt && s.body_offset < size && given < READ_AHEAD) {
+  uint64_t limit = READ_AHEAD;
+  const bool ahead = body->reads_ahead();
+  if (ahead && s.body_offset < size) {
+    // A file: read no further than the peer lets us send (a client that
+    // keeps its windows shut holds nothing), and no more per connection
+    // than MAX_READ_AHEAD unacknowledged.
+    const uint64_t room =
+        read_ahead_held_ < MAX_READ_AHEAD ? MAX_READ_AHEAD - read_ahead_held_ : 0;
+    const uint64_t stream_credit = transport_.app_stream_credit(s.id);
+    const uint64_t conn_credit = transport_.app_conn_credit();
+    limit = std::min<uint64_t>({limit, stream_credit, conn_credit, room});
+    if (limit == 0) {
+      wait_to_read(s, stream_credit > 0);
+      return NGHTTP3_ERR_WOULDBLOCK;
+    }
+  }
+  while (n < veccnt && s.body_offset < size && given < limit) {
     auto c = body->chunk(s.body_offset);
     if (c.empty()) {
       // The content went away (a file truncated under us): the promised
@@ -641,6 +708,7 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
     given += c.size();
     ++n;
   }
+  if (ahead) read_ahead_held_ += given;
   if (s.body_offset >= size) {
     *flags |= NGHTTP3_DATA_FLAG_EOF;
     record_latency(s);
@@ -684,8 +752,13 @@ nghttp3_ssize H3Session::read_streamed(Stream &s, nghttp3_vec *vec, size_t veccn
 
 void H3Session::on_acked(Stream &s, uint64_t n) {
   s.acked += n;
-  if (s.resp.body)
+  if (s.resp.body) {
     s.resp.body->release(s.acked);
+    if (s.resp.body->reads_ahead()) {
+      read_ahead_held_ -= std::min(n, read_ahead_held_);
+      if (conn_waiting_ > 0) transport_.app_want_write(); // room for them: before_write()
+    }
+  }
 }
 
 } // namespace xdpq::http

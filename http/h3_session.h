@@ -78,7 +78,10 @@ public:
   int64_t read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
                       bool early) override;
   int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) override;
-  void before_write() override { send_resets(); }
+  void before_write() override {
+    send_resets();
+    if (conn_waiting_ > 0) wake_readers();
+  }
   int add_write_offset(int64_t stream_id, size_t n) override;
   int add_ack_offset(int64_t stream_id, uint64_t n) override;
   void block_stream(int64_t stream_id) override;
@@ -148,6 +151,19 @@ private:
   std::vector<Stream *> flush_;               // proxied bodies to write after this read
   bool reading_early_ = false;                // read_stream() is feeding 0-RTT bytes
   static constexpr uint64_t READ_AHEAD = 128 * 1024;
+  // Bodies read on demand (files): what the connection's streams handed
+  // nghttp3 and the peer has not acknowledged yet, at most MAX_READ_AHEAD
+  // (as a kernel socket's send buffer), and read only when the peer's flow
+  // control lets something out. A stream that may not read waits in
+  // read_waiting_: for its own window (woken by unblock_stream()), or for
+  // the connection's window or room (woken by before_write()).
+  static constexpr uint64_t MAX_READ_AHEAD = 4u << 20;
+  uint64_t read_ahead_held_ = 0;
+  std::vector<Stream *> read_waiting_;
+  size_t conn_waiting_ = 0; // of read_waiting_, those waiting for the connection
+  void wait_to_read(Stream &s, bool for_connection);
+  void stop_waiting(Stream &s);
+  void wake_readers();
   ResponseHead head_;
 };
 

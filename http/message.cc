@@ -1,7 +1,9 @@
 #include "http/message.h"
 
 #include <array>
+#include <algorithm>
 #include <cctype>
+#include <cstring>
 
 namespace xdpq::http {
 
@@ -205,6 +207,18 @@ void make_error(Response &resp, int status, bool head_only) {
   if (!head_only) {
     resp.body = std::make_unique<MemoryBody>(std::move(text));
   }
+}
+
+size_t Body::copy(uint64_t offset, uint8_t *dst, size_t len) const {
+  size_t n = 0;
+  while (n < len && offset + n < size()) {
+    auto c = chunk(offset + n);
+    if (c.empty()) break;
+    size_t take = std::min(c.size(), len - n);
+    std::memcpy(dst + n, c.data(), take);
+    n += take;
+  }
+  return n;
 }
 
 } // namespace xdpq::http

@@ -90,6 +90,13 @@ public:
   // The transport needs no byte before offset any more (acknowledged, or
   // copied into its own buffers): bodies that read on demand free them.
   virtual void release(uint64_t offset) { (void)offset; }
+  // Chunks are read on demand into memory held until release(): the
+  // transport reads only as far ahead as the peer lets it send.
+  virtual bool reads_ahead() const { return false; }
+  // For a transport that copies anyway (HTTP/2): up to len bytes from
+  // offset into dst, without keeping them; the count, 0 when the content
+  // went away.
+  virtual size_t copy(uint64_t offset, uint8_t *dst, size_t len) const;
 };
 
 // Body held in memory (error pages, /echo, /healthz).

@@ -60,6 +60,7 @@ public:
   static constexpr size_t BLOCK = 64 * 1024;
   static constexpr size_t KEEP = 512; // idle blocks kept (32 MiB)
   std::unique_ptr<uint8_t[]> get() {
+    in_use_ += BLOCK;
     if (free_.empty())
       return std::make_unique_for_overwrite<uint8_t[]>(BLOCK);
     auto b = std::move(free_.back());
@@ -67,9 +68,11 @@ public:
     return b;
   }
   void put(std::unique_ptr<uint8_t[]> b) {
+    in_use_ -= BLOCK;
     if (free_.size() < KEEP)
       free_.push_back(std::move(b));
   }
+  size_t in_use() const { return in_use_; }
   static BlockPool &local() {
     thread_local BlockPool pool;
     return pool;
@@ -77,6 +80,7 @@ public:
 
 private:
   std::vector<std::unique_ptr<uint8_t[]>> free_;
+  size_t in_use_ = 0; // bytes of blocks handed out and not yet back
 };
 
 // A large file read on demand with pread() into a window of blocks that the
@@ -99,20 +103,8 @@ public:
       }
     }
     // Read the block that starts here.
-    uint64_t want = std::min<uint64_t>(BlockPool::BLOCK, len_ - offset);
     auto data = BlockPool::local().get();
-    size_t got = 0;
-    while (got < want) {
-      ssize_t n = pread(entry_->fd, data.get() + got, want - got,
-                        static_cast<off_t>(first_ + offset + got));
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        break;
-      got += static_cast<size_t>(n);
-    }
-    if (got < want)
-      entry_->stale = true; // shorter than the cache thinks
+    size_t got = read_at(offset, data.get(), BlockPool::BLOCK);
     if (got == 0) {
       BlockPool::local().put(std::move(data));
       return {}; // truncated (or an I/O error): the transport aborts
@@ -120,6 +112,11 @@ public:
     blocks_.push_back(Block{offset, got, std::move(data)});
     const auto &b = blocks_.back();
     return {b.data.get(), b.len};
+  }
+  bool reads_ahead() const override { return true; }
+  // Straight into the caller's buffer: no block is kept.
+  size_t copy(uint64_t offset, uint8_t *dst, size_t len) const override {
+    return read_at(offset, dst, len);
   }
   void release(uint64_t offset) override {
     while (!blocks_.empty() && blocks_.front().offset + blocks_.front().len <= offset) {
@@ -129,6 +126,25 @@ public:
   }
 
 private:
+  // Up to len bytes of the body from offset (no further than its end);
+  // fewer when the file shrank under us (the cache entry is then stale).
+  size_t read_at(uint64_t offset, uint8_t *dst, size_t len) const {
+    if (offset >= len_) return 0;
+    len = static_cast<size_t>(std::min<uint64_t>(len, len_ - offset));
+    size_t got = 0;
+    while (got < len) {
+      ssize_t n = pread(entry_->fd, dst + got, len - got, static_cast<off_t>(first_ + offset + got));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      got += static_cast<size_t>(n);
+    }
+    if (got < len)
+      entry_->stale = true; // shorter than the cache thinks
+    return got;
+  }
+
   struct Block {
     uint64_t offset;
     size_t len;
@@ -382,5 +398,7 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
                                          std::to_string(last) + "/" + std::to_string(size));
   }
 }
+
+uint64_t file_read_bytes_held() { return BlockPool::local().in_use(); }
 
 } // namespace xdpq::http

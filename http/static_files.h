@@ -46,4 +46,8 @@ std::string_view content_type_for(std::string_view path);
 // with [first, last] filled, -1 when the range is unsatisfiable.
 int parse_range(std::string_view header, uint64_t size, uint64_t &first, uint64_t &last);
 
+// Bytes of large files read into memory by this thread and not yet
+// released by the transports (sent and acknowledged, or copied).
+uint64_t file_read_bytes_held();
+
 } // namespace xdpq::http

@@ -35,6 +35,14 @@ public:
   virtual void app_want_write() {}
   // The peer's current address (X-Forwarded-For), or null if unknown.
   virtual const dataplane::Address *app_peer() const { return nullptr; }
+  // Bytes the peer's flow control lets out now: on the stream (the stream's
+  // window; raising it calls the application's unblock_stream()), and on
+  // the connection (its window: the connection writes when it rises).
+  virtual uint64_t app_stream_credit(int64_t stream_id) const {
+    (void)stream_id;
+    return UINT64_MAX;
+  }
+  virtual uint64_t app_conn_credit() const { return UINT64_MAX; }
 
 protected:
   ~AppTransport() = default;

@@ -854,6 +854,12 @@ void Connection::app_want_write() {
   if (state_ == State::active) ep_.want_write(this);
 }
 
+uint64_t Connection::app_stream_credit(int64_t stream_id) const {
+  return ngtcp2_conn_get_max_stream_data_left(conn_, stream_id);
+}
+
+uint64_t Connection::app_conn_credit() const { return ngtcp2_conn_get_max_data_left(conn_); }
+
 const dataplane::Address *Connection::app_peer() const {
   const ngtcp2_path *p = ngtcp2_conn_get_path(conn_);
   peer_ = dataplane::Address::from(p->remote.addr, p->remote.addrlen);

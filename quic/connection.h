@@ -93,6 +93,8 @@ public:
   int64_t app_open_uni_stream() override;
   void app_want_write() override;
   const dataplane::Address *app_peer() const override;
+  uint64_t app_stream_credit(int64_t stream_id) const override;
+  uint64_t app_conn_credit() const override;
 
 private:
   enum class State { active, closing, draining, dead };

@@ -14,6 +14,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -21,6 +22,7 @@ import unittest
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import Server, TimedTestCase, require_tools, xdpqctl  # noqa: E402
@@ -260,6 +262,50 @@ class AttackTest(TimedTestCase):
         self.assertTrue(closed)
         self.assertLess(time.time() - start, 20)
         self.assertGreater(self.finish()["tcp_timeouts_write"], 0)
+
+    def test_a_small_window_holds_no_file_data(self):
+        # Regression: each HTTP/2 stream of a large file read a 64 KiB block
+        # and kept it while the client's window let out a byte at a time:
+        # 100 such streams held 6.4 MiB per connection. Now the file is read
+        # straight into the frame nghttp2 sends, for what the window allows.
+        root = tempfile.mkdtemp(prefix="xdpq-h2-window-")
+        big = os.urandom(1 << 20)
+        with open(os.path.join(root, "big.bin"), "wb") as f:
+            f.write(big)
+        with Server(*FAST_TIMEOUTS, "--docroot", root) as srv:
+            s = tls_socket(srv)
+            c = h2.connection.H2Connection(h2.config.H2Configuration(
+                client_side=True, header_encoding="utf-8"))
+            c.local_settings = h2.settings.Settings(
+                client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
+            c.initiate_connection()
+            for sid in range(1, 101, 2):
+                c.send_headers(sid, [(":method", "GET"), (":scheme", "https"),
+                                     (":authority", "x"), (":path", "/big.bin")],
+                               end_stream=True)
+            s.sendall(c.data_to_send())
+            got = 0
+            s.settimeout(0.1)
+            end = time.time() + 0.8  # (well within the 2 s write timeout)
+            while time.time() < end:
+                try:
+                    data = s.recv(65536)
+                except socket.timeout:
+                    continue
+                if not data:
+                    break
+                for ev in c.receive_data(data):
+                    if isinstance(ev, h2.events.DataReceived):
+                        got += len(ev.data)
+                s.sendall(c.data_to_send())
+            rc, out, err = xdpqctl(srv, "stats", json_out=True)
+            self.assertEqual(rc, 0, err)
+            total = json.loads(out)["total"]
+            held = total["file_read_bytes_held"]
+            self.assertGreaterEqual(total["tcp_connections"], 1, "measured after the close")
+            s.close()
+        self.assertGreater(got, 0, "the window's bytes were not sent")
+        self.assertLess(held, 64 * 1024, f"{held} bytes held for 50 one-byte windows")
 
     def test_request_body_hoarding(self):
         # Two connections each open 100 POST /echo streams and send body

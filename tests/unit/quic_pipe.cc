@@ -50,7 +50,7 @@ ngtcp2_path to_np(const dataplane::Path &p) {
 } // namespace
 
 TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
-                       uint64_t fixed_window)
+                       uint64_t fixed_window, bool shut_streams)
     : clock_(clock), path_(path) {
   gnutls_certificate_allocate_credentials(&cred_);
   http::H3ClientConn::Options o;
@@ -63,6 +63,7 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
     o.max_data = fixed_window;
     o.grant_data = false;
   }
+  if (shut_streams) o.stream_window = 0;
   try {
     h3c_ = std::make_unique<http::H3ClientConn>(o, *this);
   } catch (...) {
@@ -188,7 +189,8 @@ void TestClient::handle_expiry() {
 }
 
 TestServer::TestServer(quic::ManualClock &c, const quic::EndpointConfig &cfg,
-                       const quic::Secrets &secrets, const http::H3Limits &h3)
+                       const quic::Secrets &secrets, const http::H3Limits &h3,
+                       const std::string &docroot)
     : clock(c), wheel(c.now()) {
   static const control::CertificatePair cert = control::make_self_signed();
   quic::TlsConfig tcfg;
@@ -196,7 +198,12 @@ TestServer::TestServer(quic::ManualClock &c, const quic::EndpointConfig &cfg,
   tcfg.key_pem = cert.key_pem;
   tls = std::make_unique<quic::TlsContext>(tcfg, secrets);
   app = std::make_unique<http::H3ApplicationFactory>(
-      http::make_default_router(http::RouterConfig{}), h3);
+      http::make_default_router([&] {
+        http::RouterConfig rc;
+        rc.docroot = docroot;
+        return rc;
+      }()),
+      h3);
   endpoint = std::make_unique<quic::Endpoint>(cfg, *tls, secrets, *app, wheel, clock, sink);
 }
 

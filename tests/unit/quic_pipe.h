@@ -67,7 +67,10 @@ class TestClient final : public http::H3ClientConn::Events {
 public:
   // A fixed_window other than 0 is the connection's flow-control window,
   // never extended (a client that stops reading).
-  TestClient(quic::ManualClock &clock, const dataplane::Path &path, uint64_t fixed_window = 0);
+  // A stream_window other than 0 is each response stream's flow-control
+  // window; with shut_streams, 0 (nothing can be sent on them).
+  TestClient(quic::ManualClock &clock, const dataplane::Path &path, uint64_t fixed_window = 0,
+             bool shut_streams = false);
   ~TestClient();
   TestClient(const TestClient &) = delete;
   TestClient &operator=(const TestClient &) = delete;
@@ -114,7 +117,8 @@ private:
 // Server side of the pipe: an Endpoint with its own wheel, sink and TLS.
 struct TestServer {
   TestServer(quic::ManualClock &clock, const quic::EndpointConfig &cfg,
-             const quic::Secrets &secrets, const http::H3Limits &h3 = {});
+             const quic::Secrets &secrets, const http::H3Limits &h3 = {},
+             const std::string &docroot = {});
   quic::ManualClock &clock;
   dataplane::TimerWheel wheel;
   MemorySink sink;

@@ -6,12 +6,15 @@
 #include "quic_pipe.h"
 
 #include "dataplane/handoff_ring.h"
+#include "http/static_files.h"
 
 #include <nghttp3/nghttp3.h>
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 using namespace xdpq;
@@ -23,7 +26,7 @@ class QuicPipe : public ::testing::Test {
 protected:
   void start(quic::EndpointConfig cfg = {}, http::H3Limits h3 = {}) {
     cfg_ = cfg;
-    server_ = std::make_unique<TestServer>(clock_, cfg_, secrets_, h3);
+    server_ = std::make_unique<TestServer>(clock_, cfg_, secrets_, h3, docroot_);
     client_ = std::make_unique<TestClient>(clock_, make_test_path());
     ASSERT_TRUE(run([&] {
       return client_->handshake_completed() && server_->endpoint->stats().handshakes_completed > 0;
@@ -65,6 +68,7 @@ protected:
   quic::ManualClock clock_;
   quic::Secrets secrets_ = quic::Secrets::generate();
   quic::EndpointConfig cfg_;
+  std::string docroot_; // empty: the embedded page only
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<TestClient> client_;
 };
@@ -795,6 +799,42 @@ TEST_F(QuicPipe, LinkAddressIsLearnedOnlyFromAuthenticatedPackets) {
   EXPECT_EQ(v.size(), reports);                      // ...and taught nothing
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
   for (const auto &r : v) EXPECT_EQ(r.link, CLIENT_LINK);
+}
+
+// Regression: a large file was read 128 KiB ahead per stream whether or
+// not the peer let anything out, and held until acknowledged: a client
+// that keeps its response windows shut made the server hold 128 KiB per
+// request (12.8 MiB per connection of 100 streams, for as long as it
+// pings). Now a file is read only as far as the peer's flow control lets
+// it go.
+TEST_F(QuicPipe, AClientThatKeepsItsWindowsShutHoldsNoFileData) {
+  char tmpl[] = "/tmp/xdpq-pipe-root-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  docroot_ = tmpl;
+  const std::string big(1 << 20, 'x');
+  {
+    std::ofstream f(docroot_ + "/big.bin", std::ios::binary);
+    f << big;
+  }
+  start();
+  const uint64_t before = http::file_read_bytes_held();
+  TestClient shut(clock_, make_test_path(50001), 0, /*shut_streams=*/true);
+  ASSERT_TRUE(run_until(shut, *server_, clock_, [&] { return shut.handshake_completed(); }));
+  for (int i = 0; i < 50; ++i) ASSERT_GE(shut.request("GET", "/big.bin"), 0);
+  for (int i = 0; i < 20; ++i) {
+    clock_.set(clock_.now() + 1'000'000);
+    for (auto &dg : shut.write()) {
+      for (auto &back : server_->deliver(dg)) shut.read(back);
+    }
+  }
+  EXPECT_EQ(stats().handshakes_completed, 2u);
+  EXPECT_LT(http::file_read_bytes_held() - before, 256u * 1024)
+      << "held for a client that lets nothing out";
+  // Clients that read get the file whole, on both connections' terms.
+  const auto &r = fetch("GET", "/big.bin");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, big);
+  std::filesystem::remove_all(docroot_);
 }
 
 // Regression: the drain sent both GOAWAYs at once, the second naming the
