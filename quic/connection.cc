@@ -207,9 +207,10 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   ngtcp2_settings settings;
   ngtcp2_settings_default(&settings);
   settings.initial_ts = started_at_;
+  // Datagrams start at QUIC's 1200 bytes and grow to max_udp_payload only
+  // as far as ngtcp2's path MTU probes confirm (RFC 9000 14.3): a path with
+  // a smaller MTU (a VPN, PPPoE) must not lose every full-size packet.
   settings.max_tx_udp_payload_size = cfg.max_udp_payload;
-  settings.no_tx_udp_payload_size_shaping = 1;
-  settings.no_pmtud = 1;
   settings.handshake_timeout = cfg.handshake_timeout;
   settings.max_window = cfg.max_conn_window;
   settings.max_stream_window = cfg.max_stream_window;

@@ -215,7 +215,12 @@ std::vector<Datagram> TestServer::deliver(const Datagram &dg) {
   endpoint->end_of_pass();
   std::vector<Datagram> out;
   out.swap(sink.out);
+  lose_oversized(out);
   return out;
+}
+
+void TestServer::lose_oversized(std::vector<Datagram> &out) const {
+  if (drop_above) std::erase_if(out, [&](const Datagram &d) { return d.data.size() > drop_above; });
 }
 
 std::vector<Datagram> TestServer::tick() {
@@ -223,6 +228,7 @@ std::vector<Datagram> TestServer::tick() {
   endpoint->end_of_pass();
   std::vector<Datagram> out;
   out.swap(sink.out);
+  lose_oversized(out);
   return out;
 }
 

@@ -128,9 +128,13 @@ struct TestServer {
   // When set, the client's datagrams arrive from this source port instead
   // (a NAT rebinding the client does not know about).
   uint16_t nat_port = 0;
+  // When set, the server's datagrams larger than this are lost on the way
+  // (a path with a smaller MTU: a VPN, PPPoE).
+  size_t drop_above = 0;
   // Feeds a datagram, runs end_of_pass; returns what the server sent.
   std::vector<Datagram> deliver(const Datagram &dg);
   std::vector<Datagram> tick(); // runs due timers and writes
+  void lose_oversized(std::vector<Datagram> &out) const;
 };
 
 // Exchanges datagrams until nothing moves, advancing the clock to the next

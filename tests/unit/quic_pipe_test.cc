@@ -27,6 +27,7 @@ protected:
   void start(quic::EndpointConfig cfg = {}, http::H3Limits h3 = {}) {
     cfg_ = cfg;
     server_ = std::make_unique<TestServer>(clock_, cfg_, secrets_, h3, docroot_);
+    server_->drop_above = path_mtu_;
     client_ = std::make_unique<TestClient>(clock_, make_test_path());
     ASSERT_TRUE(run([&] {
       return client_->handshake_completed() && server_->endpoint->stats().handshakes_completed > 0;
@@ -69,6 +70,7 @@ protected:
   quic::Secrets secrets_ = quic::Secrets::generate();
   quic::EndpointConfig cfg_;
   std::string docroot_; // empty: the embedded page only
+  size_t path_mtu_ = 0;  // the server's larger datagrams are lost (0: none)
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<TestClient> client_;
 };
@@ -241,9 +243,10 @@ TEST_F(QuicPipe, AClientAtItsStreamLimitGetsCreditAtOnce) {
   for (auto &dg : client_->write())
     for (auto &back : server_->deliver(dg)) responses.push_back(back);
   ASSERT_GE(responses.size(), 3u); // about one response per datagram
-  // The client gets the first datagram only: its ACK finishes one or two
-  // streams, fewer than the three a grant otherwise waits for.
+  // The client gets the first two datagrams only: its ACK finishes one or
+  // two streams, fewer than the three a grant otherwise waits for.
   client_->read(responses[0]);
+  client_->read(responses[1]);
   for (auto &dg : client_->write())
     for (auto &back : server_->deliver(dg)) client_->read(back);
   EXPECT_GT(ngtcp2_conn_get_streams_bidi_left(client_->conn()), 0u);
@@ -799,6 +802,19 @@ TEST_F(QuicPipe, LinkAddressIsLearnedOnlyFromAuthenticatedPackets) {
   EXPECT_EQ(v.size(), reports);                      // ...and taught nothing
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
   for (const auto &r : v) EXPECT_EQ(r.link, CLIENT_LINK);
+}
+
+// Regression: every datagram went out at the full 1452 bytes from the
+// first flight on, with no path MTU discovery: behind a VPN or PPPoE
+// (an MTU under 1480) the handshake or every full-size packet was lost,
+// for good. Packets now start at QUIC's 1200 bytes and grow only as far as
+// probes confirm (RFC 9000 14.3).
+TEST_F(QuicPipe, ASmallerPathMtuStillServes) {
+  path_mtu_ = 1232; // IPv6 minimum 1280 less the IPv6 and UDP headers
+  start();
+  const auto &r = fetch("GET", "/bytes/100000");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.size(), 100000u);
 }
 
 // Regression: a large file was read 128 KiB ahead per stream whether or
