@@ -1,5 +1,7 @@
 #include "base/small_alloc.h"
 
+#include <malloc.h>
+
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -141,6 +143,12 @@ void deallocate(void *p) noexcept {
   h->next = c.heads[h->cls];
   c.heads[h->cls] = h;
   c.cached_bytes += size;
+}
+
+size_t block_size(const void *p) noexcept {
+  const Header *h = header_of(const_cast<void *>(p));
+  if (h->cls == LARGE) return malloc_usable_size(const_cast<Header *>(h)) - sizeof(Header);
+  return class_size(h->cls);
 }
 
 void *allocate_zeroed(size_t count, size_t n) noexcept {

@@ -44,6 +44,10 @@ ThreadStats thread_stats() noexcept;
 // Returns every cached block of the calling thread to malloc.
 void trim() noexcept;
 
+// The bytes p's block holds (its class's size, or what malloc gave a large
+// one): what a caller that counts its memory charges for it.
+size_t block_size(const void *p) noexcept;
+
 // Size class of an n-byte request (n <= MAX_SMALL) and its block size.
 size_t class_of(size_t n) noexcept;
 size_t class_size(size_t cls) noexcept;

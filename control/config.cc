@@ -85,6 +85,7 @@ constexpr Key KEYS[] = {
     {"quic", "qpack_table_capacity", Kind::integer, "--qpack-table-capacity",
      "bytes (0 to 65536)"},
     {"quic", "max_connections", Kind::integer, "--max-connections", "an integer"},
+    {"quic", "memory_per_worker", Kind::integer, "--quic-memory-per-worker", "bytes"},
     {"quic", "early_data", Kind::flag_if_false, "--no-early-data", "true or false"},
     {"quic_lb", "server_id", Kind::string, "--quic-lb-server-id",
      "a hex string of 1 to 15 bytes like \"0a01\""},
@@ -608,6 +609,7 @@ handshake_timeout_ms = 10000             # a handshake not done by then is dropp
 max_streams = 100
 qpack_table_capacity = 0                 # bytes of QPACK dynamic table a client may use for requests
 max_connections = 65536
+memory_per_worker = 1073741824           # ngtcp2's buffers for a worker's connections; 0: no limit
 early_data = true
 
 [quic_lb]                                # scale-out behind a QUIC-LB balancer (docs/scale-out.md)

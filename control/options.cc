@@ -151,6 +151,11 @@ QUIC behaviour and limits:
   --max-header-fields N   Most request header fields, enforced with 431
                           (default 128).
   --max-connections N     Connections per worker (default 65536).
+  --quic-memory-per-worker N
+                          Bytes ngtcp2 may hold for a worker's connections
+                          (out-of-order data, packets in flight); past it
+                          the connections holding the most are closed
+                          (default 1073741824; 0: no limit).
   --max-request-body N    Largest request body in bytes, on every protocol;
                           over it: 413 (default 16777216).
   --max-body-per-connection N
@@ -556,6 +561,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.max_body_per_worker = parse_number(arg, need(), 0, 1ull << 40);
     } else if (arg == "--max-connections") {
       o.max_connections = parse_number(arg, need(), 1, 1u << 24);
+    } else if (arg == "--quic-memory-per-worker") {
+      o.quic_memory_per_worker = parse_number(arg, need(), 0, 1ull << 44);
     } else {
       throw UsageError("unknown option '" + args[i] + "' (see --help)");
     }

@@ -256,6 +256,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   ecfg.handshake_timeout = opts_.handshake_timeout_ms * 1'000'000ull;
   ecfg.max_streams_bidi = opts_.max_streams;
   ecfg.max_connections = opts_.max_connections;
+  ecfg.max_memory = opts_.quic_memory_per_worker;
   ecfg.early_data = opts_.early_data;
   ecfg.quic_lb = quic_lb;
   ecfg.generation = generation_;

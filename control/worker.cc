@@ -265,6 +265,7 @@ void Worker::fill_snapshot() {
   s.endpoint = endpoint_.stats();
   s.h3 = h3_.stats();
   s.gauges.quic_connections = endpoint_.connection_count();
+  s.gauges.quic_memory_bytes = endpoint_.memory();
   s.gauges.body_bytes_held = budget_.held();
   s.gauges.body_bytes_limit = budget_.limit();
   if (!loop_done_) s.gauges.file_read_bytes_held = http::file_read_bytes_held();

@@ -106,6 +106,33 @@ int cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t *tx_secret,
   return rv;
 }
 
+// ngtcp2's allocator: the per-thread block cache, each block charged to the
+// connection (user_data) at its block's size.
+void *counted_malloc(size_t n, void *ud) {
+  void *p = small_alloc::allocate(n);
+  if (p) static_cast<Connection *>(ud)->charge_memory(
+             static_cast<int64_t>(small_alloc::block_size(p)));
+  return p;
+}
+void counted_free(void *p, void *ud) {
+  if (!p) return;
+  static_cast<Connection *>(ud)->charge_memory(-static_cast<int64_t>(small_alloc::block_size(p)));
+  small_alloc::deallocate(p);
+}
+void *counted_calloc(size_t count, size_t n, void *ud) {
+  void *p = small_alloc::allocate_zeroed(count, n);
+  if (p) static_cast<Connection *>(ud)->charge_memory(
+             static_cast<int64_t>(small_alloc::block_size(p)));
+  return p;
+}
+void *counted_realloc(void *p, size_t n, void *ud) {
+  const int64_t before = p ? static_cast<int64_t>(small_alloc::block_size(p)) : 0;
+  void *q = small_alloc::reallocate(p, n);
+  if (q) static_cast<Connection *>(ud)->charge_memory(
+             static_cast<int64_t>(small_alloc::block_size(q)) - before);
+  return q;
+}
+
 int cb_decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
                const ngtcp2_crypto_aead_ctx *aead_ctx, const uint8_t *ciphertext,
                size_t ciphertextlen, const uint8_t *nonce, size_t noncelen, const uint8_t *aad,
@@ -256,10 +283,11 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
                                                ep_.secrets().reset_key.size(), &scid);
 
   ngtcp2_path np = make_path(path);
-  // ngtcp2's buffers come from the worker's per-thread block cache.
-  static constexpr ngtcp2_mem MEM = small_alloc::c_table<ngtcp2_mem>();
+  // ngtcp2's buffers come from the worker's per-thread block cache, counted
+  // for this connection and the worker.
+  mem_ = ngtcp2_mem{this, counted_malloc, counted_free, counted_calloc, counted_realloc};
   if (ngtcp2_conn_server_new(&conn_, &hd.scid, &scid, &np, hd.version, &cb, &settings, &params,
-                             &MEM, this) != 0) {
+                             &mem_, this) != 0) {
     return -1;
   }
   tls_ = ep_.tls().new_session(&conn_ref_);
@@ -524,6 +552,16 @@ ConnInfo Connection::info() const {
              : state_ == State::closing ? "closing"
              : state_ == State::draining ? "draining" : "closed";
   return ci;
+}
+
+void Connection::charge_memory(int64_t bytes) {
+  memory_ += bytes;
+  ep_.charge_memory(bytes);
+}
+
+void Connection::abandon(uint64_t app_error) {
+  close(app_error); // CONNECTION_CLOSE goes once
+  retire();
 }
 
 void Connection::close(uint64_t app_error) {

@@ -150,6 +150,18 @@ private:
   uint64_t client_streams_granted_ = 0; // the limit it was last sent
   uint64_t credit_deadline_ = UINT64_MAX;
   uint64_t goaway_at_ = UINT64_MAX; // when the final GOAWAY goes (after shutdown_notice)
+  // ngtcp2's memory for this connection, counted (Endpoint::max_memory).
+  ngtcp2_mem mem_;
+  int64_t memory_ = 0;
+
+public:
+  uint64_t memory() const { return memory_ > 0 ? static_cast<uint64_t>(memory_) : 0; }
+  void charge_memory(int64_t bytes);
+  // Closes with app_error and frees the connection now, without the
+  // closing period (the worker needs its memory back).
+  void abandon(uint64_t app_error);
+
+private:
   // The peer's stream resets: tokens left (-1: not started) and when
   // they were last refilled.
   double reset_tokens_ = -1;

@@ -432,6 +432,7 @@ void Endpoint::end_of_pass() {
     c->pending_write = false;
   }
   pending_writes_.erase(pending_writes_.begin(), pending_writes_.begin() + static_cast<long>(i));
+  if (cfg_.max_memory && memory() > cfg_.max_memory) reap_memory();
   for (Connection *c : retired_) {
     drop_routes(c);
     sources_.release(c->source_slot, c->source_unproven);
@@ -442,6 +443,24 @@ void Endpoint::end_of_pass() {
     conns_.erase(c);
   }
   retired_.clear();
+}
+
+// Over the worker's QUIC memory: the connections holding the most are
+// closed and freed at once (a peer that fills its receive window with
+// out-of-order data holds up to the window in ngtcp2's buffers), until the
+// rest fits. Freed below, in this pass.
+void Endpoint::reap_memory() {
+  int64_t over = static_cast<int64_t>(memory() - cfg_.max_memory);
+  for (int k = 0; k < 64 && over > 0; ++k) {
+    Connection *worst = nullptr;
+    for (const auto &[c, owner] : conns_) {
+      if (!c->retired && (!worst || c->memory() > worst->memory())) worst = c;
+    }
+    if (!worst) break;
+    over -= static_cast<int64_t>(worst->memory());
+    stats_.memory_closes += 1;
+    worst->abandon(app_.excessive_load_code());
+  }
 }
 
 void Endpoint::start_drain() {

@@ -92,6 +92,11 @@ struct EndpointConfig {
   uint32_t stream_reset_burst = 100;
   uint32_t stream_reset_rate = 33;
   bool early_data = true;
+  // What ngtcp2 may hold for all of the worker's connections (their
+  // buffers: out-of-order data in the receive windows, packets in flight,
+  // crypto state); past it the connections holding the most are closed
+  // (H3_EXCESSIVE_LOAD). 0: no limit.
+  size_t max_memory = 1ull << 30;
 };
 
 // Every datagram lands in exactly one of: datagrams_routed,
@@ -114,6 +119,7 @@ struct EndpointConfig {
   X(drop_tx_full, "stateless replies not sent: no room to transmit")                               \
   X(drop_other_worker, "dropped: another worker's connection ID, and no room to hand it off")      \
   X(drop_source_limit, "dropped Initials: the source holds its connection cap")                    \
+  X(memory_closes, "connections closed: the worker's QUIC memory was over its limit, theirs the most") \
   X(retries_source_limit, "Retries sent: an unvalidated source at its connection cap")             \
   X(refused_source_limit, "Initials refused: a validated source at its connection cap")            \
   X(drop_source_rate, "dropped Initials: the source opens connections too fast (Retry is off)")     \
@@ -263,6 +269,16 @@ private:
   std::vector<Connection *> pending_writes_;
   std::vector<Connection *> retired_;
   size_t handshakes_in_progress_ = 0;
+  int64_t memory_ = 0; // what ngtcp2 holds for all our connections (charge_memory)
+  void reap_memory();
+
+public:
+  // ngtcp2's allocations and frees for one of our connections.
+  void charge_memory(int64_t bytes) { memory_ += bytes; }
+  uint64_t memory() const { return memory_ > 0 ? static_cast<uint64_t>(memory_) : 0; }
+  void set_max_memory(size_t bytes) { cfg_.max_memory = bytes; }
+
+private:
   dataplane::SourceLimiter sources_;
   // New handshakes per second, decayed with a 1 s time constant.
   double recent_handshakes_ = 0;

@@ -804,6 +804,43 @@ TEST_F(QuicPipe, LinkAddressIsLearnedOnlyFromAuthenticatedPackets) {
   for (const auto &r : v) EXPECT_EQ(r.link, CLIENT_LINK);
 }
 
+// ngtcp2's buffers are counted per connection and per worker: a peer that
+// fills its receive window with out-of-order bytes (8 KiB held per byte
+// sent) could make a worker hold the window of every connection it opens.
+// Past the worker's limit the connections holding the most are closed and
+// freed at once; the others are served on.
+TEST_F(QuicPipe, OverTheWorkersQuicMemoryTheLargestConnectionCloses) {
+  start();
+  const uint64_t one = server_->endpoint->memory();
+  EXPECT_GT(one, 0u);
+  TestClient big(clock_, make_test_path(50001));
+  ASSERT_TRUE(run_until(big, *server_, clock_, [&] { return big.handshake_completed(); }));
+  // An upload whose first datagram is lost: what follows it waits in
+  // ngtcp2's reorder buffer.
+  const int64_t sid = big.request("POST", "/echo", {}, std::string(200000, 'u'),
+                                  /*end_stream=*/false);
+  ASSERT_GE(sid, 0);
+  clock_.set(clock_.now() + 1'000'000);
+  auto flight = big.write();
+  ASSERT_GE(flight.size(), 3u);
+  for (size_t i = 1; i < flight.size(); ++i) server_->deliver(flight[i]);
+  const uint64_t both = server_->endpoint->memory();
+  ASSERT_GT(both, 2 * one) << "the uploading connection should hold the most";
+  server_->endpoint->set_max_memory(both - 1);
+  server_->tick(); // the next pass
+  EXPECT_EQ(stats().memory_closes, 1u);
+  EXPECT_LE(server_->endpoint->memory(), both - 1);
+  EXPECT_EQ(server_->endpoint->connection_count(), 1u);
+  for (int i = 0; i < 3 && !big.closed(); ++i) {
+    for (auto &dg : big.write()) {
+      for (auto &back : server_->deliver(dg)) big.read(back);
+    }
+  }
+  EXPECT_FALSE(big.responses[sid].done);
+  // The fixture's connection, holding little, is served on.
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
 // Regression: every datagram went out at the full 1452 bytes from the
 // first flight on, with no path MTU discovery: behind a VPN or PPPoE
 // (an MTU under 1480) the handshake or every full-size packet was lost,
