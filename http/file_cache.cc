@@ -24,9 +24,8 @@ int open_beneath(int dirfd, const char *rel) {
   return static_cast<int>(syscall(SYS_openat2, dirfd, *rel ? rel : ".", &how, sizeof(how)));
 }
 
-uint64_t mtime_ns(const struct stat &st) {
-  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ull +
-         static_cast<uint64_t>(st.st_mtim.tv_nsec);
+uint64_t ns_of(const struct timespec &t) {
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
 }
 
 FileCache::Status status_for_errno(int err) {
@@ -105,11 +104,13 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
   e->size = static_cast<uint64_t>(st.st_size);
   e->ino = st.st_ino;
   e->dev = st.st_dev;
-  e->mtime_ns = mtime_ns(st);
-  char etag[80];
-  std::snprintf(etag, sizeof(etag), "\"%llx-%llx-%llx\"", static_cast<unsigned long long>(e->ino),
-                static_cast<unsigned long long>(e->size),
-                static_cast<unsigned long long>(e->mtime_ns));
+  e->mtime_ns = ns_of(st.st_mtim);
+  e->ctime_ns = ns_of(st.st_ctim);
+  char etag[96];
+  std::snprintf(etag, sizeof(etag), "\"%llx-%llx-%llx-%llx\"",
+                static_cast<unsigned long long>(e->ino), static_cast<unsigned long long>(e->size),
+                static_cast<unsigned long long>(e->mtime_ns),
+                static_cast<unsigned long long>(e->ctime_ns));
   e->etag = etag;
   e->content_type = content_type_for(type_path);
   if (e->size <= limits_.max_file_in_memory && e->size <= limits_.max_bytes) {
@@ -126,6 +127,9 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
     if (got != e->size)
       return Status::unavailable; // truncated while we read it
     e->in_memory = true;
+    // Never read again: a deleted file's space is not kept by the cache.
+    close(e->fd);
+    e->fd = -1;
   }
   out = std::move(e);
   return Status::ok;
@@ -184,7 +188,7 @@ FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
     }
     const FileEntry &old = *slot.entry;
     if (fresh->ino == old.ino && fresh->dev == old.dev && fresh->size == old.size &&
-        fresh->mtime_ns == old.mtime_ns) {
+        fresh->mtime_ns == old.mtime_ns && fresh->ctime_ns == old.ctime_ns) {
       stats_.hits += 1;
       slot.checked_ns = now_ns;
       lru_.splice(lru_.begin(), lru_, slot.lru);

@@ -39,12 +39,15 @@ struct FileEntry {
   FileEntry &operator=(const FileEntry &) = delete;
   ~FileEntry();
 
-  int fd = -1; // open, a regular file
+  int fd = -1; // open, a regular file (closed once a small one is in memory)
   uint64_t size = 0;
   uint64_t ino = 0;
   uint64_t dev = 0;
   uint64_t mtime_ns = 0;
-  std::string etag; // strong: inode, size, mtime
+  // Changes with any write or metadata change, whatever the mtime says
+  // (a copy that keeps the old mtime, a rewrite in place with touch -r).
+  uint64_t ctime_ns = 0;
+  std::string etag; // strong: inode, size, mtime, ctime
   std::string_view content_type;
   std::string bytes; // the whole file when it is small; else empty
   bool in_memory = false;

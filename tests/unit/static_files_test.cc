@@ -161,6 +161,41 @@ TEST_F(StaticFilesTest, CacheRevalidatesChangesAndDeletions) {
   EXPECT_EQ(cache_stats().entries, 0u); // the deleted file left the cache
 }
 
+// Regression: a file rewritten in place with its size and mtime kept
+// (cp -p, rsync --inplace -t) kept its cached bytes and its strong ETag.
+TEST_F(StaticFilesTest, ARewriteThatKeepsSizeAndMtimeIsSeen) {
+  FileCacheLimits l;
+  l.revalidate_ns = 0;
+  with_limits(l);
+  auto first = get("/a.txt");
+  const std::string etag = *header(first, "etag");
+  const auto mtime = fs::last_write_time(base_ / "root" / "a.txt");
+  {
+    std::fstream f(base_ / "root" / "a.txt", std::ios::in | std::ios::out | std::ios::binary);
+    f << "ABCDEFGHIJ"; // same size, in place
+  }
+  fs::last_write_time(base_ / "root" / "a.txt", mtime);
+  auto r = get("/a.txt");
+  EXPECT_EQ(body_of(r), "ABCDEFGHIJ");
+  EXPECT_NE(*header(r, "etag"), etag);
+}
+
+// Regression: a small file's entry kept its descriptor after its bytes were
+// in memory, so a file deleted from the docroot kept its disk space for as
+// long as the entry stayed cached.
+TEST_F(StaticFilesTest, ASmallCachedFileHoldsNoDescriptor) {
+  EXPECT_EQ(body_of(get("/a.txt")), "0123456789");
+  const std::string target = (base_ / "root" / "a.txt").string();
+  size_t open = 0;
+  for (const auto &fd : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto link = fs::read_symlink(fd.path(), ec);
+    open += !ec && link.string().starts_with(target);
+  }
+  EXPECT_EQ(open, 0u);
+  EXPECT_EQ(body_of(get("/a.txt")), "0123456789"); // served from memory
+}
+
 TEST_F(StaticFilesTest, SymlinkSwappedInIsRefusedOnRevalidation) {
   FileCacheLimits l;
   l.revalidate_ns = 0;
