@@ -261,6 +261,28 @@ private:
     return 0;
   }
 
+  // A target in the absolute form ("https://host/path", RFC 9112 3.2.2),
+  // which a server must accept: the authority is the target's, the Host
+  // field is ignored, the path is what follows. False when that authority
+  // names no host.
+  bool absolute_form() {
+    std::string &t = req_.path;
+    size_t skip = 0;
+    for (std::string_view scheme : {"http://", "https://"}) {
+      if (t.size() >= scheme.size() && ascii_iequals(std::string_view(t).substr(0, scheme.size()),
+                                                     scheme)) {
+        skip = scheme.size();
+      }
+    }
+    if (skip == 0) return true; // the origin form
+    const size_t end = std::min(t.find_first_of("/?#", skip), t.size());
+    req_.authority.assign(t, skip, end - skip);
+    if (req_.authority.empty() || !valid_host_field(req_.authority)) return false;
+    t.erase(0, end);
+    if (t.empty() || t[0] != '/') t.insert(0, "/");
+    return true;
+  }
+
   void flush_header() {
     if (field_.empty()) return;
     if (++header_fields_ > env_.limits.max_header_fields) too_large_ = true;
@@ -316,6 +338,10 @@ private:
       // Which one names the target? Neither; and an HTTP/1.1 request
       // without one, or with one that names no host, is as malformed
       // (RFC 9112 3.2).
+      fail(400);
+      return 0;
+    }
+    if (!absolute_form()) {
       fail(400);
       return 0;
     }

@@ -86,6 +86,29 @@ class TcpTest(TimedTestCase):
             st, _, body = curl(srv, "/f.bin", "-H", "Host: a:443")
             self.assertEqual((st, body), (200, self.file))
 
+    def test_absolute_form_targets(self):
+        # RFC 9112 3.2.2: a server must accept "GET https://host/path"; its
+        # authority is the target's, the Host field is ignored. It got 400
+        # (the path did not start with '/') where HTTP/2 and HTTP/3 got 200.
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["http/1.1"])
+        with self.serve() as srv:
+            for target, status in ((b"https://a/f.bin", b"200"), (b"HTTP://a:443/f.bin", b"200"),
+                                   (b"https://a", b"404"), (b"https://u@a/f.bin", b"400"),
+                                   (b"https:///f.bin", b"400")):
+                with socket.create_connection((srv.host, srv.port), timeout=10) as raw:
+                    s = ctx.wrap_socket(raw)
+                    s.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: other\r\n"
+                              b"Connection: close\r\n\r\n")
+                    data = b""
+                    while chunk := s.recv(65536):
+                        data += chunk
+                self.assertTrue(data.startswith(b"HTTP/1.1 " + status), (target, data[:200]))
+                if status == b"200":
+                    self.assertTrue(data.endswith(self.file), target)
+
     def test_a_body_nobody_reads_is_not_held(self):
         # Only /echo reads a request's body. Sent to a file, the body was
         # held until it ended, so with the worker's body budget spent by
