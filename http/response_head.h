@@ -1,6 +1,6 @@
 #pragma once
 // The response head, decided once for every protocol: :status, server,
-// content-length (not for 204 and 304), alt-svc where the transport
+// date, content-length (not for 204 and 304), alt-svc where the transport
 // advertises one (the TCP side), then the handler's headers. HTTP/3 and
 // HTTP/2 turn the fields into their name/value arrays, HTTP/1.1 writes them
 // out as text; none of them spells the rule again.
@@ -25,8 +25,15 @@ struct HeadField {
   bool value_in_builder = false;
 };
 
+// The current time as an HTTP date ("Fri, 27 Nov 2026 08:05:42 GMT", RFC
+// 9110 5.6.7), formatted once a second per thread; valid until the next
+// call on this thread in another second.
+std::string_view http_date_now();
+
 class ResponseHead {
 public:
+  // Adds date (RFC 9110 6.6.1) unless the Response has one (a proxied
+  // upstream's).
   void build(const Response &resp, std::string_view alt_svc = {});
 
   std::string_view status() const { return {status_, 3}; }

@@ -1,11 +1,15 @@
 #include "http/message.h"
+#include "http/response_head.h"
 
 #include <gtest/gtest.h>
+
+#include <regex>
 
 using xdpq::http::Header;
 using xdpq::http::HeaderList;
 using xdpq::http::Request;
 using xdpq::http::Response;
+using xdpq::http::ResponseHead;
 using xdpq::http::valid_host_field;
 
 TEST(HeaderList, ClearKeepsSlotsAndTheirStrings) {
@@ -76,3 +80,41 @@ TEST(HostField, HostAndPortOnly) {
     EXPECT_FALSE(valid_host_field(bad)) << bad;
   }
 }
+
+// Regression: no response carried Date, which an origin server with a
+// clock must send (RFC 9110 6.6.1); caches then guess a response's age.
+TEST(ResponseHead, CarriesTheDateOnceInHttpDateForm) {
+  Response r;
+  r.set(200, "text/plain", nullptr);
+  ResponseHead head;
+  head.build(r);
+  size_t dates = 0;
+  std::string value;
+  for (const auto &f : head.fields()) {
+    if (f.name == "date") {
+      ++dates;
+      value = std::string(f.value);
+    }
+  }
+  ASSERT_EQ(dates, 1u);
+  EXPECT_TRUE(std::regex_match(
+      value, std::regex("(Mon|Tue|Wed|Thu|Fri|Sat|Sun), [0-3][0-9] "
+                        "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) 20[0-9]{2} "
+                        "[0-2][0-9]:[0-5][0-9]:[0-6][0-9] GMT")))
+      << value;
+  std::string text;
+  head.append_http1(text, false);
+  EXPECT_NE(text.find("\r\ndate: " + value + "\r\n"), std::string::npos) << text;
+  // A proxied upstream's own Date goes through, alone.
+  r.add_header("date", "Thu, 01 Jan 2026 00:00:00 GMT");
+  head.build(r);
+  dates = 0;
+  for (const auto &f : head.fields()) {
+    if (f.name == "date") {
+      ++dates;
+      EXPECT_EQ(f.value, "Thu, 01 Jan 2026 00:00:00 GMT");
+    }
+  }
+  EXPECT_EQ(dates, 1u);
+}
+
