@@ -82,14 +82,15 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
   }
   std::string_view type_path = rel;
   if (S_ISDIR(st.st_mode)) {
-    int dfd = fd;
-    fd = open_beneath(dfd, "index.html");
-    int err = errno;
-    close(dfd);
+    // Beneath the root, not the directory: an index.html that links to
+    // elsewhere in the docroot is served as its own path would be.
+    close(fd);
+    const std::string index = rel.empty() ? "index.html" : rel + "/index.html";
+    fd = open_beneath(root_fd_, index.c_str());
     if (fd < 0)
-      return status_for_errno(err);
+      return status_for_errno(errno);
     if (fstat(fd, &st) != 0) {
-      err = errno;
+      const int err = errno;
       close(fd);
       return status_for_errno(err);
     }

@@ -196,6 +196,27 @@ TEST_F(StaticFilesTest, ASmallCachedFileHoldsNoDescriptor) {
   EXPECT_EQ(body_of(get("/a.txt")), "0123456789"); // served from memory
 }
 
+// Regression: a directory's index.html was opened beneath the directory,
+// so one linking elsewhere in the docroot gave 403 for /dir/ while
+// /dir/index.html served the same file.
+TEST_F(StaticFilesTest, AnIndexLinkedWithinTheRootIsServed) {
+  fs::create_directories(base_ / "root" / "shared");
+  fs::create_directories(base_ / "root" / "linked");
+  write(base_ / "root" / "shared" / "index.html", "shared index");
+  fs::create_symlink("../shared/index.html", base_ / "root" / "linked" / "index.html");
+  EXPECT_EQ(body_of(get("/linked/index.html")), "shared index");
+  auto r = get("/linked/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(body_of(r), "shared index");
+  // One linking out of the root is still refused, by either path.
+  fs::create_directories(base_ / "root" / "out");
+  fs::create_symlink(base_ / "secret.txt", base_ / "root" / "out" / "index.html");
+  EXPECT_EQ(get("/out/").status, 403);
+  EXPECT_EQ(get("/out/index.html").status, 403);
+  EXPECT_EQ(body_of(get("/")), "<h1>home</h1>");
+  EXPECT_EQ(body_of(get("/sub/")), "sub index");
+}
+
 TEST_F(StaticFilesTest, SymlinkSwappedInIsRefusedOnRevalidation) {
   FileCacheLimits l;
   l.revalidate_ns = 0;
