@@ -700,6 +700,7 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
       s.aborted = true;
       aborted_.push_back(s.id);
       stats_.stream_errors += 1;
+      if (ahead) read_ahead_held_ += given; // what went before is held like any
       return n ? static_cast<nghttp3_ssize>(n) : NGHTTP3_ERR_WOULDBLOCK;
     }
     vec[n].base = const_cast<uint8_t *>(c.data());
