@@ -33,6 +33,21 @@ struct Address {
 // Returns nullopt with a reason in *why on failure.
 std::optional<Address> parse_address(std::string_view text, std::string *why = nullptr);
 
+// IPv6 address bytes (16) that never arrive from a network: the loopback
+// ::1, and IPv4-mapped addresses (::ffff:0:0/96, RFC 4291 2.5.5.2), with
+// which a packet could claim any IPv4 address, loopback and multicast
+// included. The kernel drops both.
+inline bool ipv6_loopback(const uint8_t *a) {
+  for (int i = 0; i < 15; ++i)
+    if (a[i] != 0) return false;
+  return a[15] == 1;
+}
+inline bool ipv6_mapped(const uint8_t *a) {
+  for (int i = 0; i < 10; ++i)
+    if (a[i] != 0) return false;
+  return a[10] == 0xff && a[11] == 0xff;
+}
+
 struct AddressHash {
   size_t operator()(const Address &a) const;
 };

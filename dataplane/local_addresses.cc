@@ -32,9 +32,7 @@ Address address_of(const std::string &key) {
 bool on_the_wire(const Address &a) {
   if (a.family() == AF_INET) return (ntohl(a.u.in.sin_addr.s_addr) >> 24) != 127;
   const auto *b = a.u.in6.sin6_addr.s6_addr;
-  static constexpr uint8_t LOOPBACK[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  static constexpr uint8_t MAPPED[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(b, LOOPBACK, 16) != 0 && std::memcmp(b, MAPPED, 12) != 0;
+  return !ipv6_loopback(b) && !ipv6_mapped(b);
 }
 
 int netlink_socket(uint32_t groups, int flags) {

@@ -28,22 +28,13 @@ bool good_source4(const uint8_t *a) {
 }
 // A destination that is one host: not multicast, broadcast or unspecified.
 bool good_destination4(const uint8_t *a) { return a[0] != 0 && a[0] < 224; }
-// IPv4-mapped addresses (::ffff:0:0/96) never appear on the wire (RFC 4291
-// 2.5.5.2; the kernel drops them): one would let a packet claim to come
-// from, or go to, any IPv4 address, loopback and multicast included.
-bool mapped6(const uint8_t *a) {
-  static constexpr uint8_t PREFIX[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(a, PREFIX, 12) == 0;
-}
 bool good_source6(const uint8_t *a) {
   static constexpr uint8_t ZERO[16] = {};
-  static constexpr uint8_t LOOPBACK[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  return a[0] != 0xff && std::memcmp(a, ZERO, 16) != 0 && std::memcmp(a, LOOPBACK, 16) != 0 &&
-         !mapped6(a);
+  return a[0] != 0xff && std::memcmp(a, ZERO, 16) != 0 && !ipv6_loopback(a) && !ipv6_mapped(a);
 }
 bool good_destination6(const uint8_t *a) {
   static constexpr uint8_t ZERO[16] = {};
-  return a[0] != 0xff && std::memcmp(a, ZERO, 16) != 0 && !mapped6(a);
+  return a[0] != 0xff && std::memcmp(a, ZERO, 16) != 0 && !ipv6_mapped(a);
 }
 
 } // namespace

@@ -267,6 +267,7 @@ private:
   // names no host.
   bool absolute_form() {
     std::string &t = req_.path;
+    if (t.empty() || t[0] == '/') return true; // the origin form, nearly always
     size_t skip = 0;
     for (std::string_view scheme : {"http://", "https://"}) {
       if (t.size() >= scheme.size() && ascii_iequals(std::string_view(t).substr(0, scheme.size()),
