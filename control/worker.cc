@@ -210,6 +210,7 @@ void Worker::on_wake() {
 
 void Worker::heartbeat_fired(dataplane::Timer &t) {
   auto *w = static_cast<Worker *>(t.owner());
+  http::sweep_file_caches(w->loop_.now());
   w->loop_.timers().schedule(t, w->loop_.now() + HEARTBEAT_NS);
 }
 

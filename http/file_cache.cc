@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
@@ -136,7 +137,7 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
   return Status::ok;
 }
 
-void FileCache::erase(std::unordered_map<std::string, Slot>::iterator it) {
+void FileCache::erase(Map::iterator it) {
   stats_.bytes -= it->second.entry->bytes.size();
   lru_.erase(it->second.lru);
   map_.erase(it);
@@ -146,7 +147,7 @@ void FileCache::erase(std::unordered_map<std::string, Slot>::iterator it) {
 void FileCache::make_room(size_t incoming_bytes) {
   while (!lru_.empty() && (map_.size() >= limits_.max_entries ||
                            stats_.bytes + incoming_bytes > limits_.max_bytes)) {
-    erase(map_.find(*lru_.back()));
+    erase(map_.find(lru_.back()->first));
     stats_.evictions += 1;
   }
 }
@@ -159,7 +160,7 @@ void FileCache::insert(const std::string &rel, std::shared_ptr<const FileEntry> 
   auto [it, inserted] = map_.try_emplace(rel);
   it->second.entry = std::move(entry);
   it->second.checked_ns = now_ns;
-  lru_.push_front(&it->first);
+  lru_.push_front(&*it);
   it->second.lru = lru_.begin();
   stats_.bytes += it->second.entry->bytes.size();
   stats_.entries = map_.size();
@@ -210,6 +211,35 @@ FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
   insert(rel, entry, now_ns);
   out = std::move(entry);
   return Status::ok;
+}
+
+void FileCache::sweep(uint64_t now_ns) {
+  const uint64_t interval = std::max<uint64_t>(limits_.revalidate_ns, 1'000'000'000);
+  if (swept_at_ != 0 && now_ns - swept_at_ < interval) return;
+  swept_at_ = now_ns;
+  size_t checks = 0;
+  // From the least recently used, which lookups revalidate least.
+  for (auto next = lru_.end(); next != lru_.begin() && checks < SWEEP_CHECKS;) {
+    auto cur = std::prev(next);
+    Slot &slot = (*cur)->second;
+    const FileEntry &e = *slot.entry;
+    if (e.fd < 0 || now_ns - slot.swept_ns < interval) {
+      next = cur;
+      continue;
+    }
+    checks += 1;
+    slot.swept_ns = now_ns;
+    struct stat st {};
+    // No name left: nobody can ask for this file again under its path.
+    // Responses still reading it keep the entry (and its descriptor) alive
+    // until they finish.
+    if (fstat(e.fd, &st) == 0 && st.st_nlink == 0) {
+      erase(map_.find((*cur)->first)); // `next` stays valid
+      stats_.swept += 1;
+    } else {
+      next = cur;
+    }
+  }
 }
 
 } // namespace xdpq::http

@@ -62,6 +62,7 @@ struct FileCacheStats {
   uint64_t revalidations = 0; // stat checks of a cached entry
   uint64_t changed = 0;       // entries found changed on disk and reloaded
   uint64_t evictions = 0;
+  uint64_t swept = 0; // entries of deleted files let go by sweep()
   size_t entries = 0;
   size_t bytes = 0;
 };
@@ -79,23 +80,38 @@ public:
   // means its index.html. now_ns: the caller's monotonic clock.
   Status lookup(const std::string &rel, uint64_t now_ns, std::shared_ptr<const FileEntry> &out);
 
+  // Lets go of files deleted from the docroot (or replaced by a rename)
+  // whose paths nobody asks for any more: a large file's entry holds its
+  // descriptor, and with it the file's disk space, until a lookup of its
+  // path sees the change. Runs at most once per revalidate interval (and
+  // at most once a second); each run checks the descriptors not checked
+  // for that long, at most SWEEP_CHECKS of them, one fstat each.
+  void sweep(uint64_t now_ns);
+  static constexpr size_t SWEEP_CHECKS = 256;
+
   const FileCacheStats &stats() const { return stats_; }
 
 private:
+  struct Slot;
+  using Map = std::unordered_map<std::string, Slot>;
   struct Slot {
     std::shared_ptr<const FileEntry> entry;
     uint64_t checked_ns = 0;
-    std::list<const std::string *>::iterator lru;
+    uint64_t swept_ns = 0; // its descriptor's last check by sweep()
+    std::list<Map::value_type *>::iterator lru;
   };
   Status open_entry(const std::string &rel, std::shared_ptr<const FileEntry> &out);
   void insert(const std::string &rel, std::shared_ptr<const FileEntry> entry, uint64_t now_ns);
-  void erase(std::unordered_map<std::string, Slot>::iterator it);
+  void erase(Map::iterator it);
   void make_room(size_t incoming_bytes);
 
   int root_fd_;
   FileCacheLimits limits_;
-  std::unordered_map<std::string, Slot> map_;
-  std::list<const std::string *> lru_; // front: most recently used (keys of map_)
+  Map map_;
+  // front: most recently used. Elements of map_ keep their addresses
+  // through rehashing, so the list points at them.
+  std::list<Map::value_type *> lru_;
+  uint64_t swept_at_ = 0;
   FileCacheStats stats_;
 };
 

@@ -314,14 +314,21 @@ StaticFiles::~StaticFiles() {
   }
 }
 
+namespace {
+// One cache per worker thread and handler: workers share the router,
+// never a cache (no locks on the request path).
+thread_local std::unordered_map<uint64_t, std::unique_ptr<FileCache>> caches;
+} // namespace
+
 FileCache &StaticFiles::cache() const {
-  // One cache per worker thread and handler: workers share the router,
-  // never a cache (no locks on the request path).
-  thread_local std::unordered_map<uint64_t, std::unique_ptr<FileCache>> caches;
   auto &c = caches[id_];
   if (!c)
     c = std::make_unique<FileCache>(root_fd_, limits_);
   return *c;
+}
+
+void sweep_file_caches(uint64_t now_ns) {
+  for (auto &[id, cache] : caches) cache->sweep(now_ns);
 }
 
 void StaticFiles::serve_embedded(const Request &, Response &resp, std::string_view rel) const {

@@ -46,6 +46,11 @@ std::string_view content_type_for(std::string_view path);
 // with [first, last] filled, -1 when the range is unsatisfiable.
 int parse_range(std::string_view header, uint64_t size, uint64_t &first, uint64_t &last);
 
+// Runs FileCache::sweep() on this thread's caches (from the worker's
+// heartbeat): deleted files' descriptors are closed even when their paths
+// are never asked for again.
+void sweep_file_caches(uint64_t now_ns);
+
 // Bytes of large files read into memory by this thread and not yet
 // released by the transports (sent and acknowledged, or copied).
 uint64_t file_read_bytes_held();

@@ -56,6 +56,34 @@ class TcpTest(TimedTestCase):
                 self.assertEqual(sha256(body), sha256(pattern(200000)))
         self.assertEqual(sha256(h3.file("f.bin")), sha256(self.file))
 
+    def test_a_deleted_file_is_let_go(self):
+        # Regression: a large file's cache entry kept its descriptor, and the
+        # deleted file's disk space, until its path was asked for again.
+        path = os.path.join(self.docroot, "deleted-later.bin")
+        with open(path, "wb") as f:
+            f.write(self.file)
+        with self.serve() as srv:
+            st, _, body = curl(srv, "/deleted-later.bin")
+            self.assertEqual((st, body), (200, self.file))
+            fd_dir = f"/proc/{srv.proc.pid}/fd"
+
+            def held():
+                n = 0
+                for fd in os.listdir(fd_dir):
+                    try:
+                        n += os.readlink(os.path.join(fd_dir, fd)).startswith(path)
+                    except OSError:
+                        pass  # closed meanwhile
+                return n
+
+            self.assertEqual(held(), 1)
+            os.unlink(path)
+            deadline = time.time() + 5
+            while held() and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(held(), 0, "the deleted file is still open")
+            self.assertEqual(curl(srv, "/f.bin")[0], 200)
+
     def test_nghttp(self):
         with self.serve() as srv:
             r = subprocess.run(["nghttp", "-v", srv.url("/bytes/5000")], capture_output=True,

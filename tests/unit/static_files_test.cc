@@ -24,6 +24,17 @@ const std::string *header(const Response &r, const std::string &name) {
   return nullptr;
 }
 
+// Descriptors of this process open on target.
+size_t open_fds(const std::string &target) {
+  size_t open = 0;
+  for (const auto &fd : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto link = fs::read_symlink(fd.path(), ec);
+    open += !ec && link.string().starts_with(target);
+  }
+  return open;
+}
+
 class StaticFilesTest : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -185,15 +196,38 @@ TEST_F(StaticFilesTest, ARewriteThatKeepsSizeAndMtimeIsSeen) {
 // long as the entry stayed cached.
 TEST_F(StaticFilesTest, ASmallCachedFileHoldsNoDescriptor) {
   EXPECT_EQ(body_of(get("/a.txt")), "0123456789");
-  const std::string target = (base_ / "root" / "a.txt").string();
-  size_t open = 0;
-  for (const auto &fd : fs::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    const auto link = fs::read_symlink(fd.path(), ec);
-    open += !ec && link.string().starts_with(target);
-  }
-  EXPECT_EQ(open, 0u);
+  EXPECT_EQ(open_fds((base_ / "root" / "a.txt").string()), 0u);
   EXPECT_EQ(body_of(get("/a.txt")), "0123456789"); // served from memory
+}
+
+// Regression: a large file's entry kept its descriptor, and with it the
+// disk space of a file deleted from the docroot, for as long as nobody
+// asked for its path again.
+TEST_F(StaticFilesTest, TheSweepLetsGoOfDeletedFiles) {
+  FileCacheLimits l;
+  l.max_file_in_memory = 4; // read on demand: the entry keeps its descriptor
+  l.revalidate_ns = 1'000'000'000; // the sweep's interval too
+  with_limits(l);
+  write(base_ / "root" / "gone.txt", "deleted later");
+  auto held = get("/gone.txt"); // a response still reading the file
+  EXPECT_EQ(get("/a.txt").status, 200);
+  const std::string gone = (base_ / "root" / "gone.txt").string();
+  fs::remove(base_ / "root" / "gone.txt");
+  const uint64_t t0 = 10'000'000'000ull;
+  sweep_file_caches(t0);
+  EXPECT_EQ(cache_stats().swept, 1u);
+  EXPECT_EQ(cache_stats().entries, 1u); // a.txt, still on disk, stays
+  // The response that had it reads on; its descriptor closes with it.
+  EXPECT_EQ(body_of(held), "deleted later");
+  held = Response{};
+  EXPECT_EQ(open_fds(gone), 0u);
+  // Within the interval nothing is looked at again.
+  fs::remove(base_ / "root" / "a.txt");
+  sweep_file_caches(t0 + 500'000'000ull);
+  EXPECT_EQ(cache_stats().entries, 1u);
+  sweep_file_caches(t0 + 1'000'000'000ull);
+  EXPECT_EQ(cache_stats().entries, 0u);
+  EXPECT_EQ(cache_stats().swept, 2u);
 }
 
 // Regression: a directory's index.html was opened beneath the directory,
