@@ -335,6 +335,39 @@ class ControlTest(TimedTestCase):
             self.assertEqual(rc, 0, "the control socket did not survive garbage")
             self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
 
+    def test_xdpqctl_talks_only_to_its_own_users_server(self):
+        # Regression: xdpqctl asked, and believed, whatever listened at the
+        # path; in the /tmp fallback another user can put a socket there.
+        # (Root's xdpqctl may ask any user's xdpqd: a service's.)
+        d = tempfile.mkdtemp(prefix="xdpq-impostor-")
+        os.chmod(d, 0o777)
+        path = os.path.join(d, "xdpqd.sock")
+        impostor = subprocess.Popen(
+            ["runuser", "-u", "nobody", "--", sys.executable, "-c", (
+                "import os, socket, sys\n"
+                "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+                f"s.bind({path!r}); os.chmod({path!r}, 0o666); s.listen(1)\n"
+                "print('ready', flush=True)\n"
+                "c, _ = s.accept(); c.settimeout(5)\n"
+                "got = b''\n"
+                "try:\n"
+                "    c.sendall(b'workers 99 (all fine)\\n')\n"
+                "    got = c.recv(4096)\n"
+                "except OSError:\n"
+                "    pass\n"
+                "print('asked' if got else 'not asked', flush=True)\n")],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(impostor.stdout.readline().strip(), "ready")
+            rc, out, err = xdpqctl(path, "status", user="daemon")
+            self.assertEqual(rc, 2, out + err)
+            self.assertNotIn("workers 99", out)
+            self.assertIn("neither you nor root", err)
+            self.assertEqual(impostor.communicate(timeout=10)[0].strip(), "not asked")
+        finally:
+            impostor.kill()
+            shutil.rmtree(d, ignore_errors=True)
+
     def test_sd_notify_ready_watchdog_stopping(self):
         path = os.path.join(self.tmp, "notify.sock")
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as n:
