@@ -209,7 +209,7 @@ nghttp3_nv make_nv(std::string_view name, std::string_view value, bool copy_valu
 H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router> router,
                      const H3Limits &limits, H3Stats &stats)
     : transport_(transport), router_(std::move(router)), limits_(limits), stats_(stats),
-      budget_(limits.budget, limits.max_body_per_connection) {
+      budget_(limits.budget, limits.max_body_per_connection), ra_pool_(limits.read_ahead) {
   nghttp3_callbacks cbs{};
   cbs.stream_close = cb_stream_close;
   cbs.recv_data = cb_recv_data;
@@ -234,7 +234,49 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
   }
 }
 
-H3Session::~H3Session() { nghttp3_conn_del(conn_); }
+H3Session::~H3Session() {
+  nghttp3_conn_del(conn_);
+  if (ra_pool_) {
+    // Streams still open die with the connection: their share goes back.
+    ra_pool_->held -= std::min(read_ahead_held_, ra_pool_->held);
+    if (pool_waiting_) std::erase(ra_pool_->waiting, this);
+    ra_pool_->wake();
+  }
+}
+
+void ReadAheadPool::wake() {
+  for (size_t i = 0; i < WAKE_BATCH && !waiting.empty() && !full(); ++i) {
+    H3Session *s = waiting.front();
+    waiting.pop_front();
+    s->wake_for_read_ahead();
+  }
+}
+
+void H3Session::wake_for_read_ahead() {
+  pool_waiting_ = false;
+  transport_.app_want_write();
+}
+
+uint64_t H3Session::read_ahead_room() const {
+  uint64_t room = read_ahead_held_ < MAX_READ_AHEAD ? MAX_READ_AHEAD - read_ahead_held_ : 0;
+  if (ra_pool_) room = std::min(room, ra_pool_->full() ? 0 : ra_pool_->limit - ra_pool_->held);
+  return room;
+}
+
+void H3Session::hold_read_ahead(uint64_t n) {
+  read_ahead_held_ += n;
+  if (ra_pool_) ra_pool_->held += n;
+}
+
+void H3Session::release_read_ahead(uint64_t n) {
+  n = std::min(n, read_ahead_held_);
+  read_ahead_held_ -= n;
+  if (conn_waiting_ > 0) transport_.app_want_write(); // room for them: before_write()
+  if (ra_pool_ && n > 0) {
+    ra_pool_->held -= std::min(n, ra_pool_->held);
+    ra_pool_->wake();
+  }
+}
 
 int H3Session::start(uint64_t max_client_bidi_streams) {
   set_max_client_streams_bidi(max_client_bidi_streams);
@@ -324,7 +366,7 @@ void H3Session::stop_waiting(Stream &s) {
 // waiting for the connection's window or room read again once both are
 // there; each re-checks when nghttp3 asks it.
 void H3Session::wake_readers() {
-  if (read_ahead_held_ >= MAX_READ_AHEAD || transport_.app_conn_credit() == 0) return;
+  if (read_ahead_room() == 0 || transport_.app_conn_credit() == 0) return;
   for (size_t i = 0; i < read_waiting_.size();) {
     Stream *w = read_waiting_[i];
     if (!w->waits_for_conn) {
@@ -617,10 +659,8 @@ void H3Session::on_stream_close(Stream &s) {
     // connection's credit for them comes back.
     transport_.app_consume(s.id, s.exchange->body_in() - s.credited);
   }
-  if (s.resp.body && s.resp.body->reads_ahead() && s.body_offset > s.acked) {
-    read_ahead_held_ -= std::min(s.body_offset - s.acked, read_ahead_held_);
-    if (conn_waiting_ > 0) transport_.app_want_write();
-  }
+  if (s.resp.body && s.resp.body->reads_ahead() && s.body_offset > s.acked)
+    release_read_ahead(s.body_offset - s.acked);
   stop_waiting(s);
   s.req.reset();
   s.exchange = nullptr;
@@ -682,13 +722,19 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
     // A file: read no further than the peer lets us send (a client that
     // keeps its windows shut holds nothing), and no more per connection
     // than MAX_READ_AHEAD unacknowledged.
-    const uint64_t room =
-        read_ahead_held_ < MAX_READ_AHEAD ? MAX_READ_AHEAD - read_ahead_held_ : 0;
+    const uint64_t room = read_ahead_room();
     const uint64_t stream_credit = transport_.app_stream_credit(s.id);
     const uint64_t conn_credit = transport_.app_conn_credit();
     limit = std::min<uint64_t>({limit, stream_credit, conn_credit, room});
     if (limit == 0) {
       wait_to_read(s, stream_credit > 0);
+      if (room == 0 && ra_pool_ && ra_pool_->full() && !pool_waiting_) {
+        // The worker's limit, not ours: woken when another connection
+        // lets go of some.
+        pool_waiting_ = true;
+        ra_pool_->waiting.push_back(this);
+        stats_.read_ahead_waits += 1;
+      }
       return NGHTTP3_ERR_WOULDBLOCK;
     }
   }
@@ -700,7 +746,7 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
       s.aborted = true;
       aborted_.push_back(s.id);
       stats_.stream_errors += 1;
-      if (ahead) read_ahead_held_ += given; // what went before is held like any
+      if (ahead) hold_read_ahead(given); // what went before is held like any
       return n ? static_cast<nghttp3_ssize>(n) : NGHTTP3_ERR_WOULDBLOCK;
     }
     vec[n].base = const_cast<uint8_t *>(c.data());
@@ -709,7 +755,7 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
     given += c.size();
     ++n;
   }
-  if (ahead) read_ahead_held_ += given;
+  if (ahead) hold_read_ahead(given);
   if (s.body_offset >= size) {
     *flags |= NGHTTP3_DATA_FLAG_EOF;
     record_latency(s);
@@ -755,10 +801,7 @@ void H3Session::on_acked(Stream &s, uint64_t n) {
   s.acked += n;
   if (s.resp.body) {
     s.resp.body->release(s.acked);
-    if (s.resp.body->reads_ahead()) {
-      read_ahead_held_ -= std::min(n, read_ahead_held_);
-      if (conn_waiting_ > 0) transport_.app_want_write(); // room for them: before_write()
-    }
+    if (s.resp.body->reads_ahead()) release_read_ahead(n);
   }
 }
 

@@ -17,10 +17,29 @@
 #include <nghttp3/nghttp3.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
 namespace xdpq::http {
+
+class H3Session;
+
+// What all of one worker's connections have read ahead from large files
+// (each connection's own share is bounded too, H3Session::MAX_READ_AHEAD):
+// past the limit a stream waits as for its connection's room, and a
+// connection that lets go of some wakes the sessions waiting, oldest first.
+struct ReadAheadPool {
+  static constexpr uint64_t DEFAULT_LIMIT = 256u << 20;
+  uint64_t limit = DEFAULT_LIMIT;
+  uint64_t held = 0;
+  std::deque<H3Session *> waiting; // sessions with a stream waiting for room
+  bool full() const { return held >= limit; }
+  // Wakes up to WAKE_BATCH waiting sessions while there is room: each one
+  // that still finds none queues again at the back.
+  void wake();
+  static constexpr size_t WAKE_BATCH = 8;
+};
 
 struct H3Limits {
   // Largest request header section (RFC 9114 4.2.2 size: name + value + 32
@@ -38,6 +57,8 @@ struct H3Limits {
   MemoryBudget *budget = nullptr;
   // The worker's reverse proxy; null: none configured.
   Proxy *proxy = nullptr;
+  // The worker's file read-ahead; null: only the per-connection bound.
+  ReadAheadPool *read_ahead = nullptr;
 };
 
 // Per-worker counters; plain fields, one writer (the worker).
@@ -52,6 +73,7 @@ struct H3Limits {
   X(body_limit_rejects, "HTTP/3 requests refused with 413 (body over its limit)")      \
   X(body_budget_refusals, "HTTP/3 requests refused: body budget of the connection or worker spent") \
   X(stream_errors, "HTTP/3 streams reset by the server")                               \
+  X(read_ahead_waits, "HTTP/3 file reads deferred: the worker's read-ahead limit reached") \
   X(too_early, "HTTP/3 requests in 0-RTT with an unsafe method, answered 425")
 
 // Per-worker counters; plain fields, one writer (the worker).
@@ -109,6 +131,9 @@ public:
   nghttp3_ssize on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void on_acked(Stream &s, uint64_t n);
   quic::AppTransport &transport() { return transport_; }
+  // The worker's read-ahead pool has room again: write soon (before_write()
+  // resumes the streams waiting).
+  void wake_for_read_ahead();
   // ProxyListener: tag is the Stream.
   void proxy_progress(void *tag) override;
 
@@ -159,6 +184,11 @@ private:
   // the connection's window or room (woken by before_write()).
   static constexpr uint64_t MAX_READ_AHEAD = 4u << 20;
   uint64_t read_ahead_held_ = 0;
+  ReadAheadPool *ra_pool_ = nullptr; // the worker's (limits_.read_ahead)
+  bool pool_waiting_ = false;        // in ra_pool_->waiting
+  void hold_read_ahead(uint64_t n);
+  void release_read_ahead(uint64_t n);
+  uint64_t read_ahead_room() const;
   std::vector<Stream *> read_waiting_;
   size_t conn_waiting_ = 0; // of read_waiting_, those waiting for the connection
   void wait_to_read(Stream &s, bool for_connection);
@@ -172,7 +202,9 @@ private:
 class H3ApplicationFactory final : public quic::ApplicationFactory {
 public:
   H3ApplicationFactory(std::shared_ptr<const Router> router, const H3Limits &limits)
-      : router_(std::move(router)), limits_(limits) {}
+      : router_(std::move(router)), limits_(limits) {
+    if (!limits_.read_ahead) limits_.read_ahead = &read_ahead_;
+  }
   // The worker's proxy, for connections made from now on.
   void set_proxy(Proxy *p) { limits_.proxy = p; }
   std::unique_ptr<quic::Application> create(quic::AppTransport &transport) override {
@@ -186,6 +218,7 @@ private:
   std::shared_ptr<const Router> router_;
   H3Limits limits_;
   H3Stats stats_;
+  ReadAheadPool read_ahead_;
 };
 
 } // namespace xdpq::http

@@ -890,6 +890,81 @@ TEST_F(QuicPipe, AClientThatKeepsItsWindowsShutHoldsNoFileData) {
   std::filesystem::remove_all(docroot_);
 }
 
+// Regression: file read-ahead was bounded per connection only (4 MiB), so
+// a worker's total grew with its connections. The worker's pool caps it;
+// streams past it wait, and are woken as other connections let go, so
+// every download still completes.
+TEST_F(QuicPipe, TheWorkersReadAheadIsBoundedAndEveryDownloadCompletes) {
+  char tmpl[] = "/tmp/xdpq-pipe-root-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  docroot_ = tmpl;
+  const std::string big = pattern_bytes(1 << 20);
+  {
+    std::ofstream f(docroot_ + "/big.bin", std::ios::binary);
+    f << big;
+  }
+  http::ReadAheadPool pool;
+  pool.limit = 100 * 1024; // under one connection's own bound, and one file
+  http::H3Limits h3;
+  h3.read_ahead = &pool;
+  start({}, h3);
+  TestClient other(clock_, make_test_path(50001));
+  std::vector<std::pair<TestClient *, int64_t>> asked;
+  uint64_t most = 0;
+  auto route = [&](Datagram &dg) {
+    (dg.path.remote.port() == 50001 ? other : *client_).read(dg);
+  };
+  auto done = [&] {
+    for (auto &[c, sid] : asked) {
+      auto &r = c->responses[sid];
+      if (!r.done && !r.reset) return false;
+    }
+    return true;
+  };
+  bool asked_yet = false;
+  // Until every response is in and acknowledged.
+  for (int step = 0; step < 20000 && !(asked_yet && done() && pool.held == 0); ++step) {
+    if (!asked_yet && other.handshake_completed()) {
+      for (TestClient *c : {client_.get(), &other}) {
+        for (int i = 0; i < 3; ++i) asked.emplace_back(c, c->request("GET", "/big.bin"));
+      }
+      asked_yet = true;
+    }
+    bool moved = false;
+    for (TestClient *c : {client_.get(), &other}) {
+      for (auto &dg : c->write()) {
+        moved = true;
+        for (auto &back : server_->deliver(dg)) route(back);
+      }
+    }
+    for (auto &back : server_->tick()) {
+      moved = true;
+      route(back);
+    }
+    most = std::max(most, pool.held);
+    if (!moved) {
+      uint64_t next =
+          std::min({client_->expiry(), other.expiry(), server_->wheel.next_expiry()});
+      ASSERT_NE(next, UINT64_MAX);
+      if (next > clock_.now()) clock_.set(next);
+      client_->handle_expiry();
+      other.handle_expiry();
+    }
+  }
+  ASSERT_TRUE(asked_yet);
+  ASSERT_TRUE(done());
+  for (auto &[c, sid] : asked) {
+    EXPECT_EQ(c->responses[sid].status, 200);
+    EXPECT_TRUE(c->responses[sid].body == big) << "stream " << sid;
+  }
+  EXPECT_LE(most, pool.limit + 64 * 1024) << "one block past the limit at most";
+  EXPECT_GT(most, pool.limit / 2);
+  EXPECT_GT(server_->app->stats().read_ahead_waits, 0u);
+  EXPECT_EQ(pool.held, 0u); // everything read was let go again
+  server_.reset();          // its sessions leave the pool before it goes
+  std::filesystem::remove_all(docroot_);
+}
+
 // Regression: the drain sent both GOAWAYs at once, the second naming the
 // last request already received: a request the client sent before it saw
 // the GOAWAY was refused (H3_REQUEST_REJECTED), to be retried elsewhere.
