@@ -23,9 +23,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "xdpq_version.h"
@@ -34,12 +36,15 @@ namespace xdpq::control {
 
 std::string Server::reload() {
   sd_notify_state("RELOADING=1");
-  std::string result;
-  std::shared_ptr<const http::ProxyConfig> new_proxy; // changed routes
   // Staged: nothing is applied until every part has been checked.
-  std::string log_level = opts_.log_level;
-  std::string cert_file = opts_.cert_file, key_file = opts_.key_file;
-  try {
+  struct Staged {
+    std::shared_ptr<const http::ProxyConfig> new_proxy; // changed routes
+    std::string log_level, cert_file, key_file;
+    std::shared_ptr<quic::TlsConfig> cfg;
+    std::string result;
+  };
+  auto stage = [this] {
+    Staged st{nullptr, opts_.log_level, opts_.cert_file, opts_.key_file, nullptr, {}};
     // Re-read the configuration file for what can change without a
     // restart; the command line's flags still override it.
     if (!opts_.config_file.empty()) {
@@ -49,12 +54,12 @@ std::string Server::reload() {
       for (auto &a : argv) cargv.push_back(a.c_str());
       Options fresh = parse_options(static_cast<int>(cargv.size()), cargv.data());
       if (fresh.proxy.describe() != opts_.proxy.describe()) {
-        new_proxy = std::make_shared<const http::ProxyConfig>(fresh.proxy);
+        st.new_proxy = std::make_shared<const http::ProxyConfig>(fresh.proxy);
       }
-      log_level = fresh.log_level;
+      st.log_level = fresh.log_level;
       if (!fresh.cert_file.empty()) {
-        cert_file = fresh.cert_file;
-        key_file = fresh.key_file;
+        st.cert_file = fresh.cert_file;
+        st.key_file = fresh.key_file;
       }
       if (fresh.listen != opts_.listen || fresh.dataplane != opts_.dataplane ||
           fresh.workers != opts_.workers || fresh.queues != opts_.queues ||
@@ -63,9 +68,8 @@ std::string Server::reload() {
                  "need a restart; kept the running ones");
       }
     }
-    std::shared_ptr<quic::TlsConfig> cfg;
-    if (cert_file.empty()) {
-      result = "no --cert/--key: no certificate to reload (self-signed)";
+    if (st.cert_file.empty()) {
+      st.result = "no --cert/--key: no certificate to reload (self-signed)";
     } else {
       auto read = [](const std::string &p) {
         std::ifstream in(p, std::ios::binary);
@@ -74,30 +78,44 @@ std::string Server::reload() {
         ss << in.rdbuf();
         return ss.str();
       };
-      cfg = std::make_shared<quic::TlsConfig>(tls_cfg_);
-      cfg->cert_pem = read(cert_file);
-      cfg->key_pem = read(key_file);
-      quic::TlsContext probe(*cfg, secrets_); // throws on a bad pair: keep the old one
-      result = "certificate reloaded, SHA-256 fingerprint " +
-               certificate_fingerprint(cfg->cert_pem);
+      st.cfg = std::make_shared<quic::TlsConfig>(tls_cfg_);
+      st.cfg->cert_pem = read(st.cert_file);
+      st.cfg->key_pem = read(st.key_file);
+      quic::TlsContext probe(*st.cfg, secrets_); // throws on a bad pair: keep the old one
+      st.result = "certificate reloaded, SHA-256 fingerprint " +
+                  certificate_fingerprint(st.cfg->cert_pem);
     }
+    return st;
+  };
+  std::string result;
+  try {
+    // Checked on a thread of its own: resolving upstream names can wait on
+    // a resolver that does not answer for longer than systemd's watchdog
+    // allows, and this thread feeds the watchdog meanwhile. Nothing else
+    // changes what the stage reads while this thread waits for it.
+    auto staging = std::async(std::launch::async, stage);
+    while (staging.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      feed_watchdog();
+    }
+    Staged st = staging.get();
+    result = st.result;
     // Last: nothing above changed anything, and below only the first step
     // can fail (before it changes anything): a failed reload changes nothing.
-    if (cfg && tcp_tls_) tcp_tls_->reload(cfg->cert_pem, cfg->key_pem);
-    if (log_level != opts_.log_level) {
-      log::set_level(*log::parse_level(log_level));
-      opts_.log_level = log_level;
+    if (st.cfg && tcp_tls_) tcp_tls_->reload(st.cfg->cert_pem, st.cfg->key_pem);
+    if (st.log_level != opts_.log_level) {
+      log::set_level(*log::parse_level(st.log_level));
+      opts_.log_level = st.log_level;
     }
-    opts_.cert_file = cert_file;
-    opts_.key_file = key_file;
-    if (cfg) {
-      for (auto &w : workers_) w->request_reload(cfg);
-      tls_cfg_ = *cfg;
+    opts_.cert_file = st.cert_file;
+    opts_.key_file = st.key_file;
+    if (st.cfg) {
+      for (auto &w : workers_) w->request_reload(st.cfg);
+      tls_cfg_ = *st.cfg;
     }
-    if (new_proxy) {
-      for (auto &w : workers_) w->request_proxy_reload(new_proxy);
-      opts_.proxy = *new_proxy;
-      result = "proxy routes replaced (" + std::to_string(new_proxy->routes.size()) +
+    if (st.new_proxy) {
+      for (auto &w : workers_) w->request_proxy_reload(st.new_proxy);
+      opts_.proxy = *st.new_proxy;
+      result = "proxy routes replaced (" + std::to_string(st.new_proxy->routes.size()) +
                " routes); " + result;
     }
     LOG_INFO("reload: %s", result.c_str());
@@ -247,10 +265,15 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
         for (auto &w : srv.workers_) w->request_stop();
       }
     }
-    // Watchdog: ping only while every worker's loop keeps turning, and
-    // only while we are the main process (after an upgrade handed that to
-    // the new process, systemd takes pings from it alone).
-    uint64_t now = loop.now();
+    feed_watchdog();
+  }
+
+  // Watchdog: ping only while every worker's loop keeps turning, and only
+  // while we are the main process (after an upgrade handed that to the new
+  // process, systemd takes pings from it alone). The clock is read afresh:
+  // a reload calls this while the loop waits.
+  void feed_watchdog() {
+    uint64_t now = dataplane::monotonic_ns();
     if (wd_usec && now >= wd_next && srv.upgrade_child_ <= 0) {
       bool alive = true;
       for (size_t i = 0; i < srv.workers_.size(); ++i) {
@@ -267,6 +290,10 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
   void on_iteration_end() override { admin.end_of_pass(); }
   void on_wake() override {}
 };
+
+void Server::feed_watchdog() {
+  if (control_) control_->feed_watchdog();
+}
 
 void Server::stop_admin_listening() {
   if (control_) control_->admin.stop_listening();

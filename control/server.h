@@ -85,6 +85,7 @@ private:
   std::string conns_text(bool json);
   // control_plane.cc
   std::string reload();
+  void feed_watchdog(); // from the control thread, while it waits on something
   void begin_drain(const char *why, bool notify_systemd = true);
   // Binary upgrade (control thread): starts the new process, hands it the
   // sockets, and drains once it is ready; "error: ..." if it failed (this

@@ -388,5 +388,62 @@ class ControlTest(TimedTestCase):
                 self.assertIn("STOPPING=1", got)
 
 
+    def test_a_reload_waiting_on_dns_keeps_the_watchdog_fed(self):
+        # Regression: a reload resolved upstream names on the control
+        # thread, which also feeds systemd's watchdog; a resolver that does
+        # not answer held it longer than WatchdogSec, and systemd killed
+        # the server for a reload that would have failed harmlessly.
+        ns = f"xdpq-dns-{os.getpid()}"
+        etc = f"/etc/netns/{ns}"
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        dns = None
+        try:
+            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+            os.makedirs(etc, exist_ok=True)
+            with open(os.path.join(etc, "resolv.conf"), "w") as f:
+                f.write("nameserver 127.0.0.1\noptions timeout:2 attempts:2\n")
+            # A resolver that takes every query and answers none.
+            dns = subprocess.Popen(
+                ["ip", "netns", "exec", ns, sys.executable, "-c",
+                 "import socket\n"
+                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                 "s.bind(('127.0.0.1', 53)); print('ready', flush=True)\n"
+                 "while True: s.recv(4096)\n"], stdout=subprocess.PIPE, text=True)
+            self.assertEqual(dns.stdout.readline().strip(), "ready")
+            cfg = os.path.join(self.tmp, "dns.toml")
+
+            def write(url):
+                with open(cfg, "w") as f:
+                    f.write(f'[[proxy]]\nprefix = "/app"\nupstreams = ["{url}"]\n')
+            write("http://127.0.0.1:9")
+            path = os.path.join(self.tmp, "notify-dns.sock")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as n:
+                n.bind(path)
+                n.settimeout(30)
+                env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"}
+                with Server("--config", cfg, netns=ns, extra_env=env) as srv:
+                    while n.recv(256).decode() != "READY=1":
+                        pass
+                    write("http://app.example:8080")  # resolved by the reload
+                    srv.proc.send_signal(signal.SIGHUP)
+                    while n.recv(256).decode() != "RELOADING=1":
+                        pass
+                    pings = 0
+                    while True:  # until the reload is over
+                        msg = n.recv(256).decode()
+                        if msg == "READY=1":
+                            break
+                        pings += msg == "WATCHDOG=1"
+                    self.assertGreaterEqual(pings, 2, "no watchdog pings while the reload waited")
+                    self.assertIn("reload failed, nothing changed", srv.output())
+                    self.assertIn("app.example", srv.output())
+        finally:
+            if dns:
+                dns.kill()
+                dns.wait()
+            subprocess.run(["ip", "netns", "del", ns])
+            shutil.rmtree(etc, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
