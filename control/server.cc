@@ -606,6 +606,17 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
                                                 secrets, router, ecfg, h3_limits_, capture_,
                                                 opts_.max_body_per_worker));
     workers_.back()->set_afxdp(raw);
+    if (i == 0) {
+      std::vector<std::pair<dataplane::Address, int>> held;
+      for (size_t k = 0; k < opts_.listen.size(); ++k) {
+        held.emplace_back(opts_.listen[k], reservations_[k]);
+      }
+      try {
+        workers_.back()->set_side_door(held);
+      } catch (const std::exception &e) {
+        throw UsageError(std::string("the reserved sockets: ") + e.what());
+      }
+    }
   }
   return std::string(upgrade ? "took over " : "") + "dataplane afxdp on " + opts_.interface + " (XDP " + program_->mode() + " mode, prog id " +
          std::to_string(program_->prog_id()) + "; " + zc + ")";

@@ -10,9 +10,12 @@
 #include "dataplane/cpu.h"
 #include "http/static_files.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace xdpq::control {
@@ -90,6 +93,34 @@ void Worker::NextHopEvents::on_io(uint32_t) {
   if (worker.afxdp_) worker.afxdp_->on_next_hop_events(); // it may have been replaced
 }
 #endif
+
+void Worker::set_side_door(const std::vector<std::pair<dataplane::Address, int>> &reservations) {
+  dataplane::UdpSocketOptions o;
+  o.check_in_use = false;
+  o.rx_batch = 8; // a side door: little traffic
+  o.tx_capacity = 1;
+  std::vector<dataplane::Address> listen;
+  for (const auto &[addr, fd] : reservations) {
+    int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) {
+      for (auto &[a, f] : o.inherited) close(f);
+      throw dataplane::PortError(std::string("dup: ") + std::strerror(errno));
+    }
+    o.inherited.emplace_back(addr, dup);
+    listen.push_back(addr);
+  }
+  side_door_ = std::make_unique<dataplane::UdpSocketPort>(listen, o);
+  watch_side_door(true);
+}
+
+void Worker::watch_side_door(bool on) {
+  if (!side_door_ || side_door_watched_ == on) return;
+  side_door_watched_ = on;
+  for (int fd : side_door_->fds()) {
+    if (on) loop_.watch(fd, &side_door_events_);
+    else loop_.unwatch(fd);
+  }
+}
 
 void Worker::start() {
   thread_ = std::thread([this] {

@@ -13,6 +13,7 @@
 #include "http/tcp_server.h"
 #include "quic/endpoint.h"
 #include "quic/tls_context.h"
+#include "dataplane/udp_socket_port.h"
 #ifdef XDPQ_HAVE_AFXDP
 #include "dataplane/afxdp_port.h"
 #endif
@@ -118,6 +119,13 @@ public:
 #ifdef XDPQ_HAVE_AFXDP
   void set_afxdp(dataplane::AfXdpPort *p);
 #endif
+  // AF_XDP, one worker: the kernel's sockets that hold the served ports
+  // (the reservations) are read too, for the UDP that reaches the kernel
+  // instead of the XDP program: from this host (loopback), through another
+  // interface, what the program passes. Replies to such peers leave through
+  // those sockets (AfXdpPort: no link address). The descriptors are
+  // duplicated. Before start(). Throws PortError.
+  void set_side_door(const std::vector<std::pair<dataplane::Address, int>> &reservations);
   // Runs the loop on its own thread (pinned if cpu >= 0); see failed().
   void start();
   void join();
@@ -156,7 +164,9 @@ public:
   void on_io(uint32_t) override;
   // Returns how many datagrams came in. Bounded work per wakeup so timers
   // and writes get their turn.
-  size_t receive_batches();
+  size_t receive_batches() { return receive_batches(*port_); }
+  size_t receive_batches(dataplane::DatagramPort &from);
+  void watch_side_door(bool on);
   // Output made ready this pass that has waited HOLD_BUDGET_NS behind later
   // work (datagrams, or any other descriptor's handler) leaves now.
   void check_held_output();
@@ -244,6 +254,13 @@ private:
   uint64_t port_seq_ = 0;      // under mu_: replace_port() calls
   uint64_t port_done_seq_ = 0; // under mu_: the last one the worker took
   WorkerHandoff handoff_;
+  std::unique_ptr<dataplane::UdpSocketPort> side_door_; // see set_side_door()
+  bool side_door_watched_ = false;
+  struct SideDoorEvents final : dataplane::FdHandler {
+    explicit SideDoorEvents(Worker &w) : worker(w) {}
+    void on_io(uint32_t) override { worker.receive_batches(*worker.side_door_); }
+    Worker &worker;
+  } side_door_events_{*this};
   std::span<uint8_t> last_alloc_;
   dataplane::Timer heartbeat_;
   std::thread thread_;

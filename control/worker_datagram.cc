@@ -27,10 +27,10 @@ void Worker::on_io(uint32_t) {
   receive_batches();
 }
 
-size_t Worker::receive_batches() {
+size_t Worker::receive_batches(dataplane::DatagramPort &from) {
   size_t total = 0;
   for (int round = 0; round < 16; ++round) {
-    size_t n = port_->receive(batch_);
+    size_t n = from.receive(batch_);
     if (n == 0) break;
     total += n;
     if (echo_) {

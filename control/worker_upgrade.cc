@@ -78,6 +78,7 @@ void Worker::take_back() {
     loop_.set_interest(fd, port_handler(fd), true, want_write_);
   }
   send_only_.clear();
+  watch_side_door(true);
   from_next_.clear();
   handed_over_ = false;
   idle_after_handover_.store(false, std::memory_order_release);
@@ -136,6 +137,7 @@ void Worker::take_handover() {
       loop_.set_interest(fd, port_handler(fd), false, want_write_);
     }
   }
+  watch_side_door(false); // the new process reads the reservations now
   from_next_ = std::move(rings);
   handed_over_ = true;
   if (tcp_) tcp_->stop_accepting(); // the new process accepts from our listeners now

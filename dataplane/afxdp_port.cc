@@ -244,6 +244,7 @@ void AfXdpPort::release_rx_batch() {
 }
 
 void AfXdpPort::peer_verified(const Path &path, uint64_t link, bool strong) {
+  if (link == 0) return; // it came through the kernel's socket: nothing to learn
   neighbors_.learn(path.remote, link, strong);
   last_link_ = 0; // the cached lookup may be stale now
 }
@@ -416,40 +417,52 @@ void AfXdpPort::close_train() {
 bool AfXdpPort::send_train_via_kernel() {
   const Train &t = train_;
   if (t.count > 1 && !kernel_gso_) return false;
+  if (!send_via_kernel(t.path, t.ecn, t.frames, t.lens, t.count, t.segment)) {
+    // Full socket buffer, no route, or a route that cannot segment: the
+    // ring carries this train.
+    xdp_stats_.tx_kernel_refused += 1;
+    return false;
+  }
+  xdp_stats_.tx_kernel_trains += 1;
+  xdp_stats_.tx_kernel_datagrams += t.count;
+  return true;
+}
+
+bool AfXdpPort::send_via_kernel(const Path &path, uint8_t ecn, const uint64_t *frames,
+                                const uint16_t *lens, uint32_t count, uint32_t segment) {
   int fd = -1;
   bool wildcard = false;
   for (const auto &[bound, sfd] : opts_.kernel_sockets) {
-    if (bound.family() != t.path.local.family() || bound.port() != t.path.local.port()) continue;
+    if (bound.family() != path.local.family() || bound.port() != path.local.port()) continue;
     wildcard = bound.is_unspecified();
-    if (wildcard || bound == t.path.local) {
+    if (wildcard || bound == path.local) {
       fd = sfd;
       break;
     }
   }
   if (fd < 0) return false;
   iovec iov[64];
-  for (uint32_t i = 0; i < t.count; ++i) iov[i] = {frame(t.frames[i]) + TX_HEADROOM, t.lens[i]};
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < count && i < 64; ++i) {
+    iov[i] = {frame(frames[i]) + TX_HEADROOM, lens[i]};
+    bytes += lens[i];
+  }
   msghdr h{};
-  h.msg_name = const_cast<sockaddr *>(&t.path.remote.u.sa);
-  h.msg_namelen = t.path.remote.len;
+  h.msg_name = const_cast<sockaddr *>(&path.remote.u.sa);
+  h.msg_namelen = path.remote.len;
   h.msg_iov = iov;
-  h.msg_iovlen = t.count;
+  h.msg_iovlen = count < 64 ? count : 64;
   alignas(cmsghdr) uint8_t control[UDP_SEND_CONTROL_SPACE];
-  set_send_control(h, control, t.path.local, wildcard, t.ecn,
-                   t.count > 1 ? static_cast<uint16_t>(t.segment) : 0);
+  set_send_control(h, control, path.local, wildcard, ecn,
+                   count > 1 ? static_cast<uint16_t>(segment) : 0);
   if (sendmsg(fd, &h, MSG_DONTWAIT) < 0) {
-    // Full socket buffer, no route, or a route that cannot segment (EIO):
-    // the ring carries this train.
-    if (errno == EIO) kernel_gso_ = false;
-    xdp_stats_.tx_kernel_refused += 1;
+    if (errno == EIO && count > 1) kernel_gso_ = false; // the route cannot segment
     return false;
   }
-  stats_.tx_datagrams += t.count;
-  stats_.tx_bytes += t.bytes;
+  stats_.tx_datagrams += count;
+  stats_.tx_bytes += bytes;
   stats_.tx_sends += 1;
-  if (t.count > 1) stats_.tx_gso_batches += 1;
-  xdp_stats_.tx_kernel_trains += 1;
-  xdp_stats_.tx_kernel_datagrams += t.count;
+  if (count > 1) stats_.tx_gso_batches += 1;
   return true;
 }
 
@@ -487,8 +500,22 @@ void AfXdpPort::tx_commit_reply(const RxDatagram &to, size_t len) {
 
 void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t len,
                              uint64_t link) {
-  if (link == 0 || len == 0) {
-    xdp_stats_.tx_no_neighbor += len ? 1 : 0;
+  if (link == 0 && len > 0) {
+    // No link address for it: the peer is behind another interface or on
+    // loopback (its packets came in through the kernel's socket), or its
+    // neighbour entry is not resolved yet. The kernel's socket can send
+    // it: the kernel routes and resolves.
+    const uint16_t l = static_cast<uint16_t>(len);
+    if (send_via_kernel(path, ecn, &f, &l, 1, 0)) {
+      xdp_stats_.tx_kernel_no_link += 1;
+    } else {
+      xdp_stats_.tx_no_neighbor += 1;
+      stats_.tx_dropped += 1;
+    }
+    free_.push_back(f); // the kernel copied it
+    return;
+  }
+  if (len == 0) {
     stats_.tx_dropped += 1;
     free_.push_back(f);
     return;

@@ -83,6 +83,7 @@ struct AfXdpOptions {
   X(tx_kernel_trains, "trains sent through the kernel's UDP socket with GSO (hybrid TX)") \
   X(tx_kernel_datagrams, "datagrams in those trains")                                  \
   X(tx_kernel_refused, "trains the kernel refused, sent on the TX ring instead")        \
+  X(tx_kernel_no_link, "datagrams sent through the kernel's UDP socket for want of a link address (loopback, another interface, an unresolved neighbour)") \
   X(tx_order_flushes, "ring submits so a kernel train would not overtake its path's packets") \
   X(fill_starved, "receives that found no free frame to refill")                       \
   X(xdp_rx_dropped, "kernel XDP_STATISTICS rx_dropped")                                \
@@ -188,6 +189,12 @@ private:
   // Moves pending frames to the TX ring and kicks it.
   void submit_ring();
   bool send_train_via_kernel();
+  // Sends count frames (payloads at TX_HEADROOM) to path through the
+  // kernel's socket holding path.local's port, as one GSO send of segment
+  // sized datagrams when count > 1. False when no socket holds the port or
+  // the kernel refused (the frames stay the caller's).
+  bool send_via_kernel(const Path &path, uint8_t ecn, const uint64_t *frames,
+                       const uint16_t *lens, uint32_t count, uint32_t segment);
 
   AfXdpOptions opts_;
   XdpProgram &program_;

@@ -359,6 +359,23 @@ class AfXdpLifecycle(TimedTestCase):
         self.assertGreaterEqual(len(busy), 2, "flows did not spread over queues:\n"
                                 + "\n".join(busy))
 
+    def test_the_host_itself_is_served_through_the_kernel(self):
+        # Regression: UDP that reaches the kernel instead of the XDP program
+        # (here a client on the server's own host, over loopback) landed in
+        # the socket that holds the port and was never read: HTTP/3 from
+        # the host itself got no answer. One worker now reads those
+        # sockets, and replies that have no link address leave through them.
+        with Topology() as topo:
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native", host=topo.srv_ip, netns=topo.srv_ns, workers=0) as srv:
+                local = gtlsclient(srv, ["/bytes/2000"], netns=topo.srv_ns, timeout=20)
+                remote = gtlsclient(srv, ["/bytes/2001"], netns=topo.cli_ns)
+                stats = srv.stop()
+        self.assertEqual(local.file("2000"), pattern(2000), local.output[-2000:])
+        self.assertEqual(remote.file("2001"), pattern(2001), remote.output[-2000:])
+        self.assertGreater(stats["afxdp_tx_kernel_no_link"], 0, stats)
+        self.assertGreater(stats["xdp_redirected"], 0, stats)  # the other client: AF_XDP
+
     def test_a_wildcard_listen_serves_the_hosts_addresses_only(self):
         # Regression: listening on 0.0.0.0 took UDP to any destination
         # address into AF_XDP, and the server answered from an address the

@@ -497,6 +497,9 @@ h2c_listen = [{h2c}]
                                     capture_output=True, text=True, timeout=60).stdout
                      for p in self.h2c]
             fetch = gtlsclient(srv, ["/bytes/1234"], netns=topo.cli_ns)
+            # From the host itself (through the kernel): the new process
+            # reads the reserved sockets now.
+            local = gtlsclient(srv, ["/bytes/1235"], netns=topo.srv_ns, timeout=20)
             stats_new = json.loads(ctl(self.sock, "--json", "stats").stdout)["total"]
             self.assertEqual(srv.proc.wait(timeout=60), 0, srv.output()[-3000:])
             os.kill(pid, signal.SIGTERM)
@@ -507,6 +510,8 @@ h2c_listen = [{h2c}]
             log = srv.output()
         self.assert_all_served(h3_out, h2_out, after, log)
         self.assertEqual(fetch.file("1234"), pattern(1234))
+        self.assertEqual(local.file("1235"), pattern(1235), local.output[-2000:])
+        self.assertGreater(stats_new["afxdp_tx_kernel_no_link"], 0, stats_new)
         # The new process's program is on the link and its sockets took
         # the queue; the old one finished its connections, whose packets
         # it got through the new one.
