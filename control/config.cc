@@ -45,6 +45,7 @@ constexpr Key KEYS[] = {
     {"server", "log_level", Kind::string, "--log-level",
      "\"error\", \"warn\", \"info\" or \"debug\""},
     {"server", "control_socket", Kind::string, "--control-socket", "a path string"},
+    {"server", "access_log", Kind::string, "--access-log", "a path string"},
     {"server", "metrics", Kind::string, "--metrics", "an \"ADDR:PORT\" string"},
     {"server", "drain_timeout_ms", Kind::integer, "--drain-timeout", "milliseconds"},
     {"dataplane", "mode", Kind::string, "--dataplane", "\"socket\" or \"afxdp\""},
@@ -562,6 +563,7 @@ listen = ["0.0.0.0:4433", "[::]:4433"]   # QUIC (UDP) and, unless tcp.enabled = 
 # cpus = "0-1"
 log_level = "info"                       # error, warn, info, debug
 # control_socket = "/run/xdpq/xdpqd.sock"
+# access_log = "/var/log/xdpq/access.log"  # one line per request (combined format); default: none
 # metrics = "127.0.0.1:9464"             # Prometheus text format
 drain_timeout_ms = 10000                 # SIGTERM: in-flight requests get this long
 per_source_connections = 256             # per IPv4 address or IPv6 /64, per worker; 0: no cap

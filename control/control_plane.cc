@@ -36,6 +36,17 @@ namespace xdpq::control {
 
 std::string Server::reload() {
   sd_notify_state("RELOADING=1");
+  // The access log first, whatever else happens: logrotate moved it and
+  // sends SIGHUP for a fresh file.
+  std::string log_note;
+  if (access_log_) {
+    try {
+      access_log_->reopen();
+    } catch (const std::exception &e) {
+      log_note = std::string("; access log not reopened, still writing the old file: ") + e.what();
+      LOG_ERROR("reload: access log %s", e.what());
+    }
+  }
   // Staged: nothing is applied until every part has been checked.
   struct Staged {
     std::shared_ptr<const http::ProxyConfig> new_proxy; // changed routes
@@ -124,7 +135,7 @@ std::string Server::reload() {
     LOG_ERROR("reload failed, nothing changed: %s", e.what());
   }
   sd_notify_state("READY=1");
-  return result;
+  return result + log_note;
 }
 
 void Server::begin_drain(const char *why, bool notify_systemd) {

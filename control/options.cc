@@ -256,6 +256,9 @@ Operation:
                           flight finish for up to MS (default 10000), then
                           close everything and detach XDP.
   --log-level LEVEL       error, warn, info (default) or debug.
+  --access-log PATH       Log every request to PATH, one line each in the
+                          combined format with the request time; reopened
+                          on SIGHUP (logrotate). Default: no access log.
   --check-config [FILE]   Validate the options and FILE (files readable,
                           addresses valid), print the result and exit.
   --help                  This text.
@@ -534,6 +537,9 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.per_source_rate = parse_number(arg, need(), 0, 1u << 24);
     } else if (arg == "--per-source-validated-rate") {
       o.per_source_validated_rate = parse_number(arg, need(), 0, 1u << 24);
+    } else if (arg == "--access-log") {
+      o.access_log = need();
+      if (o.access_log.empty()) throw UsageError("--access-log: expected a path");
     } else if (arg == "--log-level") {
       auto v = need();
       if (!log::parse_level(v)) {

@@ -62,6 +62,7 @@ struct Options {
                                        // before Retry; 0: no cap
   uint64_t per_source_validated_rate = 5000; // proven sources (Retry token, NEW_TOKEN, TCP)
   std::string log_level = "info";
+  std::string access_log; // path; empty: none
   uint64_t idle_timeout_ms = 30000;
   uint64_t handshake_timeout_ms = 10000;
   uint64_t max_streams = 100;

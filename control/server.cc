@@ -175,6 +175,25 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     LOG_INFO("no --secrets file: stateless reset, token and ticket keys last for this run only");
   }
 
+  if (!opts_.access_log.empty()) {
+    if (opts_.check_config) {
+      // Checked, not created.
+      const auto slash = opts_.access_log.rfind('/');
+      const std::string dir =
+          slash == std::string::npos ? "." : opts_.access_log.substr(0, slash + 1);
+      if (access(opts_.access_log.c_str(), W_OK) != 0 && access(dir.c_str(), W_OK) != 0) {
+        throw UsageError("--access-log " + opts_.access_log + ": cannot be written (" +
+                         strerror(errno) + ")");
+      }
+    } else {
+      try {
+        access_log_ = std::make_shared<http::AccessLog>(opts_.access_log);
+      } catch (const std::exception &e) {
+        throw UsageError(std::string("--access-log ") + e.what());
+      }
+    }
+  }
+
   std::shared_ptr<const http::Router> router;
   try {
     http::RouterConfig rc;
@@ -330,6 +349,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     w->connect_peers(all);
     w->set_spin(spin_us * 1000);
     w->set_proxy(proxy);
+    w->set_access_log(access_log_);
   }
   if (inherited_) {
     // The previous process's connections: one ring from each of our

@@ -138,6 +138,7 @@ private:
   quic::TlsConfig tls_cfg_;
   http::H3Limits h3_limits_;
   quic::Secrets secrets_;
+  std::shared_ptr<http::AccessLog> access_log_; // --access-log; null: none
   std::string dataplane_info_;
   std::vector<dataplane::Address> listen_;
   Capture capture_;

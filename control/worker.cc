@@ -75,11 +75,17 @@ void Worker::set_proxy(std::shared_ptr<const http::ProxyConfig> cfg) {
   h3_.set_proxy(proxy_.get());
 }
 
+void Worker::set_access_log(std::shared_ptr<http::AccessLog> log) {
+  access_log_ = log ? std::make_unique<http::AccessLogBuffer>(std::move(log)) : nullptr;
+  h3_.set_access_log(access_log_.get());
+}
+
 void Worker::add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
                      std::shared_ptr<http::TcpTlsContext> tls) {
   http::SessionEnv e = env;
   e.budget = &budget_;
   e.proxy = proxy_.get();
+  e.access_log = access_log_.get();
   tcp_ = std::make_unique<http::TcpServer>(cfg, e, std::move(tls), loop_);
 }
 
@@ -242,6 +248,7 @@ void Worker::on_wake() {
 void Worker::heartbeat_fired(dataplane::Timer &t) {
   auto *w = static_cast<Worker *>(t.owner());
   http::sweep_file_caches(w->loop_.now());
+  if (w->access_log_) w->access_log_->flush(); // lines show within a heartbeat
   w->loop_.timers().schedule(t, w->loop_.now() + HEARTBEAT_NS);
 }
 

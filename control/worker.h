@@ -113,6 +113,8 @@ public:
   // The reverse proxy (its upstream pools live in this worker's loop);
   // before add_tcp() and start().
   void set_proxy(std::shared_ptr<const http::ProxyConfig> cfg);
+  // Requests are logged to log (null: none). Before add_tcp() and start().
+  void set_access_log(std::shared_ptr<http::AccessLog> log);
   // Adds the TCP side to this worker's loop (throws http::TcpError).
   void add_tcp(const http::TcpConfig &cfg, const http::SessionEnv &env,
                std::shared_ptr<http::TcpTlsContext> tls);
@@ -214,6 +216,9 @@ private:
   Capture &capture_;
   std::unique_ptr<quic::TlsContext> tls_;
   http::MemoryBudget budget_; // before the endpoint and the TCP side, which use it
+  // This worker's access log lines (null: no log). Before the endpoint and
+  // the TCP side: their connections log the requests open when they go.
+  std::unique_ptr<http::AccessLogBuffer> access_log_;
   // Before the HTTP/3 factory, the endpoint and the TCP side: their
   // sessions' exchanges are gone before the proxy's connections close.
   std::unique_ptr<http::Proxy> proxy_;

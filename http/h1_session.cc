@@ -27,10 +27,20 @@ struct Queued {
   ProxyExchange *ex = nullptr; // a proxied response (owned by body); head empty until it arrives
   bool chunked = false;        // ... of unknown length, sent chunked
   bool http10 = false;         // asked in HTTP/1.0: no chunked framing
+  // For the access log (when there is one): what was asked, when, and the
+  // answer's status (a proxied one's once its head is in).
+  std::unique_ptr<Request> logged;
+  uint64_t begun_ns = 0;
+  int status = 0;
+  bool logged_http10 = false;
 };
 
 class H1Session final : public TcpSession, public ProxyListener {
 public:
+  ~H1Session() override {
+    for (auto &q : queue_) finish_log(q); // answers cut short by the close
+  }
+
   explicit H1Session(const SessionEnv &env)
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
     http_parser_init(&parser_, HTTP_REQUEST);
@@ -190,6 +200,7 @@ public:
       }
       if (q.ex && q.ex == flush_ex_) flush_ex_ = nullptr;
       budget_.give_back(q.charged);
+      finish_log(q);
       queue_.pop_front();
       if (paused_ && queue_.size() < env_.limits.max_pipelined / 2) {
         http_parser_pause(&parser_, 0);
@@ -201,8 +212,10 @@ public:
   void abort_output() {
     closing_ = true;
     body_ex_ = flush_ex_ = nullptr; // their exchanges go with the queue
-    for (auto &q : queue_)
+    for (auto &q : queue_) {
       budget_.give_back(q.charged);
+      finish_log(q);
+    }
     queue_.clear();
   }
 
@@ -371,6 +384,7 @@ private:
       auto ex = start_proxy(route, req_, body_follows, this, nullptr, budget_, env_);
       q.ex = ex.get();
       q.body = std::move(ex);
+      note_for_log(q);
       queue_.push_back(std::move(q));
       proxied_ = true;
       if (body_follows) body_ex_ = queue_.back().ex;
@@ -549,6 +563,7 @@ private:
   void proxy_head(Queued &q) {
     const Response &r = q.ex->head();
     env_.stats->count_response(r.status);
+    q.status = r.status;
     head_.build(r, env_.alt_svc);
     const bool unknown = r.length_unknown && q.ex->has_body();
     q.chunked = unknown && !q.http10;
@@ -566,7 +581,30 @@ private:
     head_.append_http1(q.head, close);
     q.body = std::move(resp.body);
     q.close_after = close;
+    q.status = resp.status;
+    note_for_log(q);
     queue_.push_back(std::move(q));
+  }
+
+  // The request being answered, kept for the access log: the next one may
+  // be parsed (pipelining) before this answer is written.
+  void note_for_log(Queued &q) {
+    if (!env_.access_log) return;
+    q.logged = std::make_unique<Request>();
+    q.logged->method = req_.method;
+    q.logged->path = req_.path;
+    for (const char *name : {"referer", "user-agent"}) {
+      if (const std::string *v = req_.find(name)) q.logged->headers.add(name, *v);
+    }
+    q.begun_ns = started_ ? started_ : now_;
+    q.logged_http10 = parser_.http_major == 1 && parser_.http_minor == 0;
+  }
+
+  void finish_log(Queued &q) {
+    if (!q.logged) return;
+    log_request(env_, *q.logged, q.logged_http10 ? "HTTP/1.0" : "HTTP/1.1", q.status, q.body_off,
+                q.begun_ns);
+    q.logged.reset();
   }
 
   SessionEnv env_;

@@ -35,6 +35,8 @@ struct H2Stream {
   uint64_t started_ns = 0;
   size_t charged = 0; // bytes taken from the body budget
   uint64_t offset = 0; // response body bytes handed to nghttp2
+  uint64_t begun_ns = 0; // its headers began (the access log's clock; 0: logged)
+  int status = 0;        // the response's, once submitted
   TcpStats *stats = nullptr;
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
   uint64_t credited = 0;     // request body bytes given to the exchange and consumed
@@ -90,7 +92,11 @@ public:
     env_.stats->h2_connections += 1;
   }
 
-  ~H2Session() override { nghttp2_session_del(session_); }
+  ~H2Session() override {
+    // Requests open when the connection ends are logged as they stand.
+    for (auto &st : pool_) log_request(*st);
+    nghttp2_session_del(session_);
+  }
 
   void on_input(const uint8_t *data, size_t len, uint64_t now_ns) override {
     now_ = now_ns;
@@ -176,6 +182,8 @@ private:
           st->credited = 0;
           st->flush_queued = false;
           st->started_ns = me.now_;
+          st->begun_ns = me.now_;
+          st->status = 0;
           st->stats = me.env_.stats;
           if (nghttp2_session_set_stream_user_data(s, f->hd.stream_id, st) != 0) {
             me.free_.push_back(st);
@@ -342,6 +350,7 @@ private:
           }
           me.budget_.give_back(st->charged); // the body or the response made from it
           st->charged = 0;
+          me.log_request(*st);
           st->req.reset();
           st->exchange = nullptr;
           st->resp.reset(); // drop the body (a cached file entry, a proxied exchange) now
@@ -571,10 +580,18 @@ public:
   }
 
 private:
+  // A request whose head was whole, once: to the access log.
+  void log_request(H2Stream &st) {
+    if (st.begun_ns && st.headers_done)
+      TcpSession::log_request(env_, st.req, "HTTP/2", st.status, st.offset, st.begun_ns);
+    st.begun_ns = 0;
+  }
+
   void respond(H2Stream &st) {
     st.responded = true;
     const Response &resp = st.exchange ? st.exchange->head() : st.resp;
     env_.stats->count_response(resp.status);
+    st.status = resp.status;
     head_.build(resp, env_.alt_svc);
     nva_.clear();
     auto nv = [this](std::string_view n, std::string_view v) {

@@ -25,6 +25,8 @@ struct H3Session::Stream {
   bool aborted = false; // the body failed mid-way: reset, not finished
   bool early = false;   // its headers arrived in 0-RTT
   uint64_t started_ns = 0;
+  uint64_t begun_ns = 0; // its headers completed (the access log's clock; 0: logged)
+  int status = 0;        // the response's, once submitted
   size_t charged = 0; // bytes taken from the body budget
   uint64_t acked = 0; // response body bytes the peer acknowledged
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
@@ -51,6 +53,8 @@ struct H3Session::Stream {
     aborted = false;
     early = false;
     started_ns = 0;
+    begun_ns = 0;
+    status = 0;
     charged = 0;
     acked = 0;
     exchange = nullptr;
@@ -235,6 +239,8 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
 }
 
 H3Session::~H3Session() {
+  // Requests open when the connection ends are logged as they stand.
+  for (auto &p : pool_) log_request(*p);
   nghttp3_conn_del(conn_);
   if (ra_pool_) {
     // Streams still open die with the connection: their share goes back.
@@ -250,6 +256,13 @@ void ReadAheadPool::wake() {
     waiting.pop_front();
     s->wake_for_read_ahead();
   }
+}
+
+void H3Session::log_request(Stream &s) {
+  if (!s.begun_ns || !limits_.access_log) return;
+  limits_.access_log->record(transport_.app_peer(), s.req, "HTTP/3", s.status, s.body_offset,
+                             monotonic_ns() - s.begun_ns);
+  s.begun_ns = 0;
 }
 
 void H3Session::wake_for_read_ahead() {
@@ -458,6 +471,7 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
 int H3Session::on_end_headers(Stream &s, bool fin) {
   stats_.requests += 1;
   s.started_ns = monotonic_ns();
+  s.begun_ns = s.started_ns;
   if (s.headers_too_large) {
     stats_.header_limit_rejects += 1;
     make_error(s.resp, 431, s.req.method == "HEAD");
@@ -662,6 +676,7 @@ void H3Session::on_stream_close(Stream &s) {
   if (s.resp.body && s.resp.body->reads_ahead() && s.body_offset > s.acked)
     release_read_ahead(s.body_offset - s.acked);
   stop_waiting(s);
+  log_request(s);
   s.req.reset();
   s.exchange = nullptr;
   s.resp.reset(); // releases the body (a cached file entry, a proxied exchange) now
@@ -675,6 +690,7 @@ void H3Session::respond(Stream &s) {
   if (awaiting_) transport_.app_want_write();
   const auto &resp = s.exchange ? s.exchange->head() : s.resp;
   stats_.count_response(resp.status);
+  s.status = resp.status;
 
   head_.build(resp);
   nva_.clear();

@@ -7,6 +7,7 @@
 
 #include "base/counters.h"
 #include "dataplane/histogram.h"
+#include "http/access_log.h"
 #include "http/memory_budget.h"
 #include "http/message.h"
 #include "http/proxy.h"
@@ -59,6 +60,8 @@ struct H3Limits {
   Proxy *proxy = nullptr;
   // The worker's file read-ahead; null: only the per-connection bound.
   ReadAheadPool *read_ahead = nullptr;
+  // The worker's access log; null: none.
+  AccessLogBuffer *access_log = nullptr;
 };
 
 // Per-worker counters; plain fields, one writer (the worker).
@@ -159,6 +162,7 @@ private:
   void refuse(Stream &s);
   void release_body(Stream &s);
   void record_latency(Stream &s);
+  void log_request(Stream &s); // to the access log, once
   Stream *acquire(int64_t stream_id);
 
   quic::AppTransport &transport_;
@@ -207,6 +211,8 @@ public:
   }
   // The worker's proxy, for connections made from now on.
   void set_proxy(Proxy *p) { limits_.proxy = p; }
+  // The worker's access log, for connections made from now on.
+  void set_access_log(AccessLogBuffer *l) { limits_.access_log = l; }
   std::unique_ptr<quic::Application> create(quic::AppTransport &transport) override {
     return std::make_unique<H3Session>(transport, router_, limits_, stats_);
   }

@@ -35,6 +35,7 @@ public:
   }
 
   ~TcpConnectionImpl() override {
+    session_.reset(); // it may still ask for the peer (the access log)
     srv_.loop().timers().cancel(timer_);
     if (ssl_)
       SSL_free(ssl_);
@@ -82,11 +83,14 @@ public:
   }
 
   const dataplane::Address *session_peer() const override {
-    sockaddr_storage ss{};
-    socklen_t sl = sizeof(ss);
-    if (getpeername(fd_, reinterpret_cast<sockaddr *>(&ss), &sl) != 0)
-      return nullptr;
-    peer_ = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
+    if (!peer_known_) {
+      sockaddr_storage ss{};
+      socklen_t sl = sizeof(ss);
+      if (fd_ < 0 || getpeername(fd_, reinterpret_cast<sockaddr *>(&ss), &sl) != 0)
+        return nullptr;
+      peer_ = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
+      peer_known_ = true;
+    }
     return &peer_;
   }
 
@@ -423,7 +427,8 @@ private:
   bool input_ended_ = false; // the session was told
   bool dead_ = false;
   bool wake_pending_ = false;
-  mutable dataplane::Address peer_; // session_peer()'s answer
+  mutable dataplane::Address peer_; // session_peer()'s answer, asked once
+  mutable bool peer_known_ = false;
   bool h2_ = false;
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;

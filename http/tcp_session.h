@@ -3,8 +3,10 @@
 // bytes and asked for bytes to send. The connection owns TLS, the socket and
 // the timeouts; the session owns framing and the requests.
 
+#include "base/clock.h"
 #include "base/counters.h"
 #include "dataplane/histogram.h"
+#include "http/access_log.h"
 #include "http/memory_budget.h"
 #include "http/message.h"
 #include "http/proxy.h"
@@ -79,6 +81,7 @@ struct SessionEnv {
   MemoryBudget *budget = nullptr; // the worker's; null: per-connection limit only
   std::string alt_svc; // value of the alt-svc header; empty: none
   Proxy *proxy = nullptr; // the worker's reverse proxy; null: none configured
+  AccessLogBuffer *access_log = nullptr; // the worker's; null: none
 };
 
 // What a session may ask of the connection under it.
@@ -131,6 +134,13 @@ protected:
       client.tls = host_->session_tls();
     }
     return env.proxy->start(route, req, body_follows, client, l, tag, &budget);
+  }
+  // One request to the access log (when there is one).
+  void log_request(const SessionEnv &env, const Request &req, std::string_view proto, int status,
+                   uint64_t bytes, uint64_t begun_ns) {
+    if (!env.access_log) return;
+    env.access_log->record(host_ ? host_->session_peer() : nullptr, req, proto, status, bytes,
+                           monotonic_ns() - begun_ns);
   }
   SessionHost *host_ = nullptr;
 };

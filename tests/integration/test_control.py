@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -367,6 +368,55 @@ class ControlTest(TimedTestCase):
         finally:
             impostor.kill()
             shutil.rmtree(d, ignore_errors=True)
+
+    def test_access_log_on_every_protocol_escaped_and_reopened(self):
+        log = os.path.join(self.tmp, "access.log")
+        line = re.compile(r'^127\.0\.0\.1 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000\] '
+                          r'"(\S+) (\S+) (HTTP/[0-9.]+)" (\d+) (\d+) "([^"]*)" "([^"]*)" '
+                          r'\d+\.\d{6}$')
+
+        def lines(path, n):
+            deadline = time.time() + 5  # written out on the worker's heartbeat
+            while time.time() < deadline:
+                with open(path) as f:
+                    got = f.read().splitlines()
+                if len(got) >= n:
+                    return [line.match(x) for x in got]
+                time.sleep(0.05)
+            self.fail(f"{path}: fewer than {n} lines")
+
+        with Server("--access-log", log) as srv:
+            self.assertEqual(gtlsclient(srv, ["/bytes/123"]).statuses, {0: 200})
+            subprocess.run(["curl", "-sk", "--http2", "-o", "/dev/null", "-e", "http://r/",
+                            "-A", 'agent "quoted"', srv.url("/healthz")], check=True)
+            # A client that tries to forge lines and fields: escaped.
+            ctx = ssl.create_default_context()
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            with socket.create_connection((srv.host, srv.port)) as raw, \
+                    ctx.wrap_socket(raw) as t:
+                t.sendall(b'GET /missing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n'
+                          b'User-Agent: a"b\\c\td\xe9\r\n\r\n')
+                while t.recv(4096):
+                    pass
+            got = lines(log, 3)
+            self.assertTrue(all(got), open(log).read())
+            fields = sorted((m.group(3), m.group(1), m.group(2), m.group(4), m.group(5), m.group(6),
+                             m.group(7)) for m in got)
+            self.assertEqual(fields[0], ("HTTP/1.1", "GET", "/missing", "404", fields[0][4], "-",
+                                         "a\\x22b\\x5cc\\x09d\\xe9"))
+            self.assertEqual(fields[1], ("HTTP/2", "GET", "/healthz", "200", fields[1][4],
+                                         "http://r/", "agent \\x22quoted\\x22"))
+            self.assertEqual(fields[2][:5], ("HTTP/3", "GET", "/bytes/123", "200", "123"))
+            # logrotate: the file moved, SIGHUP, a fresh file.
+            os.rename(log, log + ".1")
+            srv.proc.send_signal(signal.SIGHUP)
+            deadline = time.time() + 5
+            while not os.path.exists(log) and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(gtlsclient(srv, ["/bytes/7"]).statuses, {0: 200})
+            got = lines(log, 1)
+            self.assertEqual(got[0].group(2), "/bytes/7")
+            self.assertEqual(len(open(log + ".1").read().splitlines()), 3)
 
     def test_sd_notify_ready_watchdog_stopping(self):
         path = os.path.join(self.tmp, "notify.sock")

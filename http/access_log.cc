@@ -1,0 +1,130 @@
+#include "http/access_log.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <stdexcept>
+
+namespace xdpq::http {
+
+namespace {
+
+int open_log(const std::string &path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+  if (fd < 0)
+    throw std::runtime_error(path + ": " + std::strerror(errno));
+  return fd;
+}
+
+} // namespace
+
+AccessLog::AccessLog(std::string path) : path_(std::move(path)), fd_(open_log(path_)) {}
+
+AccessLog::~AccessLog() {
+  if (fd_ >= 0)
+    ::close(fd_);
+}
+
+void AccessLog::reopen() {
+  int fd = open_log(path_);
+  std::lock_guard lock(mu_);
+  ::close(fd_);
+  fd_ = fd;
+}
+
+void AccessLog::write(std::string_view lines) {
+  std::lock_guard lock(mu_);
+  while (!lines.empty()) {
+    ssize_t n = ::write(fd_, lines.data(), lines.size());
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return; // a full disk loses lines, never the worker's time
+    lines.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+void AccessLogBuffer::append_escaped(std::string_view s) {
+  if (s.empty()) {
+    buf_ += '-';
+    return;
+  }
+  static constexpr char HEX[] = "0123456789abcdef";
+  const size_t n = s.size() < MAX_FIELD ? s.size() : MAX_FIELD;
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+      const char esc[4] = {'\\', 'x', HEX[c >> 4], HEX[c & 15]};
+      buf_.append(esc, 4);
+    } else {
+      buf_ += static_cast<char>(c);
+    }
+  }
+  if (n < s.size())
+    buf_ += "...";
+}
+
+void AccessLogBuffer::record(const dataplane::Address *peer, const Request &req,
+                             std::string_view proto, int status, uint64_t bytes,
+                             uint64_t duration_ns) {
+  char ip[INET6_ADDRSTRLEN] = "-";
+  if (peer && peer->family() == AF_INET) {
+    inet_ntop(AF_INET, &peer->u.in.sin_addr, ip, sizeof(ip));
+  } else if (peer && peer->family() == AF_INET6) {
+    inet_ntop(AF_INET6, &peer->u.in6.sin6_addr, ip, sizeof(ip));
+  }
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  if (now.tv_sec != stamped_second_) {
+    stamped_second_ = now.tv_sec;
+    tm t{};
+    gmtime_r(&now.tv_sec, &t);
+    strftime(stamp_, sizeof(stamp_), "[%d/%b/%Y:%H:%M:%S +0000]", &t);
+  }
+  buf_ += ip;
+  buf_ += " - - ";
+  buf_ += stamp_;
+  buf_ += " \"";
+  append_escaped(req.method);
+  buf_ += ' ';
+  append_escaped(req.path);
+  buf_ += ' ';
+  buf_ += proto;
+  buf_ += "\" ";
+  char num[24];
+  buf_.append(num, static_cast<size_t>(std::to_chars(num, num + sizeof(num), status).ptr - num));
+  buf_ += ' ';
+  buf_.append(num, static_cast<size_t>(std::to_chars(num, num + sizeof(num), bytes).ptr - num));
+  buf_ += " \"";
+  const std::string *referer = req.find("referer");
+  append_escaped(referer ? std::string_view(*referer) : std::string_view());
+  buf_ += "\" \"";
+  const std::string *agent = req.find("user-agent");
+  append_escaped(agent ? std::string_view(*agent) : std::string_view());
+  buf_ += "\" ";
+  // Seconds with microseconds, as a fixed-point number.
+  const uint64_t us = duration_ns / 1000;
+  buf_.append(num,
+              static_cast<size_t>(std::to_chars(num, num + sizeof(num), us / 1000000).ptr - num));
+  char frac[8];
+  std::snprintf(frac, sizeof(frac), ".%06u", static_cast<unsigned>(us % 1000000));
+  buf_ += frac;
+  buf_ += '\n';
+  if (buf_.size() >= FLUSH_AT)
+    flush();
+}
+
+void AccessLogBuffer::flush() {
+  if (buf_.empty())
+    return;
+  log_->write(buf_);
+  buf_.clear();
+}
+
+} // namespace xdpq::http

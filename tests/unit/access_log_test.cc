@@ -1,0 +1,71 @@
+#include "http/access_log.h"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace xdpq;
+using namespace xdpq::http;
+
+namespace {
+
+std::string read_all(const std::string &path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+dataplane::Address v6(const char *ip, uint16_t port) {
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_port = htons(port);
+  inet_pton(AF_INET6, ip, &a.sin6_addr);
+  return dataplane::Address::from(reinterpret_cast<sockaddr *>(&a), sizeof(a));
+}
+
+} // namespace
+
+// A hostile target, Referer or User-Agent stays one line with its fields
+// inside their quotes, and a huge one is cut.
+TEST(AccessLog, ClientFieldsAreEscapedAndBounded) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("xdpq-access-" + std::to_string(getpid())))
+          .string();
+  {
+    auto log = std::make_shared<AccessLog>(path);
+    AccessLogBuffer buf(log);
+    Request req;
+    req.method = "GET";
+    req.path = "/a\nb\" 200 1 \"-\" \"forged\r\n";
+    req.headers.add("user-agent", std::string(5000, 'u'));
+    req.headers.add("referer", "\xff\x01\\");
+    const auto peer = v6("2001:db8::7", 443);
+    buf.record(&peer, req, "HTTP/3", 200, 12345, 1'500'000);
+    Request bare;
+    buf.record(nullptr, bare, "HTTP/1.1", 0, 0, 0);
+    EXPECT_FALSE(buf.pending().empty()); // buffered until a flush
+    EXPECT_EQ(read_all(path), "");
+  } // the buffer flushes as it goes
+  const std::string text = read_all(path);
+  std::istringstream lines(text);
+  std::string first, second, extra;
+  ASSERT_TRUE(std::getline(lines, first));
+  ASSERT_TRUE(std::getline(lines, second));
+  EXPECT_FALSE(std::getline(lines, extra)) << text;
+  EXPECT_TRUE(first.starts_with("2001:db8::7 - - [")) << first;
+  EXPECT_NE(first.find("\"GET /a\\x0ab\\x22 200 1 \\x22-\\x22 \\x22forged\\x0d\\x0a HTTP/3\" 200 "
+                       "12345 \"\\xff\\x01\\x5c\" \""),
+            std::string::npos)
+      << first;
+  EXPECT_NE(first.find(std::string(AccessLogBuffer::MAX_FIELD, 'u') + "...\" 0.001500"),
+            std::string::npos);
+  EXPECT_TRUE(second.starts_with("- - - [")) << second;
+  EXPECT_TRUE(second.ends_with("\"- - HTTP/1.1\" 0 0 \"-\" \"-\" 0.000000")) << second;
+  std::filesystem::remove(path);
+}
