@@ -61,6 +61,8 @@ constexpr Key KEYS[] = {
     {"tls", "key", Kind::string, "--key", "a path string"},
     {"tls", "secrets", Kind::string, "--secrets", "a path string"},
     {"http", "docroot", Kind::string, "--docroot", "a directory path string"},
+    {"http", "response_headers", Kind::strings, "--response-header",
+     "a list of \"Name: value\" strings"},
     {"http", "serve_dotfiles", Kind::flag_if_true, "--serve-dotfiles", "true or false"},
     {"http", "test_routes", Kind::flag_if_false, "--no-test-routes", "true or false"},
     {"http", "file_cache_entries", Kind::integer, "--file-cache-entries", "an integer"},
@@ -590,6 +592,7 @@ spin_us = 0                              # poll this long after work before slee
 
 [http]
 # docroot = "/srv/www"                   # default: an embedded page
+# response_headers = ["Strict-Transport-Security: max-age=31536000"]  # added where missing
 serve_dotfiles = false                   # names starting with '.' (but .well-known): 404
 test_routes = true                       # /echo and /bytes/N (benchmarks, tests); false in production
 file_cache_entries = 4096                # open files cached per worker

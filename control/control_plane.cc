@@ -34,6 +34,13 @@
 
 namespace xdpq::control {
 
+namespace {
+bool same_fields(const std::vector<http::Header> &a, const std::vector<http::Header> &b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const auto &x, const auto &y) { return x.name == y.name && x.value == y.value; });
+}
+} // namespace
+
 std::string Server::reload() {
   sd_notify_state("RELOADING=1");
   // The access log first, whatever else happens: logrotate moved it and
@@ -74,9 +81,10 @@ std::string Server::reload() {
       }
       if (fresh.listen != opts_.listen || fresh.dataplane != opts_.dataplane ||
           fresh.workers != opts_.workers || fresh.queues != opts_.queues ||
-          fresh.docroot != opts_.docroot) {
-        LOG_WARN("reload: listen addresses, dataplane, workers, queues and docroot changes "
-                 "need a restart; kept the running ones");
+          fresh.docroot != opts_.docroot ||
+          !same_fields(fresh.response_headers, opts_.response_headers)) {
+        LOG_WARN("reload: listen addresses, dataplane, workers, queues, docroot and response "
+                 "header changes need a restart; kept the running ones");
       }
     }
     if (st.cert_file.empty()) {

@@ -5,6 +5,7 @@
 #include "base/hex.h"
 #include "base/log.h"
 #include "dataplane/cpu.h"
+#include "http/response_head.h"
 
 #include <algorithm>
 #include <charconv>
@@ -256,6 +257,10 @@ Operation:
                           flight finish for up to MS (default 10000), then
                           close everything and detach XDP.
   --log-level LEVEL       error, warn, info (default) or debug.
+  --response-header 'NAME: VALUE'
+                          Add this field to every response that lacks it
+                          (repeatable): Strict-Transport-Security,
+                          Cache-Control, a Server of your own...
   --access-log PATH       Log every request to PATH, one line each in the
                           combined format with the request time; reopened
                           on SIGHUP (logrotate). Default: no access log.
@@ -537,6 +542,14 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.per_source_rate = parse_number(arg, need(), 0, 1u << 24);
     } else if (arg == "--per-source-validated-rate") {
       o.per_source_validated_rate = parse_number(arg, need(), 0, 1u << 24);
+    } else if (arg == "--response-header") {
+      auto v = need();
+      http::Header h;
+      std::string why = http::parse_response_field(v, h);
+      if (!why.empty()) throw UsageError("--response-header '" + std::string(v) + "': " + why);
+      // A name given again replaces the earlier value.
+      std::erase_if(o.response_headers, [&](const http::Header &x) { return x.name == h.name; });
+      o.response_headers.push_back(std::move(h));
     } else if (arg == "--access-log") {
       o.access_log = need();
       if (o.access_log.empty()) throw UsageError("--access-log: expected a path");

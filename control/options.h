@@ -3,6 +3,7 @@
 // UsageError (exit status 2 in main) naming the flag and what was expected.
 
 #include "dataplane/address.h"
+#include "http/message.h"
 #include "http/proxy_config.h"
 #include "quic/endpoint.h"
 
@@ -63,6 +64,7 @@ struct Options {
   uint64_t per_source_validated_rate = 5000; // proven sources (Retry token, NEW_TOKEN, TCP)
   std::string log_level = "info";
   std::string access_log; // path; empty: none
+  std::vector<http::Header> response_headers; // added to every response lacking them
   uint64_t idle_timeout_ms = 30000;
   uint64_t handshake_timeout_ms = 10000;
   uint64_t max_streams = 100;

@@ -284,6 +284,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   h3_limits_.max_header_fields = opts_.max_header_fields;
   h3_limits_.max_request_body = opts_.max_request_body;
   h3_limits_.max_body_per_connection = opts_.max_body_per_connection;
+  h3_limits_.response_headers = &opts_.response_headers;
 
   std::vector<dataplane::Address> listen = opts_.listen;
   std::string dataplane_info;
@@ -412,6 +413,7 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
   }
   http::SessionEnv env;
   env.router = router;
+  env.response_headers = &opts_.response_headers;
   env.limits.max_header_size = opts_.max_header_size;
   env.limits.max_header_fields = opts_.max_header_fields;
   env.limits.max_concurrent_streams = static_cast<uint32_t>(opts_.max_streams);

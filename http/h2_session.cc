@@ -56,6 +56,7 @@ class H2Session final : public TcpSession, public ProxyListener {
 public:
   explicit H2Session(const SessionEnv &env)
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
+    head_.set_extra(env.response_headers);
     nghttp2_session_callbacks *cb;
     nghttp2_session_callbacks_new(&cb);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);

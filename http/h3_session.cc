@@ -214,6 +214,7 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
                      const H3Limits &limits, H3Stats &stats)
     : transport_(transport), router_(std::move(router)), limits_(limits), stats_(stats),
       budget_(limits.budget, limits.max_body_per_connection), ra_pool_(limits.read_ahead) {
+  head_.set_extra(limits.response_headers);
   nghttp3_callbacks cbs{};
   cbs.stream_close = cb_stream_close;
   cbs.recv_data = cb_recv_data;

@@ -62,6 +62,8 @@ struct H3Limits {
   ReadAheadPool *read_ahead = nullptr;
   // The worker's access log; null: none.
   AccessLogBuffer *access_log = nullptr;
+  // Configured response fields (response_headers); null: none.
+  const std::vector<Header> *response_headers = nullptr;
 };
 
 // Per-worker counters; plain fields, one writer (the worker).

@@ -1,7 +1,9 @@
 #include "http/response_head.h"
 
+#include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 namespace xdpq::http {
@@ -30,7 +32,11 @@ void ResponseHead::build(const Response &resp, std::string_view alt_svc) {
   std::to_chars(status_, status_ + 3, code_);
   status_[3] = '\0';
   fields_.clear();
-  fields_.push_back({"server", "xdpq"});
+  bool own_server = true;
+  if (extra_) {
+    for (const auto &h : *extra_) own_server &= h.name != "server";
+  }
+  if (own_server) fields_.push_back({"server", "xdpq"});
   if (!resp.headers.find("date")) fields_.push_back({"date", http_date_now(), true});
   if (code_ != 304 && code_ != 204 && !resp.length_unknown) {
     auto [end, ec] = std::to_chars(content_length_, content_length_ + sizeof(content_length_),
@@ -44,6 +50,44 @@ void ResponseHead::build(const Response &resp, std::string_view alt_svc) {
     fields_.push_back({"alt-svc", alt_svc});
   for (const auto &h : resp.headers)
     fields_.push_back({h.name, h.value});
+  if (extra_) {
+    for (const auto &h : *extra_) {
+      if (!resp.headers.find(h.name)) fields_.push_back({h.name, h.value});
+    }
+  }
+}
+
+std::string parse_response_field(std::string_view line, Header &out) {
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) return "expected \"Name: value\"";
+  std::string name(line.substr(0, colon));
+  for (char &c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    // RFC 9110 5.6.2 tchar
+    const bool tchar =
+        u != 0 && (std::isalnum(u) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
+    if (!tchar || u >= 0x80) return "the name \"" + name + "\" is not a token";
+    c = static_cast<char>(std::tolower(u));
+  }
+  std::string_view v = line.substr(colon + 1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  for (char c : v) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\t') || u == 0x7f)
+      return "the value of " + name + " has a control character";
+  }
+  static constexpr std::string_view OWNED[] = {
+      "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
+      "upgrade",        "te",                "trailer",    "date",       "alt-svc",
+      "content-type",   "content-range",     "etag",       "last-modified",
+      "accept-ranges",  "content-encoding",  "location"};
+  for (auto o : OWNED) {
+    if (name == o) return name + " is set by the server per response, not configurable";
+  }
+  out.name = std::move(name);
+  out.value = std::string(v);
+  return {};
 }
 
 void ResponseHead::append_http1(std::string &out, bool close) const {

@@ -1,7 +1,8 @@
 #pragma once
 // The response head, decided once for every protocol: :status, server,
 // date, content-length (not for 204 and 304), alt-svc where the transport
-// advertises one (the TCP side), then the handler's headers. HTTP/3 and
+// advertises one (the TCP side), then the handler's headers, then the
+// operator's configured fields that the response does not have already. HTTP/3 and
 // HTTP/2 turn the fields into their name/value arrays, HTTP/1.1 writes them
 // out as text; none of them spells the rule again.
 //
@@ -30,8 +31,19 @@ struct HeadField {
 // call on this thread in another second.
 std::string_view http_date_now();
 
+// One configured response field, "Name: value" (response_headers): the
+// name a token, lower-cased; the value visible characters, spaces and tabs,
+// trimmed. Fields the server owns (framing, validators, content type, Date,
+// Alt-Svc, connection-specific ones) are refused. Returns the reason, or
+// empty when out is filled.
+std::string parse_response_field(std::string_view line, Header &out);
+
 class ResponseHead {
 public:
+  // Fields added to every response that lacks them (not owned: they live
+  // as long as the configuration). A "server" among them replaces ours.
+  void set_extra(const std::vector<Header> *extra) { extra_ = extra; }
+
   // Adds date (RFC 9110 6.6.1) unless the Response has one (a proxied
   // upstream's).
   void build(const Response &resp, std::string_view alt_svc = {});
@@ -48,6 +60,7 @@ private:
   char content_length_[24] = {};
   int code_ = 0;
   std::vector<HeadField> fields_;
+  const std::vector<Header> *extra_ = nullptr;
 };
 
 } // namespace xdpq::http

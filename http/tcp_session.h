@@ -82,6 +82,7 @@ struct SessionEnv {
   std::string alt_svc; // value of the alt-svc header; empty: none
   Proxy *proxy = nullptr; // the worker's reverse proxy; null: none configured
   AccessLogBuffer *access_log = nullptr; // the worker's; null: none
+  const std::vector<Header> *response_headers = nullptr; // configured fields; null: none
 };
 
 // What a session may ask of the connection under it.

@@ -294,6 +294,22 @@ class ProxyTest(TimedTestCase):
             self.assertGreaterEqual(total(stats, "upstream0_requests"), 6)
             self.assertGreaterEqual(total(stats, "upstream0_reused"), 1)  # keep-alive pool
 
+    def test_configured_response_headers_where_missing(self):
+        extra = ("--response-header", "X-Upstream: configured", "--response-header",
+                 "Strict-Transport-Security: max-age=600")
+        with self.serve(f"/app={self.app.url}", extra=extra) as srv:
+            for http in TCP:
+                st, hdr, _, _, _ = curl(srv, "/app/info", http=http)
+                self.assertEqual(st, 200, http)
+                self.assertEqual(hdr["x-upstream"], "a", http)  # the upstream's own wins
+                self.assertEqual(hdr["strict-transport-security"], "max-age=600", http)
+                st, hdr, _, _, _ = curl(srv, "/healthz", http=http)
+                self.assertEqual(hdr["x-upstream"], "configured", http)
+                self.assertEqual(hdr["strict-transport-security"], "max-age=600", http)
+                self.assertEqual(hdr["server"], "xdpq", http)
+                st, hdr, _, _, _ = curl(srv, "/nothere", http=http)
+                self.assertEqual((st, hdr["x-upstream"]), (404, "configured"), http)
+
     def test_each_http3_request_reaches_the_upstream_once(self):
         # A request whose HEADERS end the stream was started on the
         # upstream twice (at the end of its headers and at the end of its

@@ -443,3 +443,17 @@ TEST(Config, ProxyHealthChecksFromTheFile) {
   auto e = error_of({"--config", bad});
   EXPECT_NE(e.find(bad + ":2: proxy_defaults.health_check"), std::string::npos) << e;
 }
+
+TEST(Config, ResponseHeadersFromTheFile) {
+  auto path = write_config("[http]\nresponse_headers = [\"Cache-Control: public, max-age=60\",\n"
+                           "  \"X-Frame-Options: DENY\"]\n");
+  auto o = parse({"--config", path, "--response-header", "X-Frame-Options: SAMEORIGIN"});
+  ASSERT_EQ(o.response_headers.size(), 2u);
+  EXPECT_EQ(o.response_headers[0].name, "cache-control");
+  EXPECT_EQ(o.response_headers[0].value, "public, max-age=60");
+  EXPECT_EQ(o.response_headers[1].value, "SAMEORIGIN"); // the command line's, later
+  auto bad = write_config("[http]\n\nresponse_headers = [\"Date: yesterday\"]\n");
+  auto e = error_of({"--config", bad});
+  EXPECT_NE(e.find(bad + ":3"), std::string::npos) << e;
+  EXPECT_NE(e.find("date is set by the server per response"), std::string::npos) << e;
+}

@@ -144,3 +144,25 @@ TEST(Options, QuicLb) {
     EXPECT_NE(std::string(usage_text()).find(flag), std::string::npos) << flag;
   }
 }
+
+TEST(Options, ResponseHeaders) {
+  auto o = parse({"--response-header", "Strict-Transport-Security:  max-age=63072000 ",
+                  "--response-header", "Server: edge", "--response-header", "server: edge-2"});
+  ASSERT_EQ(o.response_headers.size(), 2u);
+  EXPECT_EQ(o.response_headers[0].name, "strict-transport-security");
+  EXPECT_EQ(o.response_headers[0].value, "max-age=63072000");
+  EXPECT_EQ(o.response_headers[1].name, "server"); // given again: replaced
+  EXPECT_EQ(o.response_headers[1].value, "edge-2");
+  EXPECT_NE(error_of({"--response-header", "no colon"}).find("expected \"Name: value\""),
+            std::string::npos);
+  EXPECT_NE(error_of({"--response-header", "Bad Name: x"}).find("is not a token"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--response-header", std::string("X-A: b\r\nSet-Cookie: c", 22)})
+                .find("control character"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--response-header", "Content-Length: 5"}).find("not configurable"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--response-header", "Transfer-Encoding: chunked"}).find("not configurable"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--response-header", ":status: 200"}).find("expected"), std::string::npos);
+}

@@ -841,6 +841,22 @@ TEST_F(QuicPipe, OverTheWorkersQuicMemoryTheLargestConnectionCloses) {
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
 
+// Configured response fields reach HTTP/3 responses that lack them; a
+// configured Server replaces xdpq's.
+TEST_F(QuicPipe, ConfiguredResponseHeadersAreAdded) {
+  const std::vector<http::Header> extra = {{"strict-transport-security", "max-age=63072000"},
+                                           {"server", "edge"}};
+  http::H3Limits h3;
+  h3.response_headers = &extra;
+  start({}, h3);
+  const auto &r = fetch("GET", "/healthz");
+  EXPECT_EQ(r.status, 200);
+  ASSERT_TRUE(r.headers.contains("strict-transport-security"));
+  EXPECT_EQ(r.headers.at("strict-transport-security"), "max-age=63072000");
+  ASSERT_TRUE(r.headers.contains("server"));
+  EXPECT_EQ(r.headers.at("server"), "edge");
+}
+
 // Regression: every datagram went out at the full 1452 bytes from the
 // first flight on, with no path MTU discovery: behind a VPN or PPPoE
 // (an MTU under 1480) the handshake or every full-size packet was lost,
