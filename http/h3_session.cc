@@ -246,7 +246,7 @@ H3Session::~H3Session() {
   if (ra_pool_) {
     // Streams still open die with the connection: their share goes back.
     ra_pool_->held -= std::min(read_ahead_held_, ra_pool_->held);
-    if (pool_waiting_) std::erase(ra_pool_->waiting, this);
+    if (pool_waiting_) ra_pool_->waiting.erase(pool_place_);
     ra_pool_->wake();
   }
 }
@@ -269,6 +269,14 @@ void H3Session::log_request(Stream &s) {
 void H3Session::wake_for_read_ahead() {
   pool_waiting_ = false;
   transport_.app_want_write();
+}
+
+void H3Session::wait_for_pool(bool front) {
+  if (pool_waiting_ || !ra_pool_ || !ra_pool_->full()) return;
+  pool_waiting_ = true;
+  pool_place_ = front ? ra_pool_->waiting.insert(ra_pool_->waiting.begin(), this)
+                      : ra_pool_->waiting.insert(ra_pool_->waiting.end(), this);
+  stats_.read_ahead_waits += 1;
 }
 
 uint64_t H3Session::read_ahead_room() const {
@@ -380,7 +388,13 @@ void H3Session::stop_waiting(Stream &s) {
 // waiting for the connection's window or room read again once both are
 // there; each re-checks when nghttp3 asks it.
 void H3Session::wake_readers() {
-  if (read_ahead_room() == 0 || transport_.app_conn_credit() == 0) return;
+  if (transport_.app_conn_credit() == 0) return;
+  if (read_ahead_room() == 0) {
+    // Woken by the pool, and others took the room first: wait again, at
+    // the front (nothing else would wake this session).
+    wait_for_pool(true);
+    return;
+  }
   for (size_t i = 0; i < read_waiting_.size();) {
     Stream *w = read_waiting_[i];
     if (!w->waits_for_conn) {
@@ -745,13 +759,9 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
     limit = std::min<uint64_t>({limit, stream_credit, conn_credit, room});
     if (limit == 0) {
       wait_to_read(s, stream_credit > 0);
-      if (room == 0 && ra_pool_ && ra_pool_->full() && !pool_waiting_) {
-        // The worker's limit, not ours: woken when another connection
-        // lets go of some.
-        pool_waiting_ = true;
-        ra_pool_->waiting.push_back(this);
-        stats_.read_ahead_waits += 1;
-      }
+      // The worker's limit, not ours: woken when another connection lets
+      // go of some.
+      if (room == 0) wait_for_pool(false);
       return NGHTTP3_ERR_WOULDBLOCK;
     }
   }

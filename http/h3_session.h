@@ -18,7 +18,7 @@
 #include <nghttp3/nghttp3.h>
 
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <memory>
 #include <vector>
 
@@ -34,7 +34,7 @@ struct ReadAheadPool {
   static constexpr uint64_t DEFAULT_LIMIT = 256u << 20;
   uint64_t limit = DEFAULT_LIMIT;
   uint64_t held = 0;
-  std::deque<H3Session *> waiting; // sessions with a stream waiting for room
+  std::list<H3Session *> waiting; // sessions with a stream waiting for room
   bool full() const { return held >= limit; }
   // Wakes up to WAKE_BATCH waiting sessions while there is room: each one
   // that still finds none queues again at the back.
@@ -191,7 +191,11 @@ private:
   static constexpr uint64_t MAX_READ_AHEAD = 4u << 20;
   uint64_t read_ahead_held_ = 0;
   ReadAheadPool *ra_pool_ = nullptr; // the worker's (limits_.read_ahead)
-  bool pool_waiting_ = false;        // in ra_pool_->waiting
+  bool pool_waiting_ = false;        // in ra_pool_->waiting, at pool_place_
+  std::list<H3Session *>::iterator pool_place_;
+  // A stream of ours waits for the worker's pool: queue there (front: a
+  // session woken that found the room taken again keeps its turn).
+  void wait_for_pool(bool front);
   void hold_read_ahead(uint64_t n);
   void release_read_ahead(uint64_t n);
   uint64_t read_ahead_room() const;

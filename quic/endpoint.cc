@@ -417,6 +417,25 @@ void Endpoint::send_stateless_reset(const dataplane::RxDatagram &dg,
 
 void Endpoint::end_of_pass() {
   write_blocked_ = false;
+  write_pending();
+  if (cfg_.max_memory && memory() > cfg_.max_memory) reap_memory();
+  if (retired_.empty()) return;
+  for (Connection *c : retired_) {
+    drop_routes(c);
+    sources_.release(c->source_slot, c->source_unproven);
+    if (c->pending_write) {
+      std::erase(pending_writes_, c);
+    }
+    stats_.conns_closed += 1;
+    conns_.erase(c);
+  }
+  retired_.clear();
+  // A connection freed just now may have let others go on (the file
+  // read-ahead it held): they write in this pass, not at the next event.
+  if (!write_blocked_) write_pending();
+}
+
+void Endpoint::write_pending() {
   // Connections may queue themselves again while we write (timers): swap.
   size_t i = 0;
   for (; i < pending_writes_.size(); ++i) {
@@ -432,17 +451,6 @@ void Endpoint::end_of_pass() {
     c->pending_write = false;
   }
   pending_writes_.erase(pending_writes_.begin(), pending_writes_.begin() + static_cast<long>(i));
-  if (cfg_.max_memory && memory() > cfg_.max_memory) reap_memory();
-  for (Connection *c : retired_) {
-    drop_routes(c);
-    sources_.release(c->source_slot, c->source_unproven);
-    if (c->pending_write) {
-      std::erase(pending_writes_, c);
-    }
-    stats_.conns_closed += 1;
-    conns_.erase(c);
-  }
-  retired_.clear();
 }
 
 // Over the worker's QUIC memory: the connections holding the most are

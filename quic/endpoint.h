@@ -271,6 +271,7 @@ private:
   size_t handshakes_in_progress_ = 0;
   int64_t memory_ = 0; // what ngtcp2 holds for all our connections (charge_memory)
   void reap_memory();
+  void write_pending(); // the connections that asked to write, in order
 
 public:
   // ngtcp2's allocations and frees for one of our connections.
