@@ -230,6 +230,12 @@ std::string Server::upgrade() {
     if (s.kind == Inheritance::Kind::udp) stop[static_cast<size_t>(s.worker)].push_back(s.fd);
     control_taken |= s.kind == Inheritance::Kind::control;
   }
+  // AF_XDP: while the new process took the queues, our workers served on
+  // duplicates of the reserved sockets (release_afxdp()), which the new
+  // process reads now (its side door): stop reading them too.
+  for (size_t j = 0; j < afxdp_released_ && j < prev; ++j) {
+    for (int fd : workers_[j]->datagram_port().fds()) stop[j].push_back(fd);
+  }
   for (size_t j = 0; j < prev; ++j) {
     std::vector<dataplane::HandoffRing *> rings;
     for (size_t i = 0; i < next; ++i) rings.push_back(&upgrade_region_->ring(i * prev + j));

@@ -484,6 +484,11 @@ uint64_t AfXdpPort::resolve_link(const Address &dst) {
     uint64_t gw = tagged(next_hops_->neighbor(hop.via));
     return gw ? gw : learned;
   }
+  case KernelNextHops::Hop::Kind::local:
+    // This host itself (a client on it, through the kernel's socket): never
+    // a MAC on the wire, whatever a packet forged with this host's address
+    // taught us. The kernel's socket delivers it.
+    return 0;
   case KernelNextHops::Hop::Kind::unknown:   // asked; meanwhile what we learned
   case KernelNextHops::Hop::Kind::elsewhere: // not through this interface
     break;
@@ -506,6 +511,12 @@ void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t l
     // neighbour entry is not resolved yet. The kernel's socket can send
     // it: the kernel routes and resolves.
     const uint16_t l = static_cast<uint16_t>(len);
+    // What waits for the ring leaves first: a peer whose link went unknown
+    // must not see this datagram overtake its predecessors.
+    if (!pending_.empty()) {
+      xdp_stats_.tx_order_flushes += 1;
+      submit_ring();
+    }
     if (send_via_kernel(path, ecn, &f, &l, 1, 0)) {
       xdp_stats_.tx_kernel_no_link += 1;
     } else {

@@ -274,8 +274,11 @@ void KernelNextHops::on_route(const nlmsghdr *h) {
   auto it = routes_.find(dst);
   if (it == routes_.end()) return; // flushed since we asked
   Hop &hop = it->second.hop;
-  if (rt->rtm_type != RTN_UNICAST || oif != ifindex_) {
-    hop.kind = Hop::Kind::elsewhere; // local, unreachable, or another interface
+  if (rt->rtm_type == RTN_LOCAL) {
+    hop.kind = Hop::Kind::local;
+    hop.via = dst;
+  } else if (rt->rtm_type != RTN_UNICAST || oif != ifindex_) {
+    hop.kind = Hop::Kind::elsewhere; // unreachable, or another interface
     hop.via = dst;
   } else if (have_gw) {
     hop.kind = Hop::Kind::gateway;

@@ -47,7 +47,8 @@ struct NextHopStats {
 class KernelNextHops {
 public:
   struct Hop {
-    enum class Kind : uint8_t { unknown, onlink, gateway, elsewhere };
+    // local: an address of this host (its packets come through the kernel)
+    enum class Kind : uint8_t { unknown, onlink, gateway, elsewhere, local };
     Kind kind = Kind::unknown;
     Address via; // the gateway (kind gateway), else the destination itself
   };
