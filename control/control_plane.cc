@@ -26,15 +26,22 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <condition_variable>
+#include <exception>
 #include <fstream>
-#include <future>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "xdpq_version.h"
 
 namespace xdpq::control {
 
 namespace {
+// How long a reload may take to check the new configuration.
+constexpr std::chrono::seconds RELOAD_CHECK_LIMIT{30};
+
 bool same_fields(const std::vector<http::Header> &a, const std::vector<http::Header> &b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [](const auto &x, const auto &y) { return x.name == y.name && x.value == y.value; });
@@ -61,7 +68,9 @@ std::string Server::reload() {
     std::shared_ptr<quic::TlsConfig> cfg;
     std::string result;
   };
-  auto stage = [this] {
+  // Everything the check reads is copied in: if it outlives the reload (a
+  // resolver that never answers), it touches nothing of ours.
+  auto stage = [opts_ = opts_, argv_ = argv_, tls_cfg_ = tls_cfg_, secrets_ = secrets_] {
     Staged st{nullptr, opts_.log_level, opts_.cert_file, opts_.key_file, nullptr, {}};
     // Re-read the configuration file for what can change without a
     // restart; the command line's flags still override it.
@@ -81,10 +90,10 @@ std::string Server::reload() {
       }
       if (fresh.listen != opts_.listen || fresh.dataplane != opts_.dataplane ||
           fresh.workers != opts_.workers || fresh.queues != opts_.queues ||
-          fresh.docroot != opts_.docroot ||
+          fresh.docroot != opts_.docroot || fresh.access_log != opts_.access_log ||
           !same_fields(fresh.response_headers, opts_.response_headers)) {
-        LOG_WARN("reload: listen addresses, dataplane, workers, queues, docroot and response "
-                 "header changes need a restart; kept the running ones");
+        LOG_WARN("reload: listen addresses, dataplane, workers, queues, docroot, access log path "
+                 "and response header changes need a restart; kept the running ones");
       }
     }
     if (st.cert_file.empty()) {
@@ -110,13 +119,48 @@ std::string Server::reload() {
   try {
     // Checked on a thread of its own: resolving upstream names can wait on
     // a resolver that does not answer for longer than systemd's watchdog
-    // allows, and this thread feeds the watchdog meanwhile. Nothing else
-    // changes what the stage reads while this thread waits for it.
-    auto staging = std::async(std::launch::async, stage);
-    while (staging.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    // allows, and this thread feeds the watchdog meanwhile, for at most
+    // RELOAD_CHECK_LIMIT: then the reload fails and the check, left to
+    // finish alone, is dropped.
+    struct Pending {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      std::optional<Staged> st;
+      std::exception_ptr error;
+    };
+    auto pending = std::make_shared<Pending>();
+    std::thread([pending, stage = std::move(stage)] {
+      std::optional<Staged> st;
+      std::exception_ptr error;
+      try {
+        st = stage();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard lock(pending->mu);
+      pending->st = std::move(st);
+      pending->error = error;
+      pending->done = true;
+      pending->cv.notify_all();
+    }).detach();
+    const auto give_up = std::chrono::steady_clock::now() + RELOAD_CHECK_LIMIT;
+    std::unique_lock lock(pending->mu);
+    while (!pending->done) {
+      if (std::chrono::steady_clock::now() >= give_up) {
+        throw std::runtime_error("checking the new configuration took longer than " +
+                                 std::to_string(RELOAD_CHECK_LIMIT.count()) +
+                                 " s (a name whose resolver does not answer, a file that does "
+                                 "not open)");
+      }
+      lock.unlock();
       feed_watchdog();
+      lock.lock();
+      pending->cv.wait_for(lock, std::chrono::milliseconds(100));
     }
-    Staged st = staging.get();
+    if (pending->error) std::rethrow_exception(pending->error);
+    Staged st = std::move(*pending->st);
+    lock.unlock();
     result = st.result;
     // Last: nothing above changed anything, and below only the first step
     // can fail (before it changes anything): a failed reload changes nothing.
@@ -297,7 +341,9 @@ struct Server::ControlLoop final : public dataplane::LoopHandler {
       bool alive = true;
       for (size_t i = 0; i < srv.workers_.size(); ++i) {
         uint64_t b = srv.workers_[i]->heartbeat();
-        if (b == beats[i] && !srv.workers_[i]->stopped()) alive = false;
+        if ((b == beats[i] && !srv.workers_[i]->stopped()) || srv.workers_[i]->failed()) {
+          alive = false;
+        }
         beats[i] = b;
       }
       if (alive) sd_notify_state("WATCHDOG=1");

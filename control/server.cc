@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -181,7 +182,12 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
       const auto slash = opts_.access_log.rfind('/');
       const std::string dir =
           slash == std::string::npos ? "." : opts_.access_log.substr(0, slash + 1);
-      if (access(opts_.access_log.c_str(), W_OK) != 0 && access(dir.c_str(), W_OK) != 0) {
+      struct stat st {};
+      const bool exists = stat(opts_.access_log.c_str(), &st) == 0;
+      if (exists && !S_ISREG(st.st_mode)) {
+        throw UsageError("--access-log " + opts_.access_log + ": not a regular file");
+      }
+      if (access(exists ? opts_.access_log.c_str() : dir.c_str(), W_OK) != 0) {
         throw UsageError("--access-log " + opts_.access_log + ": cannot be written (" +
                          strerror(errno) + ")");
       }

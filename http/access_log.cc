@@ -1,5 +1,7 @@
 #include "http/access_log.h"
 
+#include "base/log.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -24,30 +26,45 @@ int open_log(const std::string &path) {
 
 } // namespace
 
-AccessLog::AccessLog(std::string path) : path_(std::move(path)), fd_(open_log(path_)) {}
+AccessLog::AccessLog(std::string path)
+    : path_(std::move(path)), file_(std::make_shared<File>(open_log(path_))) {}
 
-AccessLog::~AccessLog() {
-  if (fd_ >= 0)
-    ::close(fd_);
+AccessLog::~AccessLog() = default;
+
+AccessLog::File::~File() { ::close(fd); }
+
+std::shared_ptr<AccessLog::File> AccessLog::file() const {
+  std::lock_guard lock(mu_);
+  return file_;
 }
 
 void AccessLog::reopen() {
-  int fd = open_log(path_);
+  auto fresh = std::make_shared<File>(open_log(path_));
   std::lock_guard lock(mu_);
-  ::close(fd_);
-  fd_ = fd;
+  file_.swap(fresh); // the old file closes once no write holds it
 }
 
-void AccessLog::write(std::string_view lines) {
-  std::lock_guard lock(mu_);
+bool AccessLog::write(std::string_view lines) {
+  const auto f = file();
+  bool partial = false;
   while (!lines.empty()) {
-    ssize_t n = ::write(fd_, lines.data(), lines.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return; // a full disk loses lines, never the worker's time
+    ssize_t n = ::write(f->fd, lines.data(), lines.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // A full disk or an I/O error loses these lines, never the worker's
+      // time. A line cut short is ended, so the next one starts afresh.
+      const int err = errno;
+      if (partial && lines.data()[-1] != '\n') {
+        [[maybe_unused]] ssize_t r = ::write(f->fd, "\n", 1);
+      }
+      errno = err;
+      lost_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
     lines.remove_prefix(static_cast<size_t>(n));
+    partial = true;
   }
+  return true;
 }
 
 void AccessLogBuffer::append_escaped(std::string_view s) {
@@ -121,9 +138,15 @@ void AccessLogBuffer::record(const dataplane::Address *peer, const Request &req,
 }
 
 void AccessLogBuffer::flush() {
-  if (buf_.empty())
-    return;
-  log_->write(buf_);
+  if (buf_.empty()) return;
+  const bool ok = log_->write(buf_);
+  if (!ok && !failing_) {
+    LOG_WARN("access log %s: %s; lines are lost until writing works again",
+             log_->path().c_str(), std::strerror(errno));
+  } else if (ok && failing_) {
+    LOG_INFO("access log %s: writing again", log_->path().c_str());
+  }
+  failing_ = !ok;
   buf_.clear();
 }
 

@@ -12,13 +12,17 @@
 //
 // Each worker appends lines to its own buffer and writes it out when it is
 // full, on the worker's heartbeat and when the worker ends: no lock and no
-// system call per request. The file is opened O_APPEND, so the workers'
-// writes never interleave inside a line; reopen() (SIGHUP, after logrotate
-// moved the file) switches every worker to a new file at the same path.
+// system call per request. The workers write the file themselves, as
+// nginx's do: a disk that stalls stalls the writing worker, never the
+// others (no lock is held across a write). The file is opened O_APPEND, so
+// their writes never interleave inside a line; reopen() (SIGHUP, after
+// logrotate moved the file) switches every worker to a new file at the same
+// path, and the old one closes when its last write is done.
 
 #include "dataplane/address.h"
 #include "http/message.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -38,14 +42,23 @@ public:
   // Opens the path again; the old file is closed once nothing writes to it.
   // Throws std::runtime_error, leaving the old file in use.
   void reopen();
-  // Appends whole lines (from a worker's buffer).
-  void write(std::string_view lines);
+  // Appends whole lines (from a worker's buffer). False when some were
+  // lost (a full disk, an I/O error): counted in lost_writes().
+  bool write(std::string_view lines);
   const std::string &path() const { return path_; }
+  uint64_t lost_writes() const { return lost_.load(std::memory_order_relaxed); }
 
 private:
+  struct File {
+    explicit File(int f) : fd(f) {}
+    ~File();
+    int fd;
+  };
+  std::shared_ptr<File> file() const;
   std::string path_;
-  std::mutex mu_;
-  int fd_ = -1;
+  mutable std::mutex mu_; // guards file_ itself, never a write
+  std::shared_ptr<File> file_;
+  std::atomic<uint64_t> lost_{0};
 };
 
 // One worker's lines on their way to the log.
@@ -72,6 +85,7 @@ private:
   std::shared_ptr<AccessLog> log_;
   std::string buf_;
   int64_t stamped_second_ = -1;
+  bool failing_ = false; // the last write lost lines (logged once per episode)
   char stamp_[32] = {};
 };
 

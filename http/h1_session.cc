@@ -539,7 +539,9 @@ private:
     // A HEAD gets the head alone, an error's too: once this message's head
     // is parsed (before, req_ may still hold the previous request's).
     make_error(resp, status, in_message_ && !in_headers_ && req_.method == "HEAD");
+    log_blank_ = !in_message_;
     enqueue(resp, true);
+    log_blank_ = false;
     in_message_ = false;
     in_headers_ = false;
     // Nothing more is parsed: the connection ends after this response. (Not
@@ -592,6 +594,12 @@ private:
   void note_for_log(Queued &q) {
     if (!env_.access_log) return;
     q.logged = std::make_unique<Request>();
+    if (log_blank_) {
+      // Refused before the parser began a message (a bad method byte on a
+      // kept-alive connection): req_ still holds the previous request.
+      q.begun_ns = now_;
+      return;
+    }
     q.logged->method = req_.method;
     q.logged->path = req_.path;
     for (const char *name : {"referer", "user-agent"}) {
@@ -603,8 +611,9 @@ private:
 
   void finish_log(Queued &q) {
     if (!q.logged) return;
-    log_request(env_, *q.logged, q.logged_http10 ? "HTTP/1.0" : "HTTP/1.1", q.status, q.body_off,
-                q.begun_ns);
+    // Status 0: its head never left (the connection ended before it).
+    log_request(env_, *q.logged, q.logged_http10 ? "HTTP/1.0" : "HTTP/1.1",
+                q.head_off == 0 ? 0 : q.status, q.body_off, q.begun_ns);
     q.logged.reset();
   }
 
@@ -633,6 +642,7 @@ private:
   bool paused_ = false;
   bool closing_ = false;
   bool close_after_current_ = false;
+  bool log_blank_ = false; // fail() before a message began: req_ is not this one
   uint64_t started_ = 0;
   uint64_t now_ = 0;
   std::deque<Queued> queue_;

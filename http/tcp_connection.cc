@@ -25,8 +25,10 @@ constexpr std::string_view PLAINTEXT_REPLY =
 
 class TcpConnectionImpl final : public TcpConnection, public SessionHost {
 public:
-  TcpConnectionImpl(TcpServer &srv, int fd, bool tls, uint32_t source_slot)
-      : srv_(srv), fd_(fd), tls_(tls), source_slot_(source_slot), timer_(on_timer, this) {
+  TcpConnectionImpl(TcpServer &srv, int fd, bool tls, uint32_t source_slot,
+                    const dataplane::Address &peer)
+      : srv_(srv), fd_(fd), tls_(tls), source_slot_(source_slot), timer_(on_timer, this),
+        peer_(peer) {
     uint64_t now = srv_.loop().now();
     accepted_at_ = last_activity_ = last_progress_ = now;
     state_ = tls_ ? State::peek : State::detect;
@@ -35,7 +37,7 @@ public:
   }
 
   ~TcpConnectionImpl() override {
-    session_.reset(); // it may still ask for the peer (the access log)
+    session_.reset(); // before the socket closes (it may still write its log lines)
     srv_.loop().timers().cancel(timer_);
     if (ssl_)
       SSL_free(ssl_);
@@ -82,17 +84,8 @@ public:
     }
   }
 
-  const dataplane::Address *session_peer() const override {
-    if (!peer_known_) {
-      sockaddr_storage ss{};
-      socklen_t sl = sizeof(ss);
-      if (fd_ < 0 || getpeername(fd_, reinterpret_cast<sockaddr *>(&ss), &sl) != 0)
-        return nullptr;
-      peer_ = dataplane::Address::from(reinterpret_cast<sockaddr *>(&ss), sl);
-      peer_known_ = true;
-    }
-    return &peer_;
-  }
+  // From accept(): valid after the peer reset the connection too.
+  const dataplane::Address *session_peer() const override { return &peer_; }
 
   bool session_tls() const override { return tls_; }
 
@@ -427,8 +420,7 @@ private:
   bool input_ended_ = false; // the session was told
   bool dead_ = false;
   bool wake_pending_ = false;
-  mutable dataplane::Address peer_; // session_peer()'s answer, asked once
-  mutable bool peer_known_ = false;
+  const dataplane::Address peer_; // as accept() reported it
   bool h2_ = false;
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;
@@ -437,8 +429,9 @@ private:
 } // namespace
 
 std::unique_ptr<TcpConnection> make_tcp_connection(TcpServer &srv, int fd, bool tls,
-                                                   uint32_t source_slot) {
-  return std::make_unique<TcpConnectionImpl>(srv, fd, tls, source_slot);
+                                                   uint32_t source_slot,
+                                                   const dataplane::Address &peer) {
+  return std::make_unique<TcpConnectionImpl>(srv, fd, tls, source_slot, peer);
 }
 
 } // namespace xdpq::http

@@ -28,9 +28,10 @@ public:
   virtual void resume() = 0;
 };
 
-// A connection accepted on fd (non-blocking), TLS or cleartext, holding its
-// source's slot in the server's per-source limiter.
+// A connection accepted on fd (non-blocking) from peer, TLS or cleartext,
+// holding its source's slot in the server's per-source limiter.
 std::unique_ptr<TcpConnection> make_tcp_connection(TcpServer &srv, int fd, bool tls,
-                                                   uint32_t source_slot);
+                                                   uint32_t source_slot,
+                                                   const dataplane::Address &peer);
 
 } // namespace xdpq::http

@@ -155,7 +155,7 @@ void TcpServer::accept_all(Listener &l) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     stats_.accepted += 1;
-    auto c = make_tcp_connection(*this, fd, l.tls, slot);
+    auto c = make_tcp_connection(*this, fd, l.tls, slot, peer);
     TcpConnection *raw = c.get();
     conns_.emplace(raw, std::move(c));
   }
