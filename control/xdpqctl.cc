@@ -101,15 +101,18 @@ int main(int argc, char **argv) {
                  socket_path.c_str(), std::strerror(errno));
     return 2;
   }
-  // A user's xdpqctl asks and believes only that user's xdpqd (or
-  // root's): in a shared directory (the /tmp fallback) another user can put
-  // a socket where ours is expected. Root may ask any (a service user's).
+  // A user's xdpqctl asks and believes only that user's xdpqd: in a
+  // shared directory (the /tmp fallback) another user can put a socket (or
+  // a link to some other service's) where ours is expected. (A root xdpqd
+  // answers only root.) Root may ask any: a service user's.
   ucred cred{};
   socklen_t cred_len = sizeof(cred);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 ||
-      (geteuid() != 0 && cred.uid != geteuid() && cred.uid != 0)) {
-    std::fprintf(stderr,
-                 "xdpqctl: %s: served by uid %u, neither you nor root; not talking to it\n",
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) {
+    std::fprintf(stderr, "xdpqctl: %s: %s\n", socket_path.c_str(), std::strerror(errno));
+    return 2;
+  }
+  if (geteuid() != 0 && cred.uid != geteuid()) {
+    std::fprintf(stderr, "xdpqctl: %s: served by uid %u, not by you; not talking to it\n",
                  socket_path.c_str(), cred.uid);
     return 2;
   }

@@ -318,8 +318,16 @@ class ControlTest(TimedTestCase):
             self.assertEqual(rc, 2, out + err)  # the file system says no
             os.chmod(path, 0o666)               # even with the file opened up...
             rc, out, err = xdpqctl(srv, "status", user="nobody")
-            self.assertEqual(rc, 1, out + err)  # ...the daemon checks the peer's uid
-            self.assertIn("permission denied", out)
+            self.assertEqual(rc, 2, out + err)  # (xdpqctl refuses a server not its user's)
+            self.assertIn("not by you", err)
+            raw = subprocess.run(
+                ["runuser", "-u", "nobody", "--", sys.executable, "-c",
+                 "import socket, sys\n"
+                 "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+                 f"s.connect({path!r}); s.sendall(b'text\\tstatus\\n')\n"
+                 "sys.stdout.write(s.recv(4096).decode())\n"],
+                capture_output=True, text=True, timeout=15)
+            self.assertIn("permission denied", raw.stdout)  # ...the daemon checks the peer's uid
             os.chmod(path, 0o600)
             for junk in (os.urandom(300), b"x" * 20000, b"json\tstatus", b"\n", b"yaml\tstats\n",
                          b"json\t\xff\xfe\n"):
@@ -339,7 +347,8 @@ class ControlTest(TimedTestCase):
     def test_xdpqctl_talks_only_to_its_own_users_server(self):
         # Regression: xdpqctl asked, and believed, whatever listened at the
         # path; in the /tmp fallback another user can put a socket there.
-        # (Root's xdpqctl may ask any user's xdpqd: a service's.)
+        # (Root's xdpqctl may ask any user's xdpqd: a service's; the tests'
+        # own xdpqctl, as root, asks servers all the time.)
         d = tempfile.mkdtemp(prefix="xdpq-impostor-")
         os.chmod(d, 0o777)
         path = os.path.join(d, "xdpqd.sock")
@@ -363,7 +372,7 @@ class ControlTest(TimedTestCase):
             rc, out, err = xdpqctl(path, "status", user="daemon")
             self.assertEqual(rc, 2, out + err)
             self.assertNotIn("workers 99", out)
-            self.assertIn("neither you nor root", err)
+            self.assertIn("not by you", err)
             self.assertEqual(impostor.communicate(timeout=10)[0].strip(), "not asked")
         finally:
             impostor.kill()
