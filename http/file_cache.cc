@@ -217,28 +217,36 @@ void FileCache::sweep(uint64_t now_ns) {
   const uint64_t interval = std::max<uint64_t>(limits_.revalidate_ns, 1'000'000'000);
   if (swept_at_ != 0 && now_ns - swept_at_ < interval) return;
   swept_at_ = now_ns;
-  size_t checks = 0;
-  // From the least recently used, which lookups revalidate least.
-  for (auto next = lru_.end(); next != lru_.begin() && checks < SWEEP_CHECKS;) {
+  // From where the last run stopped, else from the least recently used end
+  // (which lookups revalidate least), towards the most recent.
+  auto next = lru_.end();
+  if (sweep_from_) {
+    auto it = map_.find(*sweep_from_);
+    if (it != map_.end()) next = std::next(it->second.lru);
+    sweep_from_.reset();
+  }
+  size_t steps = 0, checks = 0;
+  while (next != lru_.begin()) {
     auto cur = std::prev(next);
-    Slot &slot = (*cur)->second;
-    const FileEntry &e = *slot.entry;
-    if (e.fd < 0 || now_ns - slot.swept_ns < interval) {
-      next = cur;
-      continue;
+    if (steps == SWEEP_STEPS || checks == SWEEP_CHECKS) {
+      sweep_from_ = (*cur)->first; // the next run starts here
+      return;
     }
-    checks += 1;
-    slot.swept_ns = now_ns;
-    struct stat st {};
-    // No name left: nobody can ask for this file again under its path.
-    // Responses still reading it keep the entry (and its descriptor) alive
-    // until they finish.
-    if (fstat(e.fd, &st) == 0 && st.st_nlink == 0) {
-      erase(map_.find((*cur)->first)); // `next` stays valid
-      stats_.swept += 1;
-    } else {
-      next = cur;
+    steps += 1;
+    const FileEntry &e = *(*cur)->second.entry;
+    if (e.fd >= 0) {
+      checks += 1;
+      struct stat st {};
+      // No name left: nobody can ask for this file again under its path.
+      // Responses still reading it keep the entry (and its descriptor)
+      // alive until they finish.
+      if (fstat(e.fd, &st) == 0 && st.st_nlink == 0) {
+        erase(map_.find((*cur)->first)); // `next` stays valid
+        stats_.swept += 1;
+        continue;
+      }
     }
+    next = cur;
   }
 }
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -84,10 +85,13 @@ public:
   // whose paths nobody asks for any more: a large file's entry holds its
   // descriptor, and with it the file's disk space, until a lookup of its
   // path sees the change. Runs at most once per revalidate interval (and
-  // at most once a second); each run checks the descriptors not checked
-  // for that long, at most SWEEP_CHECKS of them, one fstat each.
+  // at most once a second); each run goes on where the last one stopped,
+  // through at most SWEEP_STEPS entries and SWEEP_CHECKS descriptors (one
+  // fstat each), so every entry is reached within entries / SWEEP_STEPS
+  // runs, however many there are.
   void sweep(uint64_t now_ns);
   static constexpr size_t SWEEP_CHECKS = 256;
+  static constexpr size_t SWEEP_STEPS = 1024;
 
   const FileCacheStats &stats() const { return stats_; }
 
@@ -97,7 +101,6 @@ private:
   struct Slot {
     std::shared_ptr<const FileEntry> entry;
     uint64_t checked_ns = 0;
-    uint64_t swept_ns = 0; // its descriptor's last check by sweep()
     std::list<Map::value_type *>::iterator lru;
   };
   Status open_entry(const std::string &rel, std::shared_ptr<const FileEntry> &out);
@@ -112,6 +115,7 @@ private:
   // through rehashing, so the list points at them.
   std::list<Map::value_type *> lru_;
   uint64_t swept_at_ = 0;
+  std::optional<std::string> sweep_from_; // the key the next sweep() starts at
   FileCacheStats stats_;
 };
 

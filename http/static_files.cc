@@ -295,6 +295,12 @@ int parse_range(std::string_view header, uint64_t size, uint64_t &first, uint64_
   return 1;
 }
 
+namespace {
+// One cache per worker thread and handler: workers share the router,
+// never a cache (no locks on the request path).
+thread_local std::unordered_map<uint64_t, std::unique_ptr<FileCache>> caches;
+} // namespace
+
 StaticFiles::StaticFiles(const std::string &docroot, const FileCacheLimits &limits)
     : limits_(limits) {
   static std::atomic<uint64_t> next_id{1};
@@ -309,16 +315,13 @@ StaticFiles::StaticFiles(const std::string &docroot, const FileCacheLimits &limi
 }
 
 StaticFiles::~StaticFiles() {
+  // This thread's cache of it goes too (its descriptors with it); the
+  // workers' die with their threads.
+  caches.erase(id_);
   if (root_fd_ >= 0) {
     close(root_fd_);
   }
 }
-
-namespace {
-// One cache per worker thread and handler: workers share the router,
-// never a cache (no locks on the request path).
-thread_local std::unordered_map<uint64_t, std::unique_ptr<FileCache>> caches;
-} // namespace
 
 FileCache &StaticFiles::cache() const {
   auto &c = caches[id_];

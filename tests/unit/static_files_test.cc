@@ -230,6 +230,29 @@ TEST_F(StaticFilesTest, TheSweepLetsGoOfDeletedFiles) {
   EXPECT_EQ(cache_stats().swept, 2u);
 }
 
+// Regression: each sweep checked the same SWEEP_CHECKS least recently used
+// descriptors again, so a deleted file further up the list was never seen.
+TEST_F(StaticFilesTest, TheSweepGoesOnWhereItStopped) {
+  FileCacheLimits l;
+  l.max_file_in_memory = 4;
+  l.revalidate_ns = 1'000'000'000;
+  with_limits(l);
+  const size_t n = FileCache::SWEEP_CHECKS + 44;
+  for (size_t i = 0; i < n; ++i) {
+    write(base_ / "root" / ("f" + std::to_string(i)), "large enough");
+    ASSERT_EQ(get("/f" + std::to_string(i)).status, 200);
+  }
+  // The most recently used: the last one a sweep from the tail reaches.
+  fs::remove(base_ / "root" / ("f" + std::to_string(n - 1)));
+  const uint64_t t0 = 10'000'000'000ull;
+  sweep_file_caches(t0);
+  EXPECT_EQ(cache_stats().swept, 0u); // SWEEP_CHECKS descriptors looked at
+  sweep_file_caches(t0 + 1'000'000'000ull);
+  EXPECT_EQ(cache_stats().swept, 1u);
+  EXPECT_EQ(cache_stats().entries, n - 1);
+  EXPECT_EQ(open_fds((base_ / "root" / ("f" + std::to_string(n - 1))).string()), 0u);
+}
+
 // Regression: a directory's index.html was opened beneath the directory,
 // so one linking elsewhere in the docroot gave 403 for /dir/ while
 // /dir/index.html served the same file.
