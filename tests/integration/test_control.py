@@ -403,19 +403,22 @@ class ControlTest(TimedTestCase):
             ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
             with socket.create_connection((srv.host, srv.port)) as raw, \
                     ctx.wrap_socket(raw) as t:
-                t.sendall(b'GET /missing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n'
-                          b'User-Agent: a"b\\c\td\xe9\r\n\r\n')
+                # Then, on the same connection, a byte no method starts with:
+                # a line of its own, not a second one of the first request.
+                t.sendall(b'GET /missing HTTP/1.1\r\nHost: x\r\n'
+                          b'User-Agent: a"b\\c\td\xe9\r\n\r\n\x01 / HTTP/1.1\r\n\r\n')
                 while t.recv(4096):
                     pass
-            got = lines(log, 3)
+            got = lines(log, 4)
             self.assertTrue(all(got), open(log).read())
             fields = sorted((m.group(3), m.group(1), m.group(2), m.group(4), m.group(5), m.group(6),
                              m.group(7)) for m in got)
-            self.assertEqual(fields[0], ("HTTP/1.1", "GET", "/missing", "404", fields[0][4], "-",
+            self.assertEqual(fields[0], ("HTTP/1.1", "-", "-", "400", fields[0][4], "-", "-"))
+            self.assertEqual(fields[1], ("HTTP/1.1", "GET", "/missing", "404", fields[1][4], "-",
                                          "a\\x22b\\x5cc\\x09d\\xe9"))
-            self.assertEqual(fields[1], ("HTTP/2", "GET", "/healthz", "200", fields[1][4],
+            self.assertEqual(fields[2], ("HTTP/2", "GET", "/healthz", "200", fields[2][4],
                                          "http://r/", "agent \\x22quoted\\x22"))
-            self.assertEqual(fields[2][:5], ("HTTP/3", "GET", "/bytes/123", "200", "123"))
+            self.assertEqual(fields[3][:5], ("HTTP/3", "GET", "/bytes/123", "200", "123"))
             # logrotate: the file moved, SIGHUP, a fresh file.
             os.rename(log, log + ".1")
             srv.proc.send_signal(signal.SIGHUP)
@@ -425,7 +428,7 @@ class ControlTest(TimedTestCase):
             self.assertEqual(gtlsclient(srv, ["/bytes/7"]).statuses, {0: 200})
             got = lines(log, 1)
             self.assertEqual(got[0].group(2), "/bytes/7")
-            self.assertEqual(len(open(log + ".1").read().splitlines()), 3)
+            self.assertEqual(len(open(log + ".1").read().splitlines()), 4)
 
     def test_sd_notify_ready_watchdog_stopping(self):
         path = os.path.join(self.tmp, "notify.sock")
