@@ -310,6 +310,8 @@ void Worker::fill_snapshot() {
   if (!loop_done_) s.gauges.file_read_bytes_held = http::file_read_bytes_held();
   s.handoff = handoff_;
   s.passes = passes_;
+  if (side_door_) s.passes.side_door_datagrams = side_door_->stats().rx_datagrams;
+  if (access_log_) s.passes.access_log_lost_writes = access_log_->lost_writes();
   s.loop = loop_.stats();
   if (loop_done_) {
     s.heap = heap_at_exit_;

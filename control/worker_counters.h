@@ -49,10 +49,13 @@ struct WorkerHandoff {
   }
 };
 
-// The worker's passes over its port.
+// The worker's passes over its port, and what else it reads and writes.
 #define XDPQ_WORKER_PASS_COUNTERS(X)                                                               \
   X(output_flushed_mid_pass, "times a pass sent what it had ready before going on, after "       \
-                             "100 us of further work (a burst of handshakes, say)")
+                             "100 us of further work (a burst of handshakes, say)")             \
+  X(side_door_datagrams, "datagrams read from the sockets reserving the ports (AF_XDP: UDP "     \
+                         "that reached the kernel, from this host or another interface)")       \
+  X(access_log_lost_writes, "access log writes that lost lines (a full disk, an I/O error)")
 
 struct WorkerPasses {
   XDPQ_COUNTER_FIELDS(XDPQ_WORKER_PASS_COUNTERS)

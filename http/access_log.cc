@@ -58,7 +58,6 @@ bool AccessLog::write(std::string_view lines) {
         [[maybe_unused]] ssize_t r = ::write(f->fd, "\n", 1);
       }
       errno = err;
-      lost_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
     lines.remove_prefix(static_cast<size_t>(n));
@@ -94,7 +93,13 @@ void AccessLogBuffer::record(const dataplane::Address *peer, const Request &req,
   if (peer && peer->family() == AF_INET) {
     inet_ntop(AF_INET, &peer->u.in.sin_addr, ip, sizeof(ip));
   } else if (peer && peer->family() == AF_INET6) {
-    inet_ntop(AF_INET6, &peer->u.in6.sin6_addr, ip, sizeof(ip));
+    const in6_addr &a = peer->u.in6.sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a)) {
+      // An IPv4 client of a [::] listener: logged as the IPv4 address it is.
+      inet_ntop(AF_INET, &a.s6_addr[12], ip, sizeof(ip));
+    } else {
+      inet_ntop(AF_INET6, &a, ip, sizeof(ip));
+    }
   }
   timespec now{};
   clock_gettime(CLOCK_REALTIME_COARSE, &now);
@@ -147,6 +152,7 @@ void AccessLogBuffer::flush() {
     LOG_INFO("access log %s: writing again", log_->path().c_str());
   }
   failing_ = !ok;
+  lost_writes_ += ok ? 0 : 1;
   buf_.clear();
 }
 

@@ -22,7 +22,6 @@
 #include "dataplane/address.h"
 #include "http/message.h"
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -43,10 +42,9 @@ public:
   // Throws std::runtime_error, leaving the old file in use.
   void reopen();
   // Appends whole lines (from a worker's buffer). False when some were
-  // lost (a full disk, an I/O error): counted in lost_writes().
+  // lost (a full disk, an I/O error).
   bool write(std::string_view lines);
   const std::string &path() const { return path_; }
-  uint64_t lost_writes() const { return lost_.load(std::memory_order_relaxed); }
 
 private:
   struct File {
@@ -58,7 +56,6 @@ private:
   std::string path_;
   mutable std::mutex mu_; // guards file_ itself, never a write
   std::shared_ptr<File> file_;
-  std::atomic<uint64_t> lost_{0};
 };
 
 // One worker's lines on their way to the log.
@@ -79,6 +76,8 @@ public:
   void flush();
   // Lines not written out yet (tests).
   std::string_view pending() const { return buf_; }
+  // This worker's writes that lost lines (counter access_log_lost_writes).
+  uint64_t lost_writes() const { return lost_writes_; }
 
 private:
   void append_escaped(std::string_view s);
@@ -86,6 +85,7 @@ private:
   std::string buf_;
   int64_t stamped_second_ = -1;
   bool failing_ = false; // the last write lost lines (logged once per episode)
+  uint64_t lost_writes_ = 0;
   char stamp_[32] = {};
 };
 

@@ -374,6 +374,7 @@ class AfXdpLifecycle(TimedTestCase):
         self.assertEqual(local.file("2000"), pattern(2000), local.output[-2000:])
         self.assertEqual(remote.file("2001"), pattern(2001), remote.output[-2000:])
         self.assertGreater(stats["afxdp_tx_kernel_no_link"], 0, stats)
+        self.assertGreater(stats["side_door_datagrams"], 0, stats)
         self.assertGreater(stats["xdp_redirected"], 0, stats)  # the other client: AF_XDP
 
     def test_a_wildcard_listen_serves_the_hosts_addresses_only(self):

@@ -49,15 +49,19 @@ TEST(AccessLog, ClientFieldsAreEscapedAndBounded) {
     buf.record(&peer, req, "HTTP/3", 200, 12345, 1'500'000);
     Request bare;
     buf.record(nullptr, bare, "HTTP/1.1", 0, 0, 0);
+    const auto mapped = v6("::ffff:192.0.2.9", 443); // an IPv4 client of a [::] listener
+    buf.record(&mapped, bare, "HTTP/2", 204, 0, 0);
     EXPECT_FALSE(buf.pending().empty()); // buffered until a flush
     EXPECT_EQ(read_all(path), "");
   } // the buffer flushes as it goes
   const std::string text = read_all(path);
   std::istringstream lines(text);
-  std::string first, second, extra;
+  std::string first, second, third, extra;
   ASSERT_TRUE(std::getline(lines, first));
   ASSERT_TRUE(std::getline(lines, second));
+  ASSERT_TRUE(std::getline(lines, third));
   EXPECT_FALSE(std::getline(lines, extra)) << text;
+  EXPECT_TRUE(third.starts_with("192.0.2.9 - - [")) << third;
   EXPECT_TRUE(first.starts_with("2001:db8::7 - - [")) << first;
   EXPECT_NE(first.find("\"GET /a\\x0ab\\x22 200 1 \\x22-\\x22 \\x22forged\\x0d\\x0a HTTP/3\" 200 "
                        "12345 \"\\xff\\x01\\x5c\" \""),
