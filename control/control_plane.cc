@@ -43,8 +43,9 @@ namespace {
 constexpr std::chrono::seconds RELOAD_CHECK_LIMIT{30};
 
 bool same_fields(const std::vector<http::Header> &a, const std::vector<http::Header> &b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const auto &x, const auto &y) { return x.name == y.name && x.value == y.value; });
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto &x, const auto &y) {
+    return x.name == y.name && x.value == y.value;
+  });
 }
 } // namespace
 
