@@ -39,6 +39,12 @@ class H1Session final : public TcpSession, public ProxyListener {
 public:
   ~H1Session() override {
     for (auto &q : queue_) finish_log(q); // answers cut short by the close
+    // A request whose body was still arriving when the connection ended
+    // (a proxied one is queued at its head, above): status 0, none sent.
+    if (in_message_ && !in_headers_ && !proxied_ && !closing_) {
+      log_request(env_, req_, parser_.http_minor == 0 ? "HTTP/1.0" : "HTTP/1.1", 0, 0,
+                  started_);
+    }
   }
 
   explicit H1Session(const SessionEnv &env)

@@ -409,16 +409,23 @@ class ControlTest(TimedTestCase):
                           b'User-Agent: a"b\\c\td\xe9\r\n\r\n\x01 / HTTP/1.1\r\n\r\n')
                 while t.recv(4096):
                     pass
-            got = lines(log, 4)
+            # An upload cut off mid-body: logged when the connection ends,
+            # with status 0 (nothing was sent).
+            with socket.create_connection((srv.host, srv.port)) as raw, \
+                    ctx.wrap_socket(raw) as t:
+                t.sendall(b'POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n'
+                          + b'x' * 1000)
+            got = lines(log, 5)
             self.assertTrue(all(got), open(log).read())
             fields = sorted((m.group(3), m.group(1), m.group(2), m.group(4), m.group(5), m.group(6),
                              m.group(7)) for m in got)
             self.assertEqual(fields[0], ("HTTP/1.1", "-", "-", "400", fields[0][4], "-", "-"))
             self.assertEqual(fields[1], ("HTTP/1.1", "GET", "/missing", "404", fields[1][4], "-",
                                          "a\\x22b\\x5cc\\x09d\\xe9"))
-            self.assertEqual(fields[2], ("HTTP/2", "GET", "/healthz", "200", fields[2][4],
+            self.assertEqual(fields[2], ("HTTP/1.1", "POST", "/echo", "0", "0", "-", "-"))
+            self.assertEqual(fields[3], ("HTTP/2", "GET", "/healthz", "200", fields[3][4],
                                          "http://r/", "agent \\x22quoted\\x22"))
-            self.assertEqual(fields[3][:5], ("HTTP/3", "GET", "/bytes/123", "200", "123"))
+            self.assertEqual(fields[4][:5], ("HTTP/3", "GET", "/bytes/123", "200", "123"))
             # logrotate: the file moved, SIGHUP, a fresh file.
             os.rename(log, log + ".1")
             srv.proc.send_signal(signal.SIGHUP)
@@ -428,7 +435,7 @@ class ControlTest(TimedTestCase):
             self.assertEqual(gtlsclient(srv, ["/bytes/7"]).statuses, {0: 200})
             got = lines(log, 1)
             self.assertEqual(got[0].group(2), "/bytes/7")
-            self.assertEqual(len(open(log + ".1").read().splitlines()), 4)
+            self.assertEqual(len(open(log + ".1").read().splitlines()), 5)
 
     def test_sd_notify_ready_watchdog_stopping(self):
         path = os.path.join(self.tmp, "notify.sock")
