@@ -286,6 +286,7 @@ uint64_t H3Session::read_ahead_room() const {
 }
 
 void H3Session::hold_read_ahead(uint64_t n) {
+  if (read_ahead_held_ == 0) stall_since_ = 0; // a fresh hold: not stalled
   read_ahead_held_ += n;
   if (ra_pool_) ra_pool_->held += n;
 }
@@ -293,6 +294,7 @@ void H3Session::hold_read_ahead(uint64_t n) {
 void H3Session::release_read_ahead(uint64_t n) {
   n = std::min(n, read_ahead_held_);
   read_ahead_held_ -= n;
+  ra_released_ += n;
   if (conn_waiting_ > 0) transport_.app_want_write(); // room for them: before_write()
   if (ra_pool_ && n > 0) {
     ra_pool_->held -= std::min(n, ra_pool_->held);
@@ -312,7 +314,20 @@ int H3Session::start(uint64_t max_client_bidi_streams) {
   return nghttp3_conn_bind_qpack_streams(conn_, qenc, qdec);
 }
 
+bool H3Session::read_ahead_stalled() {
+  const uint64_t now = transport_.app_now();
+  if (stall_since_ == 0 || ra_released_ != stall_seen_) {
+    stall_since_ = now;
+    stall_seen_ = ra_released_;
+    return false;
+  }
+  if (now - stall_since_ < ReadAheadPool::STALL) return false;
+  stats_.read_ahead_closes += 1;
+  return true;
+}
+
 uint64_t H3Session::app_error_code(int64_t error) const {
+  if (error == ERR_READ_AHEAD_STALLED) return NGHTTP3_H3_EXCESSIVE_LOAD;
   return nghttp3_err_infer_quic_app_error_code(static_cast<int>(error));
 }
 

@@ -40,6 +40,9 @@ struct ReadAheadPool {
   // that still finds none queues again at the back.
   void wake();
   static constexpr size_t WAKE_BATCH = 8;
+  // While sessions wait, one holding blocks none of which were acknowledged
+  // for this long is closed (H3Session::read_ahead_stalled()).
+  static constexpr uint64_t STALL = 10'000'000'000ull;
 };
 
 struct H3Limits {
@@ -79,6 +82,7 @@ struct H3Limits {
   X(body_budget_refusals, "HTTP/3 requests refused: body budget of the connection or worker spent") \
   X(stream_errors, "HTTP/3 streams reset by the server")                               \
   X(read_ahead_waits, "HTTP/3 file reads deferred: the worker's read-ahead limit reached") \
+  X(read_ahead_closes, "HTTP/3 connections closed: holding file read-ahead that others waited for, none of it acknowledged for 10 s") \
   X(too_early, "HTTP/3 requests in 0-RTT with an unsafe method, answered 425")
 
 // Per-worker counters; plain fields, one writer (the worker).
@@ -105,9 +109,12 @@ public:
   int64_t read_stream(int64_t stream_id, const uint8_t *data, size_t len, bool fin,
                       bool early) override;
   int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) override;
-  void before_write() override {
+  int64_t before_write() override {
+    if (read_ahead_held_ > 0 && ra_pool_ && others_wait_for_pool() && read_ahead_stalled())
+      return ERR_READ_AHEAD_STALLED;
     send_resets();
     if (conn_waiting_ > 0) wake_readers();
+    return 0;
   }
   int add_write_offset(int64_t stream_id, size_t n) override;
   int add_ack_offset(int64_t stream_id, uint64_t n) override;
@@ -199,6 +206,20 @@ private:
   void hold_read_ahead(uint64_t n);
   void release_read_ahead(uint64_t n);
   uint64_t read_ahead_room() const;
+  // A peer that never acknowledges some block it was sent (or nothing at
+  // all) keeps its read-ahead as long as it keeps the connection alive. So
+  // while other sessions wait for the worker's pool, a connection whose
+  // held blocks saw no acknowledgement (nor release) for
+  // ReadAheadPool::STALL, as its own writes (reads, timers) find, is closed
+  // with H3_EXCESSIVE_LOAD. Nothing is timed while nobody waits.
+  static constexpr int64_t ERR_READ_AHEAD_STALLED = -100000; // not one of nghttp3's
+  uint64_t ra_released_ = 0; // read-ahead bytes ever released
+  uint64_t stall_seen_ = 0;  // ra_released_ when stall_since_ was set
+  uint64_t stall_since_ = 0; // 0: not timing
+  bool others_wait_for_pool() const {
+    return ra_pool_->waiting.size() > (pool_waiting_ ? 1u : 0u);
+  }
+  bool read_ahead_stalled();
   std::vector<Stream *> read_waiting_;
   size_t conn_waiting_ = 0; // of read_waiting_, those waiting for the connection
   void wait_to_read(Stream &s, bool for_connection);

@@ -43,6 +43,8 @@ public:
     return UINT64_MAX;
   }
   virtual uint64_t app_conn_credit() const { return UINT64_MAX; }
+  // The connection's clock (ns): the one its timers run on.
+  virtual uint64_t app_now() const = 0;
 
 protected:
   ~AppTransport() = default;
@@ -66,8 +68,10 @@ public:
   virtual int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) = 0;
   // The start of every write, asked for stream data or not (the
   // connection's window may be spent): stream resets the application
-  // decided on go to the transport now, as they need no credit.
-  virtual void before_write() {}
+  // decided on go to the transport now, as they need no credit. Negative:
+  // the application gives up on the peer; the connection closes with
+  // app_error_code() of it.
+  virtual int64_t before_write() { return 0; }
   virtual int add_write_offset(int64_t stream_id, size_t n) = 0;
   virtual int add_ack_offset(int64_t stream_id, uint64_t n) = 0;
   // Flow control blocked the stream / lifted the block.

@@ -422,7 +422,13 @@ bool Connection::write() {
   std::span<uint8_t> buf;
   size_t written = 0;
   bool ok = true;
-  if (app_) app_->before_write();
+  if (app_) {
+    if (int64_t rv = app_->before_write(); rv < 0) {
+      ngtcp2_ccerr_set_application_error(&last_error_, app_->app_error_code(rv), nullptr, 0);
+      fail();
+      return true;
+    }
+  }
   for (;;) {
     int64_t stream_id = -1;
     int fin = 0;
@@ -898,6 +904,8 @@ uint64_t Connection::app_stream_credit(int64_t stream_id) const {
 }
 
 uint64_t Connection::app_conn_credit() const { return ngtcp2_conn_get_max_data_left(conn_); }
+
+uint64_t Connection::app_now() const { return ep_.clock().now(); }
 
 const dataplane::Address *Connection::app_peer() const {
   const ngtcp2_path *p = ngtcp2_conn_get_path(conn_);

@@ -95,6 +95,7 @@ public:
   const dataplane::Address *app_peer() const override;
   uint64_t app_stream_credit(int64_t stream_id) const override;
   uint64_t app_conn_credit() const override;
+  uint64_t app_now() const override;
 
 private:
   enum class State { active, closing, draining, dead };

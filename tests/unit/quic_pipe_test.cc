@@ -66,6 +66,21 @@ protected:
   // to the owner.
   void migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation = false);
 
+  // A docroot of the test's own (docroot_) holding big.bin with content.
+  void make_docroot_with(const std::string &content) {
+    char tmpl[] = "/tmp/xdpq-pipe-root-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    docroot_ = tmpl;
+    std::ofstream f(docroot_ + "/big.bin", std::ios::binary);
+    f << content;
+  }
+  // Destroys the server first, whichever way the test ends: its sessions
+  // leave a pool of the test's own (a read-ahead pool) before it goes.
+  struct ServerFirst {
+    std::unique_ptr<TestServer> &server;
+    ~ServerFirst() { server.reset(); }
+  };
+
   quic::ManualClock clock_;
   quic::Secrets secrets_ = quic::Secrets::generate();
   quic::EndpointConfig cfg_;
@@ -877,14 +892,8 @@ TEST_F(QuicPipe, ASmallerPathMtuStillServes) {
 // pings). Now a file is read only as far as the peer's flow control lets
 // it go.
 TEST_F(QuicPipe, AClientThatKeepsItsWindowsShutHoldsNoFileData) {
-  char tmpl[] = "/tmp/xdpq-pipe-root-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  docroot_ = tmpl;
   const std::string big(1 << 20, 'x');
-  {
-    std::ofstream f(docroot_ + "/big.bin", std::ios::binary);
-    f << big;
-  }
+  make_docroot_with(big);
   start();
   const uint64_t before = http::file_read_bytes_held();
   TestClient shut(clock_, make_test_path(50001), 0, /*shut_streams=*/true);
@@ -911,24 +920,14 @@ TEST_F(QuicPipe, AClientThatKeepsItsWindowsShutHoldsNoFileData) {
 // streams past it wait, and are woken as other connections let go, so
 // every download still completes.
 TEST_F(QuicPipe, TheWorkersReadAheadIsBoundedAndEveryDownloadCompletes) {
-  char tmpl[] = "/tmp/xdpq-pipe-root-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  docroot_ = tmpl;
   const std::string big = pattern_bytes(1 << 20);
-  {
-    std::ofstream f(docroot_ + "/big.bin", std::ios::binary);
-    f << big;
-  }
+  make_docroot_with(big);
   http::ReadAheadPool pool;
   pool.limit = 100 * 1024; // under one connection's own bound, and one file
   http::H3Limits h3;
   h3.read_ahead = &pool;
   start({}, h3);
-  // The sessions leave the pool before it goes, whichever way this ends.
-  struct ServerFirst {
-    std::unique_ptr<TestServer> &server;
-    ~ServerFirst() { server.reset(); }
-  } server_first{server_};
+  ServerFirst server_first{server_};
   TestClient a(clock_, make_test_path(50001)), b(clock_, make_test_path(50002));
   const std::vector<TestClient *> clients = {client_.get(), &a, &b};
   std::vector<std::pair<TestClient *, int64_t>> asked;
@@ -989,6 +988,78 @@ TEST_F(QuicPipe, TheWorkersReadAheadIsBoundedAndEveryDownloadCompletes) {
   EXPECT_GT(most, pool.limit / 2);
   EXPECT_GT(server_->app->stats().read_ahead_waits, 0u);
   EXPECT_EQ(pool.held, 0u); // everything read was let go again
+  std::filesystem::remove_all(docroot_);
+}
+
+// A client that takes a share of the worker's read-ahead and then goes
+// silent (or acknowledges around one packet forever) would keep it until
+// its idle timeout, or for good, while others wait for the pool. Under
+// that contention it is closed after 10 s without an acknowledgement.
+TEST_F(QuicPipe, ASilentHolderOfTheReadAheadIsClosedWhileOthersWait) {
+  const std::string big = pattern_bytes(1 << 20);
+  make_docroot_with(big);
+  http::ReadAheadPool pool;
+  pool.limit = 100 * 1024;
+  http::H3Limits h3;
+  h3.read_ahead = &pool;
+  quic::EndpointConfig cfg;
+  cfg.idle_timeout = 60'000'000'000ull; // the client's too: idleness is not what frees it
+  start(cfg, h3);
+  ServerFirst server_first{server_};
+  TestClient a(clock_, make_test_path(50001)), b(clock_, make_test_path(50002));
+  const std::vector<TestClient *> clients = {client_.get(), &a, &b};
+  bool a_asked = false, a_silent = false;
+  auto route = [&](Datagram &dg) {
+    const uint16_t port = dg.path.remote.port();
+    if (port == 50001) {
+      if (!a_silent) a.read(dg);
+    } else {
+      (port == 50002 ? b : *client_).read(dg);
+    }
+  };
+  int64_t b_sid = -1;
+  uint64_t silent_at = 0, b_done_at = 0;
+  for (int step = 0; step < 40000 && !b_done_at; ++step) {
+    if (!a_asked && a.handshake_completed() && b.handshake_completed()) {
+      for (int i = 0; i < 3; ++i) a.request("GET", "/big.bin");
+      a_asked = true;
+    }
+    if (a_asked && !a_silent && pool.full()) {
+      a_silent = true; // from now on nothing of a's reaches the server, nor the reverse
+      silent_at = clock_.now();
+      b_sid = b.request("GET", "/big.bin");
+    }
+    if (b_sid >= 0 && b.responses[b_sid].done) b_done_at = clock_.now();
+    bool moved = false;
+    for (TestClient *c : clients) {
+      for (auto &dg : c->write()) {
+        moved = true;
+        if (c == &a && a_silent) continue;
+        for (auto &back : server_->deliver(dg)) route(back);
+      }
+    }
+    for (auto &back : server_->tick()) {
+      moved = true;
+      route(back);
+    }
+    if (!moved) {
+      uint64_t next = server_->wheel.next_expiry();
+      for (TestClient *c : clients) next = std::min(next, c->expiry());
+      if (next == UINT64_MAX) break; // every connection is gone
+      if (next > clock_.now()) clock_.set(next);
+      for (TestClient *c : clients) c->handle_expiry();
+    }
+  }
+  ASSERT_TRUE(a_silent);
+  // Without the check, b waited until its own idle timeout closed it.
+  ASSERT_NE(b_done_at, 0u) << "the waiting download never completed";
+  EXPECT_TRUE(b.responses[b_sid].body == big);
+  const auto &h3stats = server_->app->stats();
+  EXPECT_EQ(h3stats.read_ahead_closes, 1u);
+  EXPECT_GT(h3stats.read_ahead_waits, 0u);
+  // Freed after the stall limit, well before the idle timeout would have.
+  EXPECT_GE(b_done_at - silent_at, http::ReadAheadPool::STALL);
+  EXPECT_LT(b_done_at - silent_at, 30'000'000'000ull);
   std::filesystem::remove_all(docroot_);
 }
 
