@@ -41,9 +41,8 @@ public:
     for (auto &q : queue_) finish_log(q); // answers cut short by the close
     // A request whose body was still arriving when the connection ended
     // (a proxied one is queued at its head, above): status 0, none sent.
-    if (in_message_ && !in_headers_ && !proxied_ && !closing_) {
-      log_request(env_, req_, parser_.http_minor == 0 ? "HTTP/1.0" : "HTTP/1.1", 0, 0,
-                  started_);
+    if (in_message_ && !in_headers_ && !proxied_) {
+      log_request(env_, req_, http10() ? "HTTP/1.0" : "HTTP/1.1", 0, 0, started_);
     }
   }
 
@@ -612,8 +611,10 @@ private:
       if (const std::string *v = req_.find(name)) q.logged->headers.add(name, *v);
     }
     q.begun_ns = started_ ? started_ : now_;
-    q.logged_http10 = parser_.http_major == 1 && parser_.http_minor == 0;
+    q.logged_http10 = http10();
   }
+
+  bool http10() const { return parser_.http_major == 1 && parser_.http_minor == 0; }
 
   void finish_log(Queued &q) {
     if (!q.logged) return;

@@ -210,8 +210,10 @@ private:
   // all) keeps its read-ahead as long as it keeps the connection alive. So
   // while other sessions wait for the worker's pool, a connection whose
   // held blocks saw no acknowledgement (nor release) for
-  // ReadAheadPool::STALL, as its own writes (reads, timers) find, is closed
-  // with H3_EXCESSIVE_LOAD. Nothing is timed while nobody waits.
+  // ReadAheadPool::STALL while packets were in flight, as its own writes
+  // (reads, timers) find, is closed with H3_EXCESSIVE_LOAD. Nothing is
+  // timed while nobody waits. (A session that queued for the pool stays
+  // queued until woken, even if its streams ended meanwhile.)
   static constexpr int64_t ERR_READ_AHEAD_STALLED = -100000; // not one of nghttp3's
   uint64_t ra_released_ = 0; // read-ahead bytes ever released
   uint64_t stall_seen_ = 0;  // ra_released_ when stall_since_ was set

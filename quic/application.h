@@ -45,6 +45,8 @@ public:
   virtual uint64_t app_conn_credit() const { return UINT64_MAX; }
   // The connection's clock (ns): the one its timers run on.
   virtual uint64_t app_now() const = 0;
+  // Whether packets the peer has not acknowledged are in flight.
+  virtual bool app_awaits_acks() const = 0;
 
 protected:
   ~AppTransport() = default;

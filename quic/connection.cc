@@ -907,6 +907,12 @@ uint64_t Connection::app_conn_credit() const { return ngtcp2_conn_get_max_data_l
 
 uint64_t Connection::app_now() const { return ep_.clock().now(); }
 
+bool Connection::app_awaits_acks() const {
+  ngtcp2_conn_info ci;
+  ngtcp2_conn_get_conn_info(conn_, &ci);
+  return ci.bytes_in_flight > 0;
+}
+
 const dataplane::Address *Connection::app_peer() const {
   const ngtcp2_path *p = ngtcp2_conn_get_path(conn_);
   peer_ = dataplane::Address::from(p->remote.addr, p->remote.addrlen);

@@ -96,6 +96,7 @@ public:
   uint64_t app_stream_credit(int64_t stream_id) const override;
   uint64_t app_conn_credit() const override;
   uint64_t app_now() const override;
+  bool app_awaits_acks() const override;
 
 private:
   enum class State { active, closing, draining, dead };

@@ -93,6 +93,7 @@ public:
 
   bool handshake_completed() const { return h3c_ && h3c_->handshake_completed(); }
   bool closed() const { return closed_; }
+  uint16_t port() const { return path_.remote.port(); } // its source port, as the server sees it
   ngtcp2_conn *conn() const { return h3c_->conn(); }
   std::map<int64_t, Response> responses;
 
