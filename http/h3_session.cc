@@ -322,11 +322,18 @@ bool H3Session::read_ahead_stalled() {
   if (stall_since_ == 0 || ra_released_ != stall_seen_ || !transport_.app_awaits_acks()) {
     stall_since_ = now;
     stall_seen_ = ra_released_;
-    return false;
+  } else if (now - stall_since_ >= ReadAheadPool::STALL) {
+    stats_.read_ahead_closes += 1;
+    return true;
   }
-  if (now - stall_since_ < ReadAheadPool::STALL) return false;
-  stats_.read_ahead_closes += 1;
-  return true;
+  // Checked again when the limit is up, even if the peer stays silent (a
+  // loss probe's backoff can be longer); one wake at a time, moved on only
+  // once it has come.
+  if (now >= stall_wake_) {
+    stall_wake_ = stall_since_ + ReadAheadPool::STALL;
+    transport_.app_wake_at(stall_wake_);
+  }
+  return false;
 }
 
 uint64_t H3Session::app_error_code(int64_t error) const {

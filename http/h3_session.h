@@ -210,14 +210,15 @@ private:
   // all) keeps its read-ahead as long as it keeps the connection alive. So
   // while other sessions wait for the worker's pool, a connection whose
   // held blocks saw no acknowledgement (nor release) for
-  // ReadAheadPool::STALL while packets were in flight, as its own writes
-  // (reads, timers) find, is closed with H3_EXCESSIVE_LOAD. Nothing is
-  // timed while nobody waits. (A session that queued for the pool stays
+  // ReadAheadPool::STALL while packets were in flight is closed with
+  // H3_EXCESSIVE_LOAD, at its first write (a read, a timer, a wake asked
+  // for at the limit) past it. Nothing is timed while nobody waits. (A session that queued for the pool stays
   // queued until woken, even if its streams ended meanwhile.)
   static constexpr int64_t ERR_READ_AHEAD_STALLED = -100000; // not one of nghttp3's
   uint64_t ra_released_ = 0; // read-ahead bytes ever released
   uint64_t stall_seen_ = 0;  // ra_released_ when stall_since_ was set
   uint64_t stall_since_ = 0; // 0: not timing
+  uint64_t stall_wake_ = 0;  // the write asked for at the limit (app_wake_at())
   bool others_wait_for_pool() const {
     return ra_pool_->waiting.size() > (pool_waiting_ ? 1u : 0u);
   }

@@ -47,6 +47,9 @@ public:
   virtual uint64_t app_now() const = 0;
   // Whether packets the peer has not acknowledged are in flight.
   virtual bool app_awaits_acks() const = 0;
+  // A write of the connection (before_write() included) at or after at_ns,
+  // whatever else happens by then; a later call replaces the time.
+  virtual void app_wake_at(uint64_t at_ns) = 0;
 
 protected:
   ~AppTransport() = default;

@@ -647,6 +647,7 @@ void Connection::on_timer() {
     ep_.mutable_stats().acks_held_expired += 1; // the answer took longer: the ACK leaves alone
   if (now >= credit_deadline_)
     release_stream_credit(); // no response came to carry it
+  if (now >= app_wake_at_) app_wake_at_ = UINT64_MAX; // the write below is the one asked for
   if (now >= goaway_at_) {
     goaway_at_ = UINT64_MAX;
     app_->shutdown_final();
@@ -664,7 +665,7 @@ void Connection::on_timer() {
 void Connection::update_timer(uint64_t expiry) {
   if (state_ != State::active) return;
   if (ack_held_) expiry = expiry == ack_timer_at_ ? hold_until_ : std::min(expiry, hold_until_);
-  expiry = std::min({expiry, credit_deadline_, goaway_at_});
+  expiry = std::min({expiry, credit_deadline_, goaway_at_, app_wake_at_});
   if (expiry == UINT64_MAX) {
     ep_.timers().cancel(timer_);
   } else {
@@ -906,6 +907,11 @@ uint64_t Connection::app_stream_credit(int64_t stream_id) const {
 uint64_t Connection::app_conn_credit() const { return ngtcp2_conn_get_max_data_left(conn_); }
 
 uint64_t Connection::app_now() const { return ep_.clock().now(); }
+
+void Connection::app_wake_at(uint64_t at_ns) {
+  app_wake_at_ = at_ns;
+  update_timer();
+}
 
 bool Connection::app_awaits_acks() const {
   ngtcp2_conn_info ci;

@@ -97,6 +97,7 @@ public:
   uint64_t app_conn_credit() const override;
   uint64_t app_now() const override;
   bool app_awaits_acks() const override;
+  void app_wake_at(uint64_t at_ns) override;
 
 private:
   enum class State { active, closing, draining, dead };
@@ -152,6 +153,7 @@ private:
   uint64_t client_streams_granted_ = 0; // the limit it was last sent
   uint64_t credit_deadline_ = UINT64_MAX;
   uint64_t goaway_at_ = UINT64_MAX; // when the final GOAWAY goes (after shutdown_notice)
+  uint64_t app_wake_at_ = UINT64_MAX; // the application's (app_wake_at())
   // ngtcp2's memory for this connection, counted (Endpoint::max_memory).
   ngtcp2_mem mem_;
   int64_t memory_ = 0;

@@ -20,6 +20,7 @@ struct Transport final : quic::AppTransport {
   int64_t app_open_uni_stream() override { return next_uni += 4; } // 3, 7, 11
   uint64_t app_now() const override { return 1; }
   bool app_awaits_acks() const override { return false; }
+  void app_wake_at(uint64_t) override {}
   int64_t next_uni = -1;
 };
 
