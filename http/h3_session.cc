@@ -316,10 +316,7 @@ int H3Session::start(uint64_t max_client_bidi_streams) {
 
 bool H3Session::read_ahead_stalled() {
   const uint64_t now = transport_.app_now();
-  // Nothing in flight: what is held waits for the peer's flow control (a
-  // client that stopped reading; nghttp3 takes a little more than the
-  // window lets out), not for acknowledgements.
-  if (stall_since_ == 0 || ra_released_ != stall_seen_ || !transport_.app_awaits_acks()) {
+  if (stall_since_ == 0 || ra_released_ != stall_seen_) {
     stall_since_ = now;
     stall_seen_ = ra_released_;
   } else if (now - stall_since_ >= ReadAheadPool::STALL) {

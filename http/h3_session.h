@@ -110,11 +110,27 @@ public:
                       bool early) override;
   int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) override;
   int64_t before_write() override {
-    if (read_ahead_held_ > 0 && ra_pool_ && others_wait_for_pool() && read_ahead_stalled())
-      return ERR_READ_AHEAD_STALLED;
+    if (read_ahead_held_ > 0 && ra_pool_) {
+      if (!others_wait_for_pool()) {
+        stall_since_ = 0; // timed afresh when others wait again
+      } else if (read_ahead_stalled()) {
+        return ERR_READ_AHEAD_STALLED;
+      }
+    }
     send_resets();
     if (conn_waiting_ > 0) wake_readers();
     return 0;
+  }
+  void after_write() override {
+    // Nothing in flight once the write is done (lost packets are sent again
+    // by then): what is held waits for the peer's flow control (a client
+    // that stopped reading: nghttp3 takes a little past its window), not
+    // for acknowledgements. Sampled here, not before the write, where a
+    // peer that keeps one packet unacknowledged could show none in flight
+    // each time ngtcp2 has just declared it lost.
+    if (stall_since_ && read_ahead_held_ > 0 && ra_pool_ && others_wait_for_pool() &&
+        !transport_.app_awaits_acks())
+      stall_since_ = 0;
   }
   int add_write_offset(int64_t stream_id, size_t n) override;
   int add_ack_offset(int64_t stream_id, uint64_t n) override;
@@ -210,9 +226,10 @@ private:
   // all) keeps its read-ahead as long as it keeps the connection alive. So
   // while other sessions wait for the worker's pool, a connection whose
   // held blocks saw no acknowledgement (nor release) for
-  // ReadAheadPool::STALL while packets were in flight is closed with
-  // H3_EXCESSIVE_LOAD, at its first write (a read, a timer, a wake asked
-  // for at the limit) past it. Nothing is timed while nobody waits. (A session that queued for the pool stays
+  // ReadAheadPool::STALL, with packets in flight at the end of each of its
+  // writes meanwhile, is closed with H3_EXCESSIVE_LOAD, at its first write
+  // (a read, a timer, a wake asked for at the limit) past it. Nothing is
+  // timed while nobody waits. (A session that queued for the pool stays
   // queued until woken, even if its streams ended meanwhile.)
   static constexpr int64_t ERR_READ_AHEAD_STALLED = -100000; // not one of nghttp3's
   uint64_t ra_released_ = 0; // read-ahead bytes ever released

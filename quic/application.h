@@ -77,6 +77,8 @@ public:
   // the application gives up on the peer; the connection closes with
   // app_error_code() of it.
   virtual int64_t before_write() { return 0; }
+  // The end of every write that began (what was lost is sent again by now).
+  virtual void after_write() {}
   virtual int add_write_offset(int64_t stream_id, size_t n) = 0;
   virtual int add_ack_offset(int64_t stream_id, uint64_t n) = 0;
   // Flow control blocked the stream / lifted the block.

@@ -512,6 +512,7 @@ bool Connection::write() {
   } else {
     update_timer(expiry);
   }
+  if (app_) app_->after_write();
   return ok;
 }
 
