@@ -1043,6 +1043,7 @@ TEST_F(QuicPipe, ASilentHolderOfTheReadAheadIsClosedWhileOthersWait) {
   const auto &h3stats = server_->app->stats();
   EXPECT_EQ(h3stats.read_ahead_closes, 1u);
   EXPECT_GT(h3stats.read_ahead_waits, 0u);
+  EXPECT_EQ(stats().conn_errors, 1u); // a's, closed with H3_EXCESSIVE_LOAD; no other
   // Freed at the stall limit (a wake, not the next loss probe, which by
   // then is seconds away), well before the idle timeout would have.
   EXPECT_GE(b_done_at - silent_at, http::ReadAheadPool::STALL);
@@ -1089,6 +1090,7 @@ TEST_F(QuicPipe, AClientThatStoppedReadingIsNotTakenForAStalledHolder) {
   ASSERT_GE(b_sid, 0) << "the pool never filled";
   EXPECT_GE(clock_.now() - waiting_since, 2 * http::ReadAheadPool::STALL);
   EXPECT_EQ(server_->app->stats().read_ahead_closes, 0u);
+  EXPECT_EQ(stats().conn_errors, 0u);
   EXPECT_FALSE(paused.closed());
   EXPECT_GT(pool.held, 0u);
   std::filesystem::remove_all(docroot_);
