@@ -436,7 +436,9 @@ void Endpoint::end_of_pass() {
 }
 
 void Endpoint::write_pending() {
-  // Connections may queue themselves again while we write (timers): swap.
+  // A connection may queue others while it writes (not itself: it is still
+  // marked pending): they are appended and written in this same walk. One
+  // that finds the sink full stops the walk; it and the rest stay queued.
   size_t i = 0;
   for (; i < pending_writes_.size(); ++i) {
     Connection *c = pending_writes_[i];
