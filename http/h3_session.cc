@@ -279,6 +279,12 @@ void H3Session::wait_for_pool(bool front) {
   stats_.read_ahead_waits += 1;
 }
 
+void H3Session::leave_pool_if_idle() {
+  if (!pool_waiting_ || !read_waiting_.empty()) return;
+  ra_pool_->waiting.erase(pool_place_);
+  pool_waiting_ = false;
+}
+
 uint64_t H3Session::read_ahead_room() const {
   uint64_t room = read_ahead_held_ < MAX_READ_AHEAD ? MAX_READ_AHEAD - read_ahead_held_ : 0;
   if (ra_pool_) room = std::min(room, ra_pool_->full() ? 0 : ra_pool_->limit - ra_pool_->held);
@@ -426,6 +432,7 @@ void H3Session::wake_readers() {
     stop_waiting(*w);
     nghttp3_conn_resume_stream(conn_, w->id);
   }
+  leave_pool_if_idle();
 }
 
 void H3Session::shutdown_stream_write(int64_t stream_id) {
@@ -713,6 +720,7 @@ void H3Session::on_stream_close(Stream &s) {
   if (s.resp.body && s.resp.body->reads_ahead() && s.body_offset > s.acked)
     release_read_ahead(s.body_offset - s.acked);
   stop_waiting(s);
+  leave_pool_if_idle();
   log_request(s);
   s.req.reset();
   s.exchange = nullptr;

@@ -219,6 +219,9 @@ private:
   // A stream of ours waits for the worker's pool: queue there (front: a
   // session woken that found the room taken again keeps its turn).
   void wait_for_pool(bool front);
+  // No stream of ours waits any more (they ended, or read again): out of
+  // the pool's queue, so a wake goes to a session that needs it.
+  void leave_pool_if_idle();
   void hold_read_ahead(uint64_t n);
   void release_read_ahead(uint64_t n);
   uint64_t read_ahead_room() const;
@@ -229,8 +232,7 @@ private:
   // ReadAheadPool::STALL, with packets in flight at the end of each of its
   // writes meanwhile, is closed with H3_EXCESSIVE_LOAD, at its first write
   // (a read, a timer, a wake asked for at the limit) past it. Nothing is
-  // timed while nobody waits. (A session that queued for the pool stays
-  // queued until woken, even if its streams ended meanwhile.)
+  // timed while nobody waits.
   static constexpr int64_t ERR_READ_AHEAD_STALLED = -100000; // not one of nghttp3's
   uint64_t ra_released_ = 0; // read-ahead bytes ever released
   uint64_t stall_seen_ = 0;  // ra_released_ when stall_since_ was set

@@ -604,6 +604,7 @@ bool Connection::fail() {
   close_packet_.resize(static_cast<size_t>(n));
   close_path_ = from_ngtcp2(ps.path);
   state_ = State::closing;
+  ep_.app_finished(this);
   send_close_packet();
   ep_.timers().schedule(timer_, ep_.clock().now() + 3 * ngtcp2_conn_get_pto(conn_));
   return false;
@@ -619,6 +620,7 @@ void Connection::send_close_packet() {
 
 void Connection::enter_draining() {
   state_ = State::draining;
+  ep_.app_finished(this);
   ep_.timers().schedule(timer_, ep_.clock().now() + 3 * ngtcp2_conn_get_pto(conn_));
 }
 

@@ -164,6 +164,8 @@ public:
   // Closes with app_error and frees the connection now, without the
   // closing period (the worker needs its memory back).
   void abandon(uint64_t app_error);
+  // No longer active: frees the application (Endpoint::app_finished).
+  void release_app() { app_.reset(); }
 
 private:
   // The peer's stream resets: tokens left (-1: not started) and when

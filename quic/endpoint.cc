@@ -145,6 +145,8 @@ void Endpoint::retire(Connection *c) {
   retired_.push_back(c);
 }
 
+void Endpoint::app_finished(Connection *c) { apps_finished_.push_back(c); }
+
 void Endpoint::handshake_done(Connection *) {
   if (handshakes_in_progress_ > 0) --handshakes_in_progress_;
 }
@@ -419,7 +421,12 @@ void Endpoint::end_of_pass() {
   write_blocked_ = false;
   write_pending();
   if (cfg_.max_memory && memory() > cfg_.max_memory) reap_memory();
-  if (retired_.empty()) return;
+  if (retired_.empty() && apps_finished_.empty()) return;
+  // Out of every call chain of theirs: what the applications of connections
+  // that closed hold (streams, bodies, read-ahead, upstream exchanges) goes
+  // now, before any of them is freed below.
+  for (Connection *c : apps_finished_) c->release_app();
+  apps_finished_.clear();
   for (Connection *c : retired_) {
     drop_routes(c);
     sources_.release(c->source_slot, c->source_unproven);
@@ -431,7 +438,8 @@ void Endpoint::end_of_pass() {
   }
   retired_.clear();
   // A connection freed just now may have let others go on (the file
-  // read-ahead it held): they write in this pass, not at the next event.
+  // read-ahead it held, an upstream connection): they write in this pass,
+  // not at the next event.
   if (!write_blocked_) write_pending();
 }
 

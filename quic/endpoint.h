@@ -237,6 +237,9 @@ public:
   void remove_cid(const ngtcp2_cid &cid, Connection *c);
   void want_write(Connection *c);
   void retire(Connection *c);
+  // c stopped being active (closing, draining): its application is freed
+  // at the end of this pass, not at the end of that period.
+  void app_finished(Connection *c);
   void handshake_done(Connection *c);
   // c's handshake completed: its address is proven (per-source caps).
   void source_proven(Connection *c);
@@ -268,6 +271,7 @@ private:
   std::unordered_map<Connection *, std::unique_ptr<Connection>> conns_;
   std::vector<Connection *> pending_writes_;
   std::vector<Connection *> retired_;
+  std::vector<Connection *> apps_finished_;
   size_t handshakes_in_progress_ = 0;
   int64_t memory_ = 0; // what ngtcp2 holds for all our connections (charge_memory)
   void reap_memory();

@@ -168,6 +168,26 @@ int TestClient::migrate(uint16_t new_port) {
   return rv;
 }
 
+void TestClient::cancel(int64_t sid) {
+  ngtcp2_conn_shutdown_stream(conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
+}
+
+Datagram TestClient::close_connection(uint64_t app_error) {
+  ngtcp2_ccerr err;
+  ngtcp2_ccerr_set_application_error(&err, app_error, nullptr, 0);
+  std::vector<uint8_t> buf(1452);
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  ngtcp2_pkt_info pi{};
+  auto n = ngtcp2_conn_write_connection_close(conn(), &ps.path, &pi, buf.data(), buf.size(),
+                                              &err, clock_.now());
+  closed_ = true;
+  Datagram dg;
+  dg.path = path_;
+  if (n > 0) dg.data.assign(buf.begin(), buf.begin() + n);
+  return dg;
+}
+
 void TestClient::read(const Datagram &dg) {
   if (closed_) return;
   ngtcp2_path np = to_np(path_);

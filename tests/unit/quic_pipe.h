@@ -90,6 +90,10 @@ public:
   // Active migration to a new local port: the client moves to an unused
   // CID of the server's. Returns ngtcp2's result.
   int migrate(uint16_t new_port);
+  // Resets the request stream both ways (RESET_STREAM, STOP_SENDING).
+  void cancel(int64_t sid);
+  // The client closes its connection: the CONNECTION_CLOSE to send.
+  Datagram close_connection(uint64_t app_error);
 
   bool handshake_completed() const { return h3c_ && h3c_->handshake_completed(); }
   bool closed() const { return closed_; }

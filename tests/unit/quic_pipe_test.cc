@@ -113,6 +113,38 @@ protected:
     std::unique_ptr<TestServer> &server;
     ~ServerFirst() { server.reset(); }
   };
+  // A worker's read-ahead pool of 100 bytes and two clients beside
+  // client_: `paused`, whose connection window is fixed at 64 KiB, asks for
+  // big.bin four times, and the little nghttp3 takes past that window
+  // fills the pool; then `b` asks for it once and waits.
+  struct PausedHolder {
+    http::ReadAheadPool pool;
+    TestClient paused, b;
+    std::vector<TestClient *> clients;
+    bool asked = false;
+    int64_t b_sid = -1;
+    explicit PausedHolder(QuicPipe &t, quic::EndpointConfig cfg = {})
+        : paused(t.clock_, make_test_path(50001), /*fixed_window=*/64 * 1024),
+          b(t.clock_, make_test_path(50002)), clients{nullptr, &paused, &b} {
+      pool.limit = 100;
+      http::H3Limits h3;
+      h3.read_ahead = &pool;
+      t.start(cfg, h3);
+      clients[0] = t.client_.get();
+    }
+    // Before each step: true when paused has just asked, or b.
+    bool ask() {
+      if (!asked && paused.handshake_completed() && b.handshake_completed()) {
+        for (int i = 0; i < 4; ++i) paused.request("GET", "/big.bin");
+        return asked = true;
+      }
+      if (asked && b_sid < 0 && pool.full()) {
+        b_sid = b.request("GET", "/big.bin");
+        return true;
+      }
+      return false;
+    }
+  };
 
   quic::ManualClock clock_;
   quic::Secrets secrets_ = quic::Secrets::generate();
@@ -1055,44 +1087,89 @@ TEST_F(QuicPipe, ASilentHolderOfTheReadAheadIsClosedWhileOthersWait) {
 // its window (a little), acknowledges all that was sent, and keeps its
 // connection however long others wait.
 TEST_F(QuicPipe, AClientThatStoppedReadingIsNotTakenForAStalledHolder) {
-  const std::string big = pattern_bytes(1 << 20);
-  make_docroot_with(big);
-  http::ReadAheadPool pool;
-  pool.limit = 100; // what a shut window leaves held fills it
-  http::H3Limits h3;
-  h3.read_ahead = &pool;
+  make_docroot_with(pattern_bytes(1 << 20));
   quic::EndpointConfig cfg;
   cfg.idle_timeout = 60'000'000'000ull;
-  start(cfg, h3);
+  PausedHolder h(*this, cfg);
   ServerFirst server_first{server_};
-  TestClient paused(clock_, make_test_path(50001), /*fixed_window=*/64 * 1024);
-  TestClient b(clock_, make_test_path(50002));
-  const std::vector<TestClient *> clients = {client_.get(), &paused, &b};
-  bool asked = false;
-  int64_t b_sid = -1;
   uint64_t waiting_since = 0;
   for (int step = 0; step < 40000; ++step) {
-    if (!asked && paused.handshake_completed() && b.handshake_completed()) {
-      for (int i = 0; i < 4; ++i) paused.request("GET", "/big.bin");
+    if (h.ask() && h.b_sid < 0) {
       // A PING each second: the server's side of it reads and writes, so
       // the check runs, and nothing idles out.
-      ngtcp2_conn_set_keep_alive_timeout(paused.conn(), 1'000'000'000ull);
-      ngtcp2_conn_set_keep_alive_timeout(b.conn(), 1'000'000'000ull);
-      asked = true;
+      ngtcp2_conn_set_keep_alive_timeout(h.paused.conn(), 1'000'000'000ull);
+      ngtcp2_conn_set_keep_alive_timeout(h.b.conn(), 1'000'000'000ull);
     }
-    if (asked && b_sid < 0 && pool.full()) {
-      b_sid = b.request("GET", "/big.bin");
-      waiting_since = clock_.now();
-    }
+    if (h.b_sid >= 0 && !waiting_since) waiting_since = clock_.now();
     if (waiting_since && clock_.now() - waiting_since > 25'000'000'000ull) break;
-    if (!step_clients(clients)) break;
+    if (!step_clients(h.clients)) break;
   }
-  ASSERT_GE(b_sid, 0) << "the pool never filled";
+  ASSERT_GE(h.b_sid, 0) << "the pool never filled";
   EXPECT_GE(clock_.now() - waiting_since, 2 * http::ReadAheadPool::STALL);
   EXPECT_EQ(server_->app->stats().read_ahead_closes, 0u);
   EXPECT_EQ(stats().conn_errors, 0u);
-  EXPECT_FALSE(paused.closed());
-  EXPECT_GT(pool.held, 0u);
+  EXPECT_FALSE(h.paused.closed());
+  EXPECT_GT(h.pool.held, 0u);
+  std::filesystem::remove_all(docroot_);
+}
+
+// Regression: a session queued for the worker's read-ahead stayed queued
+// after its waiting stream ended, until woken: a wasted slot of a wake
+// batch, and one more waiter for the stall check to count.
+TEST_F(QuicPipe, ASessionWhoseWaitingStreamEndedLeavesTheReadAheadQueue) {
+  make_docroot_with(pattern_bytes(1 << 20));
+  PausedHolder h(*this);
+  ServerFirst server_first{server_};
+  uint64_t cancelled_at = 0;
+  for (int step = 0; step < 20000; ++step) {
+    h.ask();
+    // Both queued: b, and the paused client, whose streams want to read
+    // past what its window lets out.
+    if (h.b_sid >= 0 && !cancelled_at && h.pool.waiting.size() == 2) {
+      h.b.cancel(h.b_sid); // b's one waiting stream ends; nothing wakes b
+      cancelled_at = clock_.now();
+    }
+    if (cancelled_at &&
+        (h.pool.waiting.size() < 2 || clock_.now() - cancelled_at > 1'000'000'000ull))
+      break;
+    if (!step_clients(h.clients)) break;
+  }
+  ASSERT_NE(cancelled_at, 0u) << "b never waited for the pool";
+  EXPECT_EQ(h.pool.waiting.size(), 1u) << "b is still queued for the pool";
+  EXPECT_TRUE(h.b.responses[h.b_sid].reset);
+  EXPECT_FALSE(h.b.closed());
+  EXPECT_GT(h.pool.held, 0u); // still held by the paused client: nothing woke b
+  std::filesystem::remove_all(docroot_);
+}
+
+// Regression: a connection that closed kept its application (streams,
+// bodies, file read-ahead, upstream exchanges) through its draining or
+// closing period, three probe timeouts, before any of it went back.
+TEST_F(QuicPipe, AConnectionThatClosesGivesBackItsReadAheadAtOnce) {
+  const std::string big = pattern_bytes(1 << 20);
+  make_docroot_with(big);
+  http::ReadAheadPool pool;
+  http::H3Limits h3;
+  h3.read_ahead = &pool;
+  start({}, h3);
+  ServerFirst server_first{server_};
+  const uint64_t before = http::file_read_bytes_held();
+  const std::vector<TestClient *> clients = {client_.get()};
+  bool asked = false;
+  for (int step = 0; step < 20000 && !(asked && pool.held > 0); ++step) {
+    if (!asked && client_->handshake_completed()) {
+      client_->request("GET", "/big.bin");
+      asked = true;
+    }
+    ASSERT_TRUE(step_clients(clients));
+  }
+  ASSERT_GT(pool.held, 0u);
+  const Datagram bye = client_->close_connection(NGHTTP3_H3_NO_ERROR);
+  ASSERT_FALSE(bye.data.empty());
+  server_->deliver(bye); // the server drains (RFC 9000 10.2.2): no reply
+  EXPECT_EQ(stats().conns_closed, 0u) << "still in its draining period";
+  EXPECT_EQ(pool.held, 0u);
+  EXPECT_EQ(http::file_read_bytes_held(), before);
   std::filesystem::remove_all(docroot_);
 }
 
