@@ -16,12 +16,23 @@ int hex_value(uint8_t b) {
 } // namespace
 
 size_t H1FramingCheck::allow(const uint8_t *p, size_t n) const {
-  Scan s = st_;
-  return scan(s, p, n);
+  allowed_ = st_;
+  allowed_n_ = scan(allowed_, p, n);
+  // A scan that stopped at a failure ended in another state than a scan of
+  // only the bytes before it would: not kept.
+  allowed_at_ = allowed_.state == State::failed ? nullptr : p;
+  return allowed_n_;
 }
 
 void H1FramingCheck::take(const uint8_t *p, size_t n) {
-  size_t i = scan(st_, p, n);
+  size_t i;
+  if (p == allowed_at_ && n == allowed_n_) {
+    st_ = allowed_;
+    i = n;
+  } else {
+    i = scan(st_, p, n);
+  }
+  allowed_at_ = nullptr;
   if (st_.state == State::await_body && pending_ != Pending::unknown) {
     const Pending framing = pending_;
     pending_ = Pending::unknown;
@@ -101,6 +112,13 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
       break;
     case State::head:
       if (s.cr && b != '\n') return fail(); // a bare CR
+      if (b > '\r') {
+        // Most of a line: no CR or LF among these bytes.
+        const size_t from = i;
+        for (++i; i < n && p[i] > '\r';) ++i;
+        s.line += i - from;
+        break;
+      }
       if (b == '\r') {
         s.cr = true;
         ++i;

@@ -80,6 +80,11 @@ private:
   static bool chunk_line_byte(Scan &s, uint8_t b);
   enum class Pending : uint8_t { unknown, none, length, chunked, to_close };
   Scan st_;
+  // What the last allow() scanned to, so that take() of exactly those
+  // bytes (the usual case) need not scan them again.
+  mutable Scan allowed_;
+  mutable const uint8_t *allowed_at_ = nullptr; // null: none
+  mutable size_t allowed_n_ = 0;
   Pending pending_ = Pending::unknown;
   uint64_t pending_length_ = 0;
 };

@@ -132,3 +132,33 @@ TEST(H1FramingCheck, WaitsForTheFramingAtTheHeadsEnd) {
   EXPECT_TRUE(other.failed());
   EXPECT_EQ(other.allow(p + head, 2), 0u);
 }
+
+// take() of exactly what allow() gave reuses its scan; anything else is
+// scanned again, and a scan that stopped at a bad byte is never reused for
+// the bytes before it.
+TEST(H1FramingCheck, TakeAgreesWithAllowHoweverMuchTheParserTook) {
+  const std::string wire = "POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nok";
+  const auto *p = reinterpret_cast<const uint8_t *>(wire.data());
+  const size_t head = wire.size() - 2;
+  H1FramingCheck check;
+  EXPECT_EQ(check.allow(p, wire.size()), head);
+  check.take(p, 10); // the parser paused after 10 bytes
+  EXPECT_FALSE(check.awaiting_body());
+  EXPECT_EQ(check.allow(p + 10, wire.size() - 10), head - 10);
+  check.body_length(2);
+  check.take(p + 10, head - 10);
+  EXPECT_FALSE(check.awaiting_body());
+  EXPECT_FALSE(check.failed());
+  EXPECT_EQ(check.allow(p + head, 2), 2u);
+  check.take(p + head, 2);
+  EXPECT_TRUE(check.idle());
+
+  const std::string bad = "HTTP/1.1 200 OK\r\nA: b\rc\r\n\r\n";
+  const auto *q = reinterpret_cast<const uint8_t *>(bad.data());
+  H1FramingCheck strict;
+  const size_t ok = strict.allow(q, bad.size());
+  EXPECT_EQ(ok, bad.find("\rc") + 1);
+  strict.take(q, ok); // what came before the bad byte is fine
+  EXPECT_FALSE(strict.failed());
+  EXPECT_EQ(strict.allow(q + ok, bad.size() - ok), 0u);
+}
