@@ -260,6 +260,7 @@ private:
     header_fields_ = 0;
     host_fields_ = 0;
     too_large_ = false;
+    malformed_ = false;
     body_too_large_ = false;
     discard_body_ = false;
     discarded_ = 0;
@@ -276,6 +277,12 @@ private:
   }
 
   int url(const char *at, size_t n) {
+    // Debian's http-parser lets a tab and a form feed into the target;
+    // another hop may split the request line there (RFC 9112 3).
+    for (size_t i = 0; i < n; ++i) {
+      const auto c = static_cast<unsigned char>(at[i]);
+      if (c <= 0x20 || c == 0x7f) malformed_ = true;
+    }
     if (account(n)) req_.path.append(at, n);
     return 0;
   }
@@ -305,6 +312,12 @@ private:
 
   void flush_header() {
     if (field_.empty()) return;
+    // Whitespace in a field name (before the colon, which Debian's
+    // http-parser takes in) must be refused (RFC 9112 5.1): another hop
+    // may read "Host : x" as Host. A value's trailing whitespace is not
+    // part of it (RFC 9110 5.5).
+    if (field_.find_first_of(" \t") != std::string::npos) malformed_ = true;
+    while (!value_.empty() && (value_.back() == ' ' || value_.back() == '\t')) value_.pop_back();
     if (++header_fields_ > env_.limits.max_header_fields) too_large_ = true;
     if (!too_large_) {
       ascii_lower_in_place(field_);
@@ -344,6 +357,10 @@ private:
     if (too_large_) {
       env_.stats->header_limit_rejects += 1;
       fail(431);
+      return 0;
+    }
+    if (malformed_) {
+      fail(400);
       return 0;
     }
     if (parser_.http_major > 1) {
@@ -640,6 +657,7 @@ private:
   size_t header_fields_ = 0;
   unsigned host_fields_ = 0;
   bool too_large_ = false;
+  bool malformed_ = false; // a control byte in the target, whitespace in a field name
   bool body_too_large_ = false;
   bool discard_body_ = false; // its handler reads no body: skipped as it arrives
   uint64_t discarded_ = 0;     // ... so far (max_request_body still bounds it)

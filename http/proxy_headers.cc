@@ -29,6 +29,15 @@ bool writable(std::string_view s) {
   return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
 }
 
+// A request line's method or target: no whitespace or control byte, where
+// a hop could split the line otherwise than we did (RFC 9112 3).
+bool line_token(std::string_view s) {
+  for (unsigned char c : s) {
+    if (c <= 0x20 || c == 0x7f) return false;
+  }
+  return !s.empty();
+}
+
 bool forwarding_field(std::string_view name) {
   return name == "x-forwarded-for" || name == "x-forwarded-proto" ||
          name == "x-forwarded-host" || name == "forwarded";
@@ -64,16 +73,17 @@ bool is_hop_by_hop(std::string_view name, std::string_view connection) {
 }
 
 bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::string &out) {
-  if (req.method.empty() || req.path.empty() || req.path.front() != '/' ||
-      req.method.find_first_of(" \r\n") != std::string::npos ||
-      req.path.find_first_of(std::string_view(" \r\n\0", 4)) != std::string::npos ||
+  if (!line_token(req.method) || !line_token(req.path) || req.path.front() != '/' ||
       !valid_host_field(req.authority)) {
     return false;
   }
   std::string connection;
   joined(req.headers, "connection", connection);
   for (const auto &f : req.headers) {
-    if (!writable(f.name) || !writable(f.value) || f.name.empty()) return false;
+    if (!writable(f.name) || !writable(f.value) || f.name.empty() ||
+        f.name.find_first_of(" \t") != std::string::npos) {
+      return false;
+    }
   }
   out += req.method;
   out += ' ';

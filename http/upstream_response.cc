@@ -137,24 +137,36 @@ int UpstreamResponseParser::on_message_begin() {
 
 int UpstreamResponseParser::on_status() { return 0; }
 
-void UpstreamResponseParser::flush_field() {
-  if (field_.empty()) return;
+bool UpstreamResponseParser::flush_field() {
+  if (field_.empty()) return true;
   if (head_done_) {
     // A trailer field: dropped (trailers are not passed on).
     field_.clear();
     value_.clear();
-    return;
+    return true;
   }
+  // Debian's http-parser takes spaces into a field name and leaves those
+  // that end a value: whitespace before the colon is removed, as a proxy
+  // must (RFC 9112 5.1), and a name still holding some is no name; a
+  // value's trailing whitespace is not part of it (RFC 9110 5.5).
+  auto ows = [](char c) { return c == ' ' || c == '\t'; };
+  while (!field_.empty() && ows(field_.back())) field_.pop_back();
+  if (field_.empty() || field_.find_first_of(" \t") != std::string::npos) {
+    fail("whitespace in a field name");
+    return false;
+  }
+  while (!value_.empty() && ows(value_.back())) value_.pop_back();
   ascii_lower_in_place(field_);
   headers_.add(field_, value_);
   field_.clear();
   value_.clear();
+  return true;
 }
 
 int UpstreamResponseParser::on_field(const char *at, size_t n) {
   if (value_open_) {
-    flush_field();
     value_open_ = false;
+    if (!flush_field()) return -1;
   }
   if (field_.empty() && ++fields_ > limits_.max_fields) {
     fail("too many response header fields");
@@ -173,8 +185,8 @@ int UpstreamResponseParser::on_value(const char *at, size_t n) {
 }
 
 int UpstreamResponseParser::on_headers_complete() {
-  flush_field();
   value_open_ = false;
+  if (!flush_field()) return -1;
   status_ = static_cast<int>(parser_.status_code);
   if (status_ < 100 || status_ > 599) {
     fail("status code out of range");

@@ -83,7 +83,7 @@ public:
 
 private:
   bool account(size_t n);
-  void flush_field();
+  bool flush_field(); // false: malformed (failed)
   void fail(std::string_view why);
 
   UpstreamResponseLimits limits_;

@@ -447,12 +447,25 @@ class ProxyTest(TimedTestCase):
                     ("user", b"GET /app/info?user HTTP/1.1\r\nhost: u@a\r\n\r\n", 400),
                     # Not a version HTTP/1.x speaks, with or without Host.
                     ("v2", b"GET /app/info?v2 HTTP/2.0\r\n\r\n", 505),
-                    ("v9", b"GET /app/info?v9 HTTP/9.9\r\nhost: a\r\n\r\n", 505)):
+                    ("v9", b"GET /app/info?v9 HTTP/9.9\r\nhost: a\r\n\r\n", 505),
+                    # Whitespace before the colon (a second Host or a forged
+                    # X-Forwarded-For to an upstream that trims it), a tab
+                    # in the target (another request line to one that
+                    # splits there): refused, never passed on.
+                    ("sp", b"GET /app/info?sp HTTP/1.1\r\nhost: a\r\nhost : b\r\n\r\n", 400),
+                    ("xff", b"GET /app/info?xff HTTP/1.1\r\nhost: a\r\n"
+                            b"x-forwarded-for : 6.6.6.6\r\n\r\n", 400),
+                    ("tab", b"GET /app/info?tab\tHTTP/1.0 HTTP/1.1\r\nhost: a\r\n\r\n", 400)):
                 self.assertEqual(ask(request)[0], status, query)
                 self.assertNotIn(("GET", f"/app/info?{query}"), self.app.requests)
             st, got = ask(b"GET /app/info?none HTTP/1.0\r\n\r\n")
             self.assertEqual(st, 200)
             self.assertIn(["host", ""], json.loads(got)["headers"])
+            # A length followed by spaces (not part of the value) frames
+            # the body upstream as it did here.
+            st, got = ask(b"POST /app/echo HTTP/1.1\r\nhost: a\r\ncontent-length: 5  \r\n"
+                          b"connection: close\r\n\r\nhello")
+            self.assertEqual((st, got), (200, b"hello"))
             # An HTTP/2 :authority with userinfo (nghttp2 lets '@' through).
             st, _, _, _, _ = curl(srv, "/app/info?h2user", "-H", "Host: u@a")
             self.assertEqual(st, 400)

@@ -567,6 +567,33 @@ class AttackTest(TimedTestCase):
         self.assertIn(b"\r\n\r\nhello", data)
         self.assertEqual(self.finish()["tcp_bad_requests"], 4)
 
+    def test_whitespace_in_field_names_and_control_bytes_in_the_target_get_400(self):
+        # Debian's http-parser takes "Host : b" (a space before the colon)
+        # as a field named "host ", and a tab or form feed inside the
+        # target. A hop behind (a proxied upstream) or in front may read
+        # them otherwise: a second Host, a forged X-Forwarded-For, another
+        # request line (RFC 9112 3, 5.1). Refused with 400.
+        smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        for bad in (b"GET / HTTP/1.1\r\nHost: x\r\nHost : y\r\n\r\n",
+                    b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For\t: 6.6.6.6\r\n\r\n",
+                    b"GET /a\tHTTP/1.0 HTTP/1.1\r\nHost: x\r\n\r\n",
+                    b"GET /a\x0cb HTTP/1.1\r\nHost: x\r\n\r\n"):
+            s = tls_socket(self.srv, alpn="http/1.1")
+            s.sendall(bad + smuggled)
+            closed, data = read_until_closed(s, 5)
+            self.assertTrue(closed, bad)
+            self.assertTrue(data.startswith(b"HTTP/1.1 400"), (bad, data[:200]))
+            self.assertEqual(data.count(b"HTTP/1.1 "), 1, (bad, data))
+        # Whitespace after a value is not part of it: a length so written
+        # frames the body.
+        s = tls_socket(self.srv, alpn="http/1.1")
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5  \r\n"
+                  b"Connection: close\r\n\r\nhello")
+        closed, data = read_until_closed(s, 5)
+        self.assertTrue(data.startswith(b"HTTP/1.1 200"), data[:200])
+        self.assertTrue(data.endswith(b"\r\n\r\nhello"), data[-100:])
+        self.assertEqual(self.finish()["tcp_bad_requests"], 4)
+
     def test_an_error_answer_to_head_has_no_body(self):
         s = tls_socket(self.srv, alpn="http/1.1")
         s.sendall(b"HEAD / HTTP/1.1\r\nHost: a/b\r\n\r\n")

@@ -264,6 +264,26 @@ TEST(UpstreamResponseParser, MalformedAndUpgradeAreErrors) {
   }
 }
 
+// Debian's http-parser takes whitespace into field names and keeps a
+// value's trailing whitespace: before the colon it is removed (a proxy
+// must, RFC 9112 5.1), inside a name it is an error, and a value ends at
+// its last visible byte.
+TEST_F(UpstreamResponse, WhitespaceAroundFieldsIsNotPassedOn) {
+  ASSERT_EQ(feed(p, "HTTP/1.1 302 Found\r\nLocation : /next \t\r\nX-A: b  \r\n"
+                    "Content-Length: 0\r\n\r\n"),
+            UpstreamResponseParser::Result::ok);
+  ASSERT_NE(field(p.headers(), "location"), nullptr);
+  EXPECT_EQ(*field(p.headers(), "location"), "/next");
+  EXPECT_EQ(*field(p.headers(), "x-a"), "b");
+  for (const char *name : {"location ", "x-a "}) EXPECT_EQ(field(p.headers(), name), nullptr);
+  UpstreamResponseParser q;
+  Collect d;
+  q.reset(&d, false);
+  EXPECT_EQ(feed(q, "HTTP/1.1 200 OK\r\nX A: b\r\nContent-Length: 0\r\n\r\n"),
+            UpstreamResponseParser::Result::error);
+  EXPECT_EQ(d.heads, 0);
+}
+
 TEST_F(UpstreamResponse, BytesAfterTheResponseAreAnError) {
   EXPECT_EQ(feed(p, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\naHTTP/1.1 200 OK\r\n\r\n"),
             UpstreamResponseParser::Result::error);
@@ -426,6 +446,18 @@ TEST(ProxyHeaders, UnwritableRequestRefused) {
   for (const char *authority : {"u@a", "a/b"}) {
     Request r = request("GET", "/", authority, {});
     EXPECT_FALSE(build_upstream_request(r, ctx, out)) << authority;
+  }
+  // A tab, a form feed or another control byte in the request line, or
+  // whitespace in a field name: the upstream could split them otherwise.
+  for (const char *path : {"/a\tHTTP/1.0", "/a\fb", "/a\x7f", "/a\x01"}) {
+    Request r = request("GET", path, "", {});
+    EXPECT_FALSE(build_upstream_request(r, ctx, out)) << path;
+  }
+  Request tabbed = request("GE\tT", "/", "", {});
+  EXPECT_FALSE(build_upstream_request(tabbed, ctx, out));
+  for (const char *name : {"x-forwarded-for ", "host\t"}) {
+    Request r = request("GET", "/", "", {{name, "6.6.6.6"}});
+    EXPECT_FALSE(build_upstream_request(r, ctx, out)) << name;
   }
 }
 
