@@ -91,6 +91,36 @@ template <typename Mem> constexpr Mem c_table() {
   return Mem{nullptr, c_malloc, c_free, c_calloc, c_realloc};
 }
 
+// The same, each block charged to an owner at its block's size: owner (the
+// user_data) has charge_memory(int64_t), called with + on allocation and
+// - on free.
+//   mem_ = small_alloc::counted_table<ngtcp2_mem>(this);
+template <typename Owner> void *counted_malloc(size_t n, void *ud) {
+  void *p = allocate(n);
+  if (p) static_cast<Owner *>(ud)->charge_memory(static_cast<int64_t>(block_size(p)));
+  return p;
+}
+template <typename Owner> void counted_free(void *p, void *ud) {
+  if (!p) return;
+  static_cast<Owner *>(ud)->charge_memory(-static_cast<int64_t>(block_size(p)));
+  deallocate(p);
+}
+template <typename Owner> void *counted_calloc(size_t count, size_t n, void *ud) {
+  void *p = allocate_zeroed(count, n);
+  if (p) static_cast<Owner *>(ud)->charge_memory(static_cast<int64_t>(block_size(p)));
+  return p;
+}
+template <typename Owner> void *counted_realloc(void *p, size_t n, void *ud) {
+  const int64_t before = p ? static_cast<int64_t>(block_size(p)) : 0;
+  void *q = reallocate(p, n);
+  if (q) static_cast<Owner *>(ud)->charge_memory(static_cast<int64_t>(block_size(q)) - before);
+  return q;
+}
+template <typename Mem, typename Owner> Mem counted_table(Owner *owner) {
+  return Mem{owner, counted_malloc<Owner>, counted_free<Owner>, counted_calloc<Owner>,
+             counted_realloc<Owner>};
+}
+
 // For standard containers on a worker's request path (a container must be
 // freed on the thread that filled it, or its blocks join that thread's
 // cache).

@@ -614,7 +614,7 @@ handshake_timeout_ms = 10000             # a handshake not done by then is dropp
 max_streams = 100
 qpack_table_capacity = 0                 # bytes of QPACK dynamic table a client may use for requests
 max_connections = 65536
-memory_per_worker = 1073741824           # ngtcp2's buffers for a worker's connections; 0: no limit
+memory_per_worker = 1073741824           # ngtcp2's and nghttp3's buffers for a worker's connections; 0: no limit
 early_data = true
 
 [quic_lb]                                # scale-out behind a QUIC-LB balancer (docs/scale-out.md)

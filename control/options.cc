@@ -153,9 +153,10 @@ QUIC behaviour and limits:
                           (default 128).
   --max-connections N     Connections per worker (default 65536).
   --quic-memory-per-worker N
-                          Bytes ngtcp2 may hold for a worker's connections
-                          (out-of-order data, packets in flight); past it
-                          the connections holding the most are closed
+                          Bytes ngtcp2 and nghttp3 may hold for a worker's
+                          connections (out-of-order data, packets in
+                          flight, header sections); past it the
+                          connections holding the most are closed
                           (default 1073741824; 0: no limit).
   --max-request-body N    Largest request body in bytes, on every protocol;
                           over it: 413 (default 16777216).

@@ -72,7 +72,7 @@ struct Options {
   uint64_t max_header_size = 16384;
   size_t max_header_fields = 128;
   size_t max_connections = 65536;
-  uint64_t quic_memory_per_worker = 1ull << 30; // ngtcp2's buffers, all connections (0: none)
+  uint64_t quic_memory_per_worker = 1ull << 30; // ngtcp2's and nghttp3's buffers, all connections (0: none)
   uint64_t max_request_body = 16u << 20;      // per request: 413
   uint64_t max_body_per_connection = 16u << 20; // held at once per connection
   uint64_t max_body_per_worker = 256u << 20;  // held at once per worker

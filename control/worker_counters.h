@@ -14,7 +14,7 @@ namespace xdpq::control {
   X(body_bytes_limit, "the worker's body budget (--max-body-per-worker)")                          \
   X(block_cache_bytes, "freed small blocks the worker's thread keeps for reuse")                   \
   X(file_read_bytes_held, "large-file bytes read ahead and not yet sent and acknowledged")         \
-  X(quic_memory_bytes, "bytes ngtcp2 holds for the worker's QUIC connections")                     \
+  X(quic_memory_bytes, "bytes ngtcp2 and nghttp3 hold for the worker's QUIC connections")                     \
   X(proxy_waiting, "proxied requests waiting for an upstream connection (every upstream of "       \
                    "their route at its connection limit)")
 

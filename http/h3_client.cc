@@ -9,7 +9,8 @@
 namespace xdpq::http {
 
 H3ClientConn::H3ClientConn(const Options &opts, Events &events)
-    : events_(events), max_udp_payload_(opts.max_udp_payload), grant_data_(opts.grant_data) {
+    : events_(events), max_udp_payload_(opts.max_udp_payload), grant_data_(opts.grant_data),
+      qpack_table_capacity_(opts.qpack_table_capacity) {
   ref_.user_data = this;
   ref_.get_conn = [](ngtcp2_crypto_conn_ref *r) { return self(r->user_data).conn_; };
 
@@ -122,6 +123,7 @@ int H3ClientConn::start_h3() {
   };
   nghttp3_settings st;
   nghttp3_settings_default(&st);
+  st.qpack_max_dtable_capacity = qpack_table_capacity_;
   nghttp3_conn *h3 = nullptr;
   if (nghttp3_conn_client_new(&h3, &cb, &st, nullptr, this) != 0) {
     return NGTCP2_ERR_CALLBACK_FAILURE;
@@ -141,6 +143,7 @@ int H3ClientConn::start_h3() {
 
 int H3ClientConn::on_stream_data(int64_t sid, const uint8_t *data, size_t len, bool fin) {
   if (!h3_) return 0;
+  if ((sid & 0x3) == 0x3) server_uni_bytes_ += len;
   auto n = nghttp3_conn_read_stream(h3_, sid, data, len, fin);
   if (n < 0) return NGTCP2_ERR_CALLBACK_FAILURE;
   consumed(sid, static_cast<uint64_t>(n));

@@ -60,6 +60,7 @@ public:
     uint64_t max_data = 16 << 20; // the connection's flow-control window
     uint64_t stream_window = 4 << 20; // each response stream's (0: shut until extended)
     bool grant_data = true;       // false: never extended (a client that stops reading)
+    size_t qpack_table_capacity = 0; // the QPACK dynamic table the server's encoder may use
   };
 
   // Throws std::runtime_error if ngtcp2 or GnuTLS refuse.
@@ -85,6 +86,8 @@ public:
   }
 
   bool handshake_completed() const { return h3_ != nullptr; }
+  // Bytes received on the server's unidirectional streams (control, QPACK).
+  uint64_t server_uni_bytes() const { return server_uni_bytes_; }
   ngtcp2_conn *conn() const { return conn_; }
   nghttp3_conn *h3() const { return h3_; }
   gnutls_session_t tls() const { return tls_; }
@@ -102,6 +105,8 @@ private:
   ngtcp2_crypto_conn_ref ref_{};
   size_t max_udp_payload_;
   bool grant_data_;
+  size_t qpack_table_capacity_;
+  uint64_t server_uni_bytes_ = 0;
 };
 
 } // namespace xdpq::http

@@ -231,10 +231,19 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
   settings.max_field_section_size = limits_.max_field_section_size;
   settings.qpack_max_dtable_capacity = limits_.qpack_table_capacity;
   settings.qpack_blocked_streams = limits_.qpack_table_capacity ? 100 : 0;
+  // Our encoder uses no dynamic table, whatever the client offers: its
+  // instructions would queue on the encoder stream for as long as the
+  // client withholds that stream's credit, and each new Date or file type
+  // is a new entry. Static table and literals only, as nginx and HAProxy
+  // encode theirs.
+  settings.qpack_encoder_max_dtable_capacity = 0;
   // nghttp3's per-stream buffers and QPACK strings come from the worker's
-  // per-thread block cache.
-  static constexpr nghttp3_mem MEM = small_alloc::c_table<nghttp3_mem>();
-  if (nghttp3_conn_server_new(&conn_, &cbs, &settings, &MEM, this) != 0) {
+  // per-thread block cache, charged to the connection: a client can make
+  // nghttp3 hold much for little (a field value's announced length is
+  // allocated, twice over for Huffman, before a byte of it arrives), and
+  // the worker's QUIC memory limit must see it.
+  mem_ = small_alloc::counted_table<nghttp3_mem>(this);
+  if (nghttp3_conn_server_new(&conn_, &cbs, &settings, &mem_, this) != 0) {
     throw std::bad_alloc();
   }
 }
@@ -432,7 +441,6 @@ void H3Session::wake_readers() {
     stop_waiting(*w);
     nghttp3_conn_resume_stream(conn_, w->id);
   }
-  leave_pool_if_idle();
 }
 
 void H3Session::shutdown_stream_write(int64_t stream_id) {
@@ -794,6 +802,10 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
       if (room == 0) wait_for_pool(false);
       return NGHTTP3_ERR_WOULDBLOCK;
     }
+    // It reads (woken by the pool, its window, or another's release): a
+    // session none of whose streams waits any more leaves the pool's queue
+    // (one still waiting keeps its place there).
+    leave_pool_if_idle();
   }
   while (n < veccnt && s.body_offset < size && given < limit) {
     auto c = body->chunk(s.body_offset);

@@ -121,6 +121,8 @@ public:
     if (conn_waiting_ > 0) wake_readers();
     return 0;
   }
+  // What nghttp3 allocates and frees, counted with the connection's memory.
+  void charge_memory(int64_t bytes) { transport_.app_charge_memory(bytes); }
   void after_write() override {
     // Nothing in flight once the write is done (lost packets are sent again
     // by then): what is held waits for the peer's flow control (a client
@@ -196,6 +198,7 @@ private:
   H3Stats &stats_;
   BudgetAccount budget_;
   nghttp3_conn *conn_ = nullptr;
+  nghttp3_mem mem_{}; // nghttp3's allocator (counted_table: charge_memory())
   size_t awaiting_ = 0; // proxied requests whose response head has not come
   size_t active_ = 0;                         // request streams between begin_headers and close
   std::vector<std::unique_ptr<Stream>> pool_; // every Stream ever made
@@ -219,8 +222,9 @@ private:
   // A stream of ours waits for the worker's pool: queue there (front: a
   // session woken that found the room taken again keeps its turn).
   void wait_for_pool(bool front);
-  // No stream of ours waits any more (they ended, or read again): out of
-  // the pool's queue, so a wake goes to a session that needs it.
+  // No stream of ours waits any more (they ended, or one read again and
+  // none other waits): out of the pool's queue, so a wake goes to a
+  // session that needs it.
   void leave_pool_if_idle();
   void hold_read_ahead(uint64_t n);
   void release_read_ahead(uint64_t n);

@@ -50,6 +50,9 @@ public:
   // A write of the connection (before_write() included) at or after at_ns,
   // whatever else happens by then; a later call replaces the time.
   virtual void app_wake_at(uint64_t at_ns) = 0;
+  // The application's library (nghttp3) took (+) or gave back (-) bytes:
+  // counted with the connection's (Endpoint::max_memory).
+  virtual void app_charge_memory(int64_t bytes) { (void)bytes; }
 
 protected:
   ~AppTransport() = default;

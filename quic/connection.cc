@@ -106,33 +106,6 @@ int cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t *tx_secret,
   return rv;
 }
 
-// ngtcp2's allocator: the per-thread block cache, each block charged to the
-// connection (user_data) at its block's size.
-void *counted_malloc(size_t n, void *ud) {
-  void *p = small_alloc::allocate(n);
-  if (p) static_cast<Connection *>(ud)->charge_memory(
-             static_cast<int64_t>(small_alloc::block_size(p)));
-  return p;
-}
-void counted_free(void *p, void *ud) {
-  if (!p) return;
-  static_cast<Connection *>(ud)->charge_memory(-static_cast<int64_t>(small_alloc::block_size(p)));
-  small_alloc::deallocate(p);
-}
-void *counted_calloc(size_t count, size_t n, void *ud) {
-  void *p = small_alloc::allocate_zeroed(count, n);
-  if (p) static_cast<Connection *>(ud)->charge_memory(
-             static_cast<int64_t>(small_alloc::block_size(p)));
-  return p;
-}
-void *counted_realloc(void *p, size_t n, void *ud) {
-  const int64_t before = p ? static_cast<int64_t>(small_alloc::block_size(p)) : 0;
-  void *q = small_alloc::reallocate(p, n);
-  if (q) static_cast<Connection *>(ud)->charge_memory(
-             static_cast<int64_t>(small_alloc::block_size(q)) - before);
-  return q;
-}
-
 int cb_decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
                const ngtcp2_crypto_aead_ctx *aead_ctx, const uint8_t *ciphertext,
                size_t ciphertextlen, const uint8_t *nonce, size_t noncelen, const uint8_t *aad,
@@ -285,7 +258,8 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   ngtcp2_path np = make_path(path);
   // ngtcp2's buffers come from the worker's per-thread block cache, counted
   // for this connection and the worker.
-  mem_ = ngtcp2_mem{this, counted_malloc, counted_free, counted_calloc, counted_realloc};
+  // The per-thread block cache, each block charged to this connection.
+  mem_ = small_alloc::counted_table<ngtcp2_mem>(this);
   if (ngtcp2_conn_server_new(&conn_, &hd.scid, &scid, &np, hd.version, &cb, &settings, &params,
                              &mem_, this) != 0) {
     return -1;
@@ -732,8 +706,22 @@ int Connection::on_acked_stream_data(int64_t stream_id, uint64_t len) {
 }
 
 int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_error) {
-  if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET)) {
+  const bool reset = flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET;
+  if (!reset) {
     app_error = ep_.app_factory().no_error_code();
+  }
+  if (request_stream(stream_id)) {
+    auto seen = std::find(resets_seen_.begin(), resets_seen_.end(), stream_id);
+    const bool accounted = seen != resets_seen_.end();
+    if (accounted) resets_seen_.erase(seen);
+    // Reset, by nobody we know of: the peer's STOP_SENDING had ngtcp2
+    // reset our side. A cancel like a RESET_STREAM, limited alike.
+    if (reset && !accounted && !take_reset_token()) {
+      ep_.mutable_stats().stream_reset_closes += 1;
+      ngtcp2_ccerr_set_application_error(&last_error_, ep_.app_factory().excessive_load_code(),
+                                         nullptr, 0);
+      return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
   }
   if (app_) {
     int rv = app_->close_stream(stream_id, app_error);
@@ -776,7 +764,8 @@ int Connection::on_stream_reset(int64_t stream_id) {
   auto asked = std::find(stopped_reading_.begin(), stopped_reading_.end(), stream_id);
   const bool answer = asked != stopped_reading_.end();
   if (answer) stopped_reading_.erase(asked);
-  if (!answer && ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1) && !take_reset_token()) {
+  if (request_stream(stream_id)) reset_seen(stream_id);
+  if (!answer && request_stream(stream_id) && !take_reset_token()) {
     ep_.mutable_stats().stream_reset_closes += 1;
     ngtcp2_ccerr_set_application_error(&last_error_, ep_.app_factory().excessive_load_code(),
                                        nullptr, 0);
@@ -892,11 +881,20 @@ void Connection::app_consume(int64_t stream_id, uint64_t n) {
 }
 
 void Connection::app_stop_reading(int64_t stream_id, uint64_t app_error) {
+  // The stream's error code is then ours (ngtcp2 reports it at the close).
+  if (request_stream(stream_id)) reset_seen(stream_id);
   ngtcp2_conn_shutdown_stream_read(conn_, 0, stream_id, app_error);
 }
 
 void Connection::app_reset_writing(int64_t stream_id, uint64_t app_error) {
+  if (request_stream(stream_id)) reset_seen(stream_id);
   ngtcp2_conn_shutdown_stream_write(conn_, 0, stream_id, app_error);
+}
+
+void Connection::reset_seen(int64_t stream_id) {
+  // Open streams only (erased as they close): at most max_streams_bidi.
+  if (std::find(resets_seen_.begin(), resets_seen_.end(), stream_id) == resets_seen_.end())
+    resets_seen_.push_back(stream_id);
 }
 
 void Connection::app_want_write() {
@@ -910,6 +908,8 @@ uint64_t Connection::app_stream_credit(int64_t stream_id) const {
 uint64_t Connection::app_conn_credit() const { return ngtcp2_conn_get_max_data_left(conn_); }
 
 uint64_t Connection::app_now() const { return ep_.clock().now(); }
+
+void Connection::app_charge_memory(int64_t bytes) { charge_memory(bytes); }
 
 void Connection::app_wake_at(uint64_t at_ns) {
   app_wake_at_ = at_ns;

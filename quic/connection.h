@@ -96,6 +96,7 @@ public:
   uint64_t app_stream_credit(int64_t stream_id) const override;
   uint64_t app_conn_credit() const override;
   uint64_t app_now() const override;
+  void app_charge_memory(int64_t bytes) override;
   bool app_awaits_acks() const override;
   void app_wake_at(uint64_t at_ns) override;
 
@@ -154,7 +155,8 @@ private:
   uint64_t credit_deadline_ = UINT64_MAX;
   uint64_t goaway_at_ = UINT64_MAX; // when the final GOAWAY goes (after shutdown_notice)
   uint64_t app_wake_at_ = UINT64_MAX; // the application's (app_wake_at())
-  // ngtcp2's memory for this connection, counted (Endpoint::max_memory).
+  // ngtcp2's and the application's (nghttp3's) memory for this
+  // connection, counted (Endpoint::max_memory).
   ngtcp2_mem mem_;
   int64_t memory_ = 0;
 
@@ -175,6 +177,15 @@ private:
   // Open request streams we sent STOP_SENDING for: the peer's RESET_STREAM
   // on them is the answer RFC 9000 requires, not a cancel of its own.
   std::vector<int64_t> stopped_reading_;
+  // Open request streams whose reset is accounted for already: the peer's
+  // RESET_STREAM (counted, or answering our STOP_SENDING), or our own
+  // RESET_STREAM or STOP_SENDING.
+  // One that closes reset without being here was cancelled by the peer's
+  // STOP_SENDING, of which ngtcp2 tells nothing else: counted then.
+  std::vector<int64_t> resets_seen_;
+  // A client request stream: the peer's cancels are limited (rapid reset).
+  static bool request_stream(int64_t id) { return ngtcp2_is_bidi_stream(id) && !(id & 1); }
+  void reset_seen(int64_t stream_id);
   bool take_reset_token();
   // The last write() left the application with nothing to send (not cut
   // short by congestion, pacing, the packet budget or the sink).

@@ -50,7 +50,7 @@ ngtcp2_path to_np(const dataplane::Path &p) {
 } // namespace
 
 TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
-                       uint64_t fixed_window, bool shut_streams)
+                       uint64_t fixed_window, bool shut_streams, size_t qpack_table_capacity)
     : clock_(clock), path_(path) {
   gnutls_certificate_allocate_credentials(&cred_);
   http::H3ClientConn::Options o;
@@ -64,6 +64,7 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
     o.grant_data = false;
   }
   if (shut_streams) o.stream_window = 0;
+  o.qpack_table_capacity = qpack_table_capacity;
   try {
     h3c_ = std::make_unique<http::H3ClientConn>(o, *this);
   } catch (...) {
@@ -185,6 +186,25 @@ Datagram TestClient::close_connection(uint64_t app_error) {
   Datagram dg;
   dg.path = path_;
   if (n > 0) dg.data.assign(buf.begin(), buf.begin() + n);
+  return dg;
+}
+
+Datagram TestClient::raw_request_stream(const std::string &bytes) {
+  Datagram dg;
+  int64_t sid = -1;
+  if (ngtcp2_conn_open_bidi_stream(conn(), &sid, nullptr) != 0) return dg;
+  std::vector<uint8_t> buf(1452);
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  ngtcp2_pkt_info pi{};
+  ngtcp2_vec v{reinterpret_cast<uint8_t *>(const_cast<char *>(bytes.data())), bytes.size()};
+  ngtcp2_ssize taken = 0;
+  auto n = ngtcp2_conn_writev_stream(conn(), &ps.path, &pi, buf.data(), buf.size(), &taken,
+                                     NGTCP2_WRITE_STREAM_FLAG_NONE, sid, &v, 1, clock_.now());
+  ngtcp2_conn_update_pkt_tx_time(conn(), clock_.now());
+  dg.path = path_;
+  if (n > 0 && taken == static_cast<ngtcp2_ssize>(bytes.size()))
+    dg.data.assign(buf.begin(), buf.begin() + n);
   return dg;
 }
 

@@ -69,8 +69,9 @@ public:
   // never extended (a client that stops reading).
   // A stream_window other than 0 is each response stream's flow-control
   // window; with shut_streams, 0 (nothing can be sent on them).
+  // qpack_table_capacity: the QPACK dynamic table offered to the server.
   TestClient(quic::ManualClock &clock, const dataplane::Path &path, uint64_t fixed_window = 0,
-             bool shut_streams = false);
+             bool shut_streams = false, size_t qpack_table_capacity = 0);
   ~TestClient();
   TestClient(const TestClient &) = delete;
   TestClient &operator=(const TestClient &) = delete;
@@ -94,11 +95,16 @@ public:
   void cancel(int64_t sid);
   // The client closes its connection: the CONNECTION_CLOSE to send.
   Datagram close_connection(uint64_t app_error);
+  // Opens a request stream that nghttp3 does not know and sends bytes on
+  // it as they are (a hand-made HTTP/3 frame): the datagram to send (empty
+  // if the client may not send now: its pacing, flow control).
+  Datagram raw_request_stream(const std::string &bytes);
 
   bool handshake_completed() const { return h3c_ && h3c_->handshake_completed(); }
   bool closed() const { return closed_; }
   uint16_t port() const { return path_.remote.port(); } // its source port, as the server sees it
   ngtcp2_conn *conn() const { return h3c_->conn(); }
+  uint64_t server_uni_bytes() const { return h3c_->server_uni_bytes(); }
   std::map<int64_t, Response> responses;
 
 private:

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 
 using namespace xdpq;
@@ -65,6 +66,9 @@ protected:
   // worker id of the next process of a binary upgrade), which hands them
   // to the owner.
   void migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation = false);
+  // Client cancels of requests are limited (rapid reset): see its tests.
+  void expect_cancels_limited(const std::function<bool()> &cancel_one,
+                              const std::function<void()> &between = {});
 
   // A docroot of the test's own (docroot_) holding big.bin with content.
   void make_docroot_with(const std::string &content) {
@@ -921,6 +925,77 @@ TEST_F(QuicPipe, OverTheWorkersQuicMemoryTheLargestConnectionCloses) {
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
 
+// Regression: nghttp3's memory was not counted with the connection's. A
+// client that announces a long Huffman-coded field value on each request
+// stream and sends no more of it makes nghttp3 allocate twice that length
+// per stream (about 128 KiB for a dozen bytes sent), for as long as it
+// keeps the connection: the worker's QUIC memory limit saw none of it.
+TEST_F(QuicPipe, NghttpThreesBuffersCountAgainstTheWorkersQuicMemory) {
+  start();
+  TestClient c(clock_, make_test_path(50001));
+  ASSERT_TRUE(run_until(c, *server_, clock_, [&] { return c.handshake_completed(); }));
+  for (auto &dg : c.write()) server_->deliver(dg); // its control and QPACK streams
+  const uint64_t before = server_->endpoint->memory();
+  // HEADERS (type 1) of 70000 bytes; the field section prefix (no dynamic
+  // table); a field line naming static entry 0 (:authority) with a
+  // Huffman-coded value of 65000 bytes, of which none follows.
+  const std::string partial("\x01\x80\x01\x11\x70\x00\x00\x50\xff\xe9\xfa\x03", 12);
+  constexpr int STREAMS = 20;
+  for (int i = 0; i < STREAMS; ++i) {
+    clock_.set(clock_.now() + 10'000'000); // past the client's pacing
+    const Datagram dg = c.raw_request_stream(partial);
+    ASSERT_FALSE(dg.data.empty());
+    server_->deliver(dg);
+  }
+  const uint64_t held = server_->endpoint->memory();
+  EXPECT_GT(held - before, STREAMS * 120'000ull) << "nghttp3's value buffers are not counted";
+  EXPECT_EQ(stats().conn_errors, 0u);
+  // Past the worker's limit, that connection is the one closed.
+  server_->endpoint->set_max_memory(held - 1);
+  server_->tick();
+  EXPECT_EQ(stats().memory_closes, 1u);
+  EXPECT_LT(server_->endpoint->memory(), before);
+  // The fixture's connection, holding little, is served on.
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
+// Regression: the server's QPACK encoder took nghttp3's default table
+// (4096 bytes) whenever a client offered one, inserting each new field
+// value (Date every second, each file's type and Last-Modified, upstream
+// fields) and queueing its instruction on the encoder stream, where a
+// client that never gives that stream credit kept it for the connection's
+// life. Responses are encoded with the static table and literals only:
+// a client that offers a table gets nothing more on the server's
+// unidirectional streams than one that offers none.
+TEST_F(QuicPipe, TheServersQpackEncoderInsertsNothing) {
+  start();
+  TestClient plain(clock_, make_test_path(50001));
+  TestClient offering(clock_, make_test_path(50002), 0, false, /*qpack_table_capacity=*/4096);
+  const std::vector<TestClient *> clients = {client_.get(), &plain, &offering};
+  std::vector<std::pair<TestClient *, int64_t>> asked;
+  bool sent = false;
+  auto done = [&] {
+    for (auto &[cl, sid] : asked) {
+      if (!cl->responses[sid].done) return false;
+    }
+    return sent;
+  };
+  for (int step = 0; step < 20000 && !done(); ++step) {
+    if (!sent && plain.handshake_completed() && offering.handshake_completed()) {
+      for (TestClient *cl : {&plain, &offering}) {
+        for (const char *path : {"/", "/healthz", "/bytes/10", "/bytes/20"})
+          asked.emplace_back(cl, cl->request("GET", path));
+      }
+      sent = true;
+    }
+    ASSERT_TRUE(step_clients(clients));
+  }
+  ASSERT_TRUE(done());
+  for (auto &[cl, sid] : asked) EXPECT_EQ(cl->responses[sid].status, 200);
+  EXPECT_GT(plain.server_uni_bytes(), 0u);
+  EXPECT_EQ(offering.server_uni_bytes(), plain.server_uni_bytes());
+}
+
 // Configured response fields reach HTTP/3 responses that lack them; a
 // configured Server replaces xdpq's.
 TEST_F(QuicPipe, ConfiguredResponseHeadersAreAdded) {
@@ -1032,6 +1107,7 @@ TEST_F(QuicPipe, TheWorkersReadAheadIsBoundedAndEveryDownloadCompletes) {
   EXPECT_GT(most, pool.limit / 2);
   EXPECT_GT(server_->app->stats().read_ahead_waits, 0u);
   EXPECT_EQ(pool.held, 0u); // everything read was let go again
+  EXPECT_TRUE(pool.waiting.empty()); // and nobody waits for it
   std::filesystem::remove_all(docroot_);
 }
 
@@ -1318,38 +1394,24 @@ TEST(CidKeyHash, IsKeyedPerTableAndCoversEveryByte) {
   EXPECT_EQ(seen.size(), 1u + 20 + 19);
 }
 
-// A client that opens requests and resets them at once ("rapid reset")
-// has the server start and drop work for each: past a burst of resets
+// A client that opens requests and cancels them at once ("rapid reset")
+// has the server start and drop work for each: past a burst of cancels
 // (and their rate) the connection closes with H3_EXCESSIVE_LOAD, as
-// HTTP/2's does. A few resets within the limit leave it open.
-TEST_F(QuicPipe, RapidStreamResetsCloseTheConnection) {
+// HTTP/2's does. A few within the limit leave it open. cancel_one() opens
+// one request and cancels it (false: no stream left); between() runs
+// after the first 15.
+void QuicPipe::expect_cancels_limited(const std::function<bool()> &cancel_one,
+                                      const std::function<void()> &between) {
   quic::EndpointConfig cfg;
   cfg.stream_reset_burst = 20;
   start(cfg);
   ASSERT_EQ(fetch("GET", "/bytes/3").status, 200);
-  auto open_and_reset = [&] {
-    int64_t sid = client_->request("POST", "/echo", {}, "x", false);
-    if (sid < 0) return false;
-    exchange(1000);
-    ngtcp2_conn_shutdown_stream(client_->conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
-    exchange(1000);
-    return true;
-  };
-  // Each cancel is one RESET_STREAM: 15 of 20.
-  for (int i = 0; i < 15; ++i) ASSERT_TRUE(open_and_reset());
-  // The server's own STOP_SENDING (answers that come before the request's
-  // end: a body nobody reads) are no resets of the client's.
-  for (int i = 0; i < 30; ++i) {
-    int64_t sid = client_->request("GET", "/healthz", {}, "x", false);
-    ASSERT_GE(sid, 0);
-    ASSERT_TRUE(run([&] { return client_->responses[sid].done || client_->closed(); }));
-    ASSERT_EQ(client_->responses[sid].status, 200);
-  }
-  EXPECT_FALSE(client_->closed());
+  for (int i = 0; i < 15; ++i) ASSERT_TRUE(cancel_one());
+  if (between) between();
   EXPECT_FALSE(client_->closed());
   EXPECT_EQ(stats().stream_reset_closes, 0u);
   EXPECT_EQ(fetch("GET", "/bytes/3").status, 200);
-  for (int i = 0; i < 20 && !client_->closed(); ++i) open_and_reset();
+  for (int i = 0; i < 20 && !client_->closed(); ++i) cancel_one();
   run([&] { return client_->closed(); });
   EXPECT_TRUE(client_->closed());
   EXPECT_EQ(stats().stream_reset_closes, 1u);
@@ -1357,3 +1419,41 @@ TEST_F(QuicPipe, RapidStreamResetsCloseTheConnection) {
   EXPECT_EQ(err->type, NGTCP2_CCERR_TYPE_APPLICATION);
   EXPECT_EQ(err->error_code, NGHTTP3_H3_EXCESSIVE_LOAD);
 }
+
+TEST_F(QuicPipe, RapidStreamResetsCloseTheConnection) {
+  expect_cancels_limited(
+      [&] {
+        int64_t sid = client_->request("POST", "/echo", {}, "x", false);
+        if (sid < 0) return false;
+        exchange(1000);
+        ngtcp2_conn_shutdown_stream(client_->conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
+        exchange(1000);
+        return true;
+      },
+      [&] {
+        // The server's own STOP_SENDING (answers that come before the
+        // request's end: a body nobody reads) are no cancels of the client's.
+        for (int i = 0; i < 30; ++i) {
+          int64_t sid = client_->request("GET", "/healthz", {}, "x", false);
+          ASSERT_GE(sid, 0);
+          ASSERT_TRUE(run([&] { return client_->responses[sid].done || client_->closed(); }));
+          ASSERT_EQ(client_->responses[sid].status, 200);
+        }
+      });
+}
+
+// Regression: a client's STOP_SENDING has ngtcp2 reset the response
+// without telling us, so cancelling requests that way (instead of with
+// RESET_STREAM) went unlimited: each one had the server start work (a
+// file, an upstream request) and drop it. It is limited as RESET_STREAM is.
+TEST_F(QuicPipe, RapidStopSendingCancelsCloseTheConnection) {
+  expect_cancels_limited([&] {
+    int64_t sid = client_->request("GET", "/bytes/1000000");
+    if (sid < 0) return false;
+    exchange(1000);
+    ngtcp2_conn_shutdown_stream_read(client_->conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
+    exchange(1000);
+    return true;
+  });
+}
+
