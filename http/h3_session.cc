@@ -38,6 +38,7 @@ struct H3Session::Stream {
   // the connection's window or room, else the stream's own window.
   bool read_waiting = false;
   bool waits_for_conn = false;
+  bool answered = false; // the whole response went to nghttp3 (its EOF given)
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -64,6 +65,7 @@ struct H3Session::Stream {
     awaiting = false;
     read_waiting = false;
     waits_for_conn = false;
+    answered = false;
   }
 };
 
@@ -452,6 +454,14 @@ int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
   return rv == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : rv; // a stream nghttp3 never saw
 }
 
+bool H3Session::answered(int64_t stream_id) const {
+  // Rare (a stream closing reset by the peer's STOP_SENDING): a scan.
+  for (const auto &p : pool_) {
+    if (p->id == stream_id) return p->answered;
+  }
+  return false;
+}
+
 void H3Session::shutdown_stream_read(int64_t stream_id) {
   nghttp3_conn_shutdown_stream_read(conn_, stream_id);
   // The client reset its request (or stopped our response): a proxied body
@@ -729,6 +739,7 @@ void H3Session::on_stream_close(Stream &s) {
     release_read_ahead(s.body_offset - s.acked);
   stop_waiting(s);
   leave_pool_if_idle();
+  std::erase(aborted_, s.id); // closed already: nothing to reset
   log_request(s);
   s.req.reset();
   s.exchange = nullptr;
@@ -776,6 +787,7 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
   const Body *body = s.resp.body.get();
   if (!body) {
     *flags |= NGHTTP3_DATA_FLAG_EOF;
+    s.answered = true;
     return 0;
   }
   if (s.aborted)
@@ -827,6 +839,7 @@ nghttp3_ssize H3Session::on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt
   if (ahead) hold_read_ahead(given);
   if (s.body_offset >= size) {
     *flags |= NGHTTP3_DATA_FLAG_EOF;
+    s.answered = true;
     record_latency(s);
   }
   return static_cast<nghttp3_ssize>(n);
@@ -858,6 +871,7 @@ nghttp3_ssize H3Session::read_streamed(Stream &s, nghttp3_vec *vec, size_t veccn
     }
     if (ex.ended()) {
       *flags |= NGHTTP3_DATA_FLAG_EOF;
+      s.answered = true;
       record_latency(s);
     } else if (n == 0) {
       return NGHTTP3_ERR_WOULDBLOCK;

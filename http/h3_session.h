@@ -140,6 +140,7 @@ public:
   int unblock_stream(int64_t stream_id) override;
   void shutdown_stream_write(int64_t stream_id) override;
   void shutdown_stream_read(int64_t stream_id) override;
+  bool answered(int64_t stream_id) const override;
   int close_stream(int64_t stream_id, uint64_t app_error) override;
   void set_max_client_streams_bidi(uint64_t n) override;
   // GOAWAY with the largest id, then the final one; streams in flight finish.

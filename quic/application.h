@@ -89,6 +89,13 @@ public:
   virtual int unblock_stream(int64_t stream_id) = 0;
   virtual void shutdown_stream_write(int64_t stream_id) = 0;
   virtual void shutdown_stream_read(int64_t stream_id) = 0;
+  // The whole response of this open stream went to the transport: a
+  // STOP_SENDING now cancels nothing (the client closing a body it does
+  // not read to the end).
+  virtual bool answered(int64_t stream_id) const {
+    (void)stream_id;
+    return false;
+  }
   // The stream is gone (app_error: the code it closed with).
   virtual int close_stream(int64_t stream_id, uint64_t app_error) = 0;
   virtual void set_max_client_streams_bidi(uint64_t n) = 0;

@@ -1394,6 +1394,29 @@ TEST(CidKeyHash, IsKeyedPerTableAndCoversEveryByte) {
   EXPECT_EQ(seen.size(), 1u + 20 + 19);
 }
 
+// A client that stops reading an answer the server has sent whole (quic-go
+// does so when a program closes a body it did not read to its end) cancels
+// nothing: ngtcp2 resets the stream all the same when the answer is not
+// all acknowledged yet, and that is not counted against the client.
+TEST_F(QuicPipe, StoppingAnAnswerSentWholeIsNoCancel) {
+  quic::EndpointConfig cfg;
+  cfg.stream_reset_burst = 20;
+  start(cfg);
+  ASSERT_EQ(fetch("GET", "/bytes/3").status, 200);
+  for (int i = 0; i < 40 && !client_->closed(); ++i) {
+    const int64_t sid = client_->request("GET", "/bytes/3");
+    ASSERT_GE(sid, 0);
+    // The request arrives and is answered whole; the answer is lost.
+    for (auto &dg : client_->write()) server_->deliver(dg);
+    server_->tick();
+    ngtcp2_conn_shutdown_stream_read(client_->conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
+    exchange(1000);
+  }
+  EXPECT_FALSE(client_->closed());
+  EXPECT_EQ(stats().stream_reset_closes, 0u);
+  EXPECT_EQ(fetch("GET", "/bytes/3").status, 200);
+}
+
 // A client that opens requests and cancels them at once ("rapid reset")
 // has the server start and drop work for each: past a burst of cancels
 // (and their rate) the connection closes with H3_EXCESSIVE_LOAD, as
