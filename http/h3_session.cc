@@ -38,7 +38,7 @@ struct H3Session::Stream {
   // the connection's window or room, else the stream's own window.
   bool read_waiting = false;
   bool waits_for_conn = false;
-  bool answered = false; // the whole response went to nghttp3 (its EOF given)
+  bool answered = false; // the whole response went to nghttp3 (its end given)
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -765,7 +765,10 @@ void H3Session::respond(Stream &s) {
   bool has_body = s.exchange ? s.exchange->has_body() : resp.body && resp.body->size() > 0;
   int rv = nghttp3_conn_submit_response(conn_, s.id, nva_.data(), nva_.size(),
                                         has_body ? &dr : nullptr);
-  if (!has_body) record_latency(s);
+  if (!has_body) {
+    s.answered = rv == 0; // the HEADERS frame ends the stream
+    record_latency(s);
+  }
   if (rv != 0) {
     stats_.stream_errors += 1;
     transport_.app_reset_writing(s.id, NGHTTP3_H3_INTERNAL_ERROR);

@@ -89,9 +89,9 @@ public:
   virtual int unblock_stream(int64_t stream_id) = 0;
   virtual void shutdown_stream_write(int64_t stream_id) = 0;
   virtual void shutdown_stream_read(int64_t stream_id) = 0;
-  // The whole response of this open stream went to the transport: a
-  // STOP_SENDING now cancels nothing (the client closing a body it does
-  // not read to the end).
+  // The whole response of this open stream was handed to the transport
+  // (some may not have left yet): a STOP_SENDING now cancels no work of
+  // ours (the client closing a body it does not read to the end).
   virtual bool answered(int64_t stream_id) const {
     (void)stream_id;
     return false;

@@ -716,7 +716,8 @@ int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_
     if (accounted) resets_seen_.erase(seen);
     // Reset, by nobody we know of: the peer's STOP_SENDING had ngtcp2
     // reset our side. A cancel like a RESET_STREAM, limited alike, unless
-    // our whole answer had gone out already (ngtcp2 sets the code then too).
+    // our whole answer was handed over already (ngtcp2 sets the code then
+    // too, while it is not all acknowledged).
     if (reset && !accounted && !(app_ && app_->answered(stream_id)) && !take_reset_token()) {
       ep_.mutable_stats().stream_reset_closes += 1;
       ngtcp2_ccerr_set_application_error(&last_error_, ep_.app_factory().excessive_load_code(),
