@@ -258,7 +258,6 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
   ngtcp2_path np = make_path(path);
   // ngtcp2's buffers come from the worker's per-thread block cache, counted
   // for this connection and the worker.
-  // The per-thread block cache, each block charged to this connection.
   mem_ = small_alloc::counted_table<ngtcp2_mem>(this);
   if (ngtcp2_conn_server_new(&conn_, &hd.scid, &scid, &np, hd.version, &cb, &settings, &params,
                              &mem_, this) != 0) {

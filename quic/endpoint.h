@@ -273,7 +273,7 @@ private:
   std::vector<Connection *> retired_;
   std::vector<Connection *> apps_finished_;
   size_t handshakes_in_progress_ = 0;
-  int64_t memory_ = 0; // what ngtcp2 holds for all our connections (charge_memory)
+  int64_t memory_ = 0; // what ngtcp2 and nghttp3 hold for all our connections (charge_memory)
   void reap_memory();
   void write_pending(); // the connections that asked to write, in order
 
