@@ -122,6 +122,9 @@ h1 = {
                      b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                      b"2\r\nabXY0\r\n\r\n",
     "bare_cr": b"GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n",
+    # Whitespace before a colon, trailing a value, a tab in the target.
+    "field_whitespace": b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2  \r\n\r\nab"
+                        b"GET / HTTP/1.1\r\nHost : y\r\n\r\nGET /a\tb HTTP/1.1\r\nHost: x\r\n\r\n",
 }
 for n, d in h1.items():
     put("h1", n, chunk(d[:20]) + chunk(d[20:]))
@@ -173,6 +176,8 @@ put("h3", "get", base + chunk(get_root, 0x08 | 3))
 put("h3", "post", base + chunk(post_echo, 0x08 | 4))
 put("h3", "two", base + chunk(get_root, 0x08 | 3) + chunk(post_echo[:7], 4) +
     chunk(post_echo[7:], 0x08 | 4))
+# A header section that announces a long Huffman-coded value and stops.
+put("h3", "long_value", base + chunk(b"\x01\x80\x01\x11\x70\x00\x00\x50\xff\xe9\xfa\x03", 3))
 
 # --- config --------------------------------------------------------------------------
 
@@ -239,6 +244,9 @@ upstream("overlong", False, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
 upstream("truncated", False, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
 upstream("huge_head", False, b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n")
 upstream("two_lengths", False, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+upstream("field_whitespace", False, b"HTTP/1.1 302 Found\r\nLocation : /x  \r\n"
+         b"Content-Length: 0\r\n\r\n")
+upstream("name_with_space", False, b"HTTP/1.1 200 OK\r\nX A: b\r\nContent-Length: 0\r\n\r\n")
 upstream("loose_chunk", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
          b"3;e=1\r\nabcXY0\r\n\r\n")
 
