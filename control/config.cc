@@ -84,6 +84,7 @@ constexpr Key KEYS[] = {
      "connections per second"},
     {"quic", "idle_timeout_ms", Kind::integer, "--idle-timeout", "milliseconds"},
     {"quic", "handshake_timeout_ms", Kind::integer, "--handshake-timeout", "milliseconds"},
+    {"quic", "header_timeout_ms", Kind::integer, "--header-timeout", "milliseconds"},
     {"quic", "max_streams", Kind::integer, "--max-streams", "an integer"},
     {"quic", "qpack_table_capacity", Kind::integer, "--qpack-table-capacity",
      "bytes (0 to 65536)"},
@@ -611,6 +612,7 @@ retry_threshold = 128                    # auto: Retry while this many handshake
 retry_rate = 5000                        # ... or while new ones arrive faster than this per second
 idle_timeout_ms = 30000
 handshake_timeout_ms = 10000             # a handshake not done by then is dropped
+header_timeout_ms = 10000                # a request head not whole by then is reset
 max_streams = 100
 qpack_table_capacity = 0                 # bytes of QPACK dynamic table a client may use for requests
 max_connections = 65536

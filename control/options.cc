@@ -138,6 +138,9 @@ QUIC behaviour and limits:
   --handshake-timeout MS  A QUIC handshake not complete after MS is dropped
                           (default 10000). On very lossy paths (30 % each
                           way) retransmission backoff alone can pass 10 s.
+  --header-timeout MS     An HTTP/3 request whose header section is not whole
+                          MS after it began is reset (default 10000; TCP's
+                          is --tcp-header-timeout).
   --max-streams N         Concurrent request streams per connection
                           (default 100).
   --qpack-table-capacity N
@@ -563,6 +566,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.log_level = v;
     } else if (arg == "--handshake-timeout") {
       o.handshake_timeout_ms = parse_number(arg, need(), 100, 3600'000);
+    } else if (arg == "--header-timeout") {
+      o.header_timeout_ms = parse_number(arg, need(), 100, 3600'000);
     } else if (arg == "--idle-timeout") {
       o.idle_timeout_ms = parse_number(arg, need(), 100, 3600'000);
     } else if (arg == "--qpack-table-capacity") {

@@ -67,6 +67,7 @@ struct Options {
   std::vector<http::Header> response_headers; // added to every response lacking them
   uint64_t idle_timeout_ms = 30000;
   uint64_t handshake_timeout_ms = 10000;
+  uint64_t header_timeout_ms = 10000; // an HTTP/3 request's header section
   uint64_t max_streams = 100;
   uint64_t qpack_table_capacity = 0; // QPACK dynamic table offered to clients (bytes)
   uint64_t max_header_size = 16384;

@@ -39,6 +39,8 @@ struct H3Session::Stream {
   bool read_waiting = false;
   bool waits_for_conn = false;
   bool answered = false; // the whole response went to nghttp3 (its end given)
+  bool heading = false;  // in heading_: its header section is not whole yet
+  uint64_t head_since = 0; // when it began (0: not stamped yet)
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -66,6 +68,8 @@ struct H3Session::Stream {
     read_waiting = false;
     waits_for_conn = false;
     answered = false;
+    heading = false;
+    head_since = 0;
   }
 };
 
@@ -343,11 +347,52 @@ bool H3Session::read_ahead_stalled() {
   // Checked again when the limit is up, even if the peer stays silent (a
   // loss probe's backoff can be longer); one wake at a time, moved on only
   // once it has come.
-  if (now >= stall_wake_) {
-    stall_wake_ = stall_since_ + ReadAheadPool::STALL;
-    transport_.app_wake_at(stall_wake_);
-  }
+  wake_at(stall_since_ + ReadAheadPool::STALL, now);
   return false;
+}
+
+void H3Session::wake_at(uint64_t at, uint64_t now) {
+  // One wake at a time, moved only earlier until it has come.
+  if (now >= wake_armed_ || at < wake_armed_) {
+    wake_armed_ = at;
+    transport_.app_wake_at(at);
+  }
+}
+
+void H3Session::time_heads() {
+  const uint64_t now = transport_.app_now();
+  size_t expired = 0;
+  for (Stream *s : heading_) {
+    if (s->head_since == 0) s->head_since = now; // began since the last write
+    if (limits_.header_timeout == 0 || now - s->head_since < limits_.header_timeout) break;
+    ++expired;
+  }
+  for (size_t i = 0; i < expired; ++i) {
+    Stream &s = *heading_[i];
+    s.heading = false;
+    s.refused = true; // whatever comes of it now is discarded
+    stats_.header_timeouts += 1;
+    transport_.app_stop_reading(s.id, NGHTTP3_H3_REQUEST_INCOMPLETE);
+    transport_.app_reset_writing(s.id, NGHTTP3_H3_REQUEST_INCOMPLETE);
+  }
+  heading_.erase(heading_.begin(), heading_.begin() + static_cast<ptrdiff_t>(expired));
+  // The ones stamped just now were already behind the first unexpired one.
+  for (Stream *s : heading_) {
+    if (s->head_since == 0) s->head_since = now;
+  }
+  if (!heading_.empty() && limits_.header_timeout != 0)
+    wake_at(heading_.front()->head_since + limits_.header_timeout, now);
+}
+
+void H3Session::stop_heading(Stream &s) {
+  s.heading = false;
+  // Usually the newest, or the only one.
+  for (size_t i = heading_.size(); i-- > 0;) {
+    if (heading_[i] == &s) {
+      heading_.erase(heading_.begin() + static_cast<ptrdiff_t>(i));
+      break;
+    }
+  }
 }
 
 uint64_t H3Session::app_error_code(int64_t error) const {
@@ -454,12 +499,17 @@ int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
   return rv == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : rv; // a stream nghttp3 never saw
 }
 
+H3Session::Stream *H3Session::find(int64_t stream_id) const {
+  for (const auto &p : pool_) {
+    if (p->id == stream_id) return p.get();
+  }
+  return nullptr;
+}
+
 bool H3Session::answered(int64_t stream_id) const {
   // Rare (a stream closing reset by the peer's STOP_SENDING): a scan.
-  for (const auto &p : pool_) {
-    if (p->id == stream_id) return p->answered;
-  }
-  return false;
+  const Stream *s = find(stream_id);
+  return s && s->answered;
 }
 
 void H3Session::shutdown_stream_read(int64_t stream_id) {
@@ -469,12 +519,25 @@ void H3Session::shutdown_stream_read(int64_t stream_id) {
   // the answer is whole already: then the body is not wanted (we may have
   // asked for this reset with STOP_SENDING) and the response goes on. Rare:
   // a scan of this connection's streams.
-  for (auto &p : pool_) {
-    if (p->id == stream_id && p->exchange) {
-      if (p->exchange->body_expected() && !p->exchange->ended()) abort_request(*p);
-      break;
-    }
+  Stream *s = find(stream_id);
+  if (s && s->exchange && s->exchange->body_expected() && !s->exchange->ended())
+    abort_request(*s);
+}
+
+void H3Session::peer_reset(int64_t stream_id) {
+  shutdown_stream_read(stream_id);
+  if ((stream_id & 3) != 0) return; // not a request stream
+  // Answered, being answered (a proxied exchange: see above) or abandoned
+  // by us already: nothing to do. Otherwise the request never became whole
+  // (its head, or its body for a handler) and nothing will answer it.
+  Stream *s = find(stream_id);
+  if (s && (s->responded || s->refused || s->exchange || s->aborted)) return;
+  if (s) {
+    if (s->heading) stop_heading(*s);
+    s->refused = true;
   }
+  stats_.incomplete_resets += 1;
+  transport_.app_reset_writing(stream_id, NGHTTP3_H3_REQUEST_INCOMPLETE);
 }
 
 void H3Session::set_max_client_streams_bidi(uint64_t n) {
@@ -499,10 +562,13 @@ int H3Session::on_begin_headers(int64_t stream_id) {
   s->early = reading_early_;
   int rv = nghttp3_conn_set_stream_user_data(conn_, stream_id, s);
   if (rv != 0) {
+    s->id = -1;
     free_.push_back(s);
     return rv;
   }
   active_ += 1;
+  s->heading = true;
+  heading_.push_back(s);
   return 0;
 }
 
@@ -531,6 +597,8 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
 }
 
 int H3Session::on_end_headers(Stream &s, bool fin) {
+  if (s.heading) stop_heading(s);
+  if (s.refused) return 0; // timed out already
   stats_.requests += 1;
   s.started_ns = monotonic_ns();
   s.begun_ns = s.started_ns;
@@ -726,6 +794,7 @@ void H3Session::settle(Stream &s) {
 
 void H3Session::on_stream_close(Stream &s) {
   active_ -= 1;
+  if (s.heading) stop_heading(s);
   settle(s);
   budget_.give_back(s.charged); // the body, or the response made from it
   s.charged = 0;
@@ -744,6 +813,7 @@ void H3Session::on_stream_close(Stream &s) {
   s.req.reset();
   s.exchange = nullptr;
   s.resp.reset(); // releases the body (a cached file entry, a proxied exchange) now
+  s.id = -1;      // find() passes it by
   free_.push_back(&s);
 }
 

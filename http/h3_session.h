@@ -57,6 +57,9 @@ struct H3Limits {
   // Request bodies (and responses made from them) held per connection;
   // over it a request is refused with H3_REQUEST_REJECTED.
   size_t max_body_per_connection = 16u << 20;
+  // A request's header section must be whole this long after its HEADERS
+  // frame began; past it the stream is abandoned both ways (0: no limit).
+  uint64_t header_timeout = 10'000'000'000ull;
   // The worker's budget (shared by its connections); null: none.
   MemoryBudget *budget = nullptr;
   // The worker's reverse proxy; null: none configured.
@@ -83,7 +86,9 @@ struct H3Limits {
   X(stream_errors, "HTTP/3 streams reset by the server")                               \
   X(read_ahead_waits, "HTTP/3 file reads deferred: the worker's read-ahead limit reached") \
   X(read_ahead_closes, "HTTP/3 connections closed: holding file read-ahead that others waited for, none of it acknowledged for 10 s") \
-  X(too_early, "HTTP/3 requests in 0-RTT with an unsafe method, answered 425")
+  X(too_early, "HTTP/3 requests in 0-RTT with an unsafe method, answered 425")            \
+  X(header_timeouts, "HTTP/3 requests abandoned: header section not whole in time")     \
+  X(incomplete_resets, "HTTP/3 requests the client reset before they were whole, abandoned both ways")
 
 // Per-worker counters; plain fields, one writer (the worker).
 struct H3Stats {
@@ -110,6 +115,7 @@ public:
                       bool early) override;
   int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) override;
   int64_t before_write() override {
+    if (!heading_.empty()) time_heads();
     if (read_ahead_held_ > 0 && ra_pool_) {
       if (!others_wait_for_pool()) {
         stall_since_ = 0; // timed afresh when others wait again
@@ -140,6 +146,9 @@ public:
   int unblock_stream(int64_t stream_id) override;
   void shutdown_stream_write(int64_t stream_id) override;
   void shutdown_stream_read(int64_t stream_id) override;
+  // A request the client reset before it was whole is answered by nothing:
+  // our side is abandoned too (H3_REQUEST_INCOMPLETE, RFC 9114 4.1.2).
+  void peer_reset(int64_t stream_id) override;
   bool answered(int64_t stream_id) const override;
   int close_stream(int64_t stream_id, uint64_t app_error) override;
   void set_max_client_streams_bidi(uint64_t n) override;
@@ -192,6 +201,17 @@ private:
   void record_latency(Stream &s);
   void log_request(Stream &s); // to the access log, once
   Stream *acquire(int64_t stream_id);
+  Stream *find(int64_t stream_id) const; // an open stream of ours, or null (a scan)
+  // Request streams whose header section began and is not whole yet, in
+  // the order they began (head_since, stamped at the first write after).
+  std::vector<Stream *> heading_;
+  void stop_heading(Stream &s);
+  // Abandons the heads past limits_.header_timeout; a wake for the next.
+  void time_heads();
+  // The application's wakes (app_wake_at()) for the read-ahead stall and
+  // the header timeout: one asked for at a time, the earliest.
+  uint64_t wake_armed_ = UINT64_MAX;
+  void wake_at(uint64_t at, uint64_t now);
 
   quic::AppTransport &transport_;
   std::shared_ptr<const Router> router_;
@@ -242,7 +262,6 @@ private:
   uint64_t ra_released_ = 0; // read-ahead bytes ever released
   uint64_t stall_seen_ = 0;  // ra_released_ when stall_since_ was set
   uint64_t stall_since_ = 0; // 0: not timing
-  uint64_t stall_wake_ = 0;  // the write asked for at the limit (app_wake_at())
   bool others_wait_for_pool() const {
     return ra_pool_->waiting.size() > (pool_waiting_ ? 1u : 0u);
   }

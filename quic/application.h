@@ -89,6 +89,9 @@ public:
   virtual int unblock_stream(int64_t stream_id) = 0;
   virtual void shutdown_stream_write(int64_t stream_id) = 0;
   virtual void shutdown_stream_read(int64_t stream_id) = 0;
+  // The peer abandoned its side of the stream (RESET_STREAM): as
+  // shutdown_stream_read(), and the application may abandon its own side.
+  virtual void peer_reset(int64_t stream_id) { shutdown_stream_read(stream_id); }
   // The whole response of this open stream was handed to the transport
   // (some may not have left yet): a STOP_SENDING now cancels no work of
   // ours (the client closing a body it does not read to the end).

@@ -772,7 +772,9 @@ int Connection::on_stream_reset(int64_t stream_id) {
                                        nullptr, 0);
     return NGTCP2_ERR_CALLBACK_FAILURE;
   }
-  return on_stream_read_shut(stream_id);
+  if (app_) app_->peer_reset(stream_id);
+  ep_.want_write(this);
+  return 0;
 }
 
 int Connection::on_stream_stop_sending(int64_t stream_id) {

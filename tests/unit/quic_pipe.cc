@@ -189,10 +189,11 @@ Datagram TestClient::close_connection(uint64_t app_error) {
   return dg;
 }
 
-Datagram TestClient::raw_request_stream(const std::string &bytes) {
+Datagram TestClient::raw_request_stream(const std::string &bytes, int64_t *sid_out) {
   Datagram dg;
   int64_t sid = -1;
   if (ngtcp2_conn_open_bidi_stream(conn(), &sid, nullptr) != 0) return dg;
+  if (sid_out) *sid_out = sid;
   std::vector<uint8_t> buf(1452);
   ngtcp2_path_storage ps;
   ngtcp2_path_storage_zero(&ps);

@@ -1482,3 +1482,71 @@ TEST_F(QuicPipe, RapidStopSendingCancelsCloseTheConnection) {
   });
 }
 
+
+// Regression: a client that reset a request stream before its header
+// section was whole (before a HEADERS frame began, or part way through
+// one) left the stream half open for the connection's life: nothing
+// would ever answer it, and it kept one of the client's stream slots and
+// nghttp3's state for it. The server abandons its side too, with
+// H3_REQUEST_INCOMPLETE (RFC 9114 4.1.2).
+TEST_F(QuicPipe, ARequestResetBeforeItsHeadIsWholeIsAbandonedBothWays) {
+  start();
+  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
+  // A frame type alone; then HEADERS of 16 bytes, of which the field
+  // section prefix only.
+  const std::string parts[] = {std::string("\x01", 1), std::string("\x01\x10\x00\x00", 4)};
+  std::vector<int64_t> sids;
+  for (const auto &part : parts) {
+    clock_.set(clock_.now() + 10'000'000); // past the client's pacing
+    int64_t sid = -1;
+    const Datagram dg = client_->raw_request_stream(part, &sid);
+    ASSERT_FALSE(dg.data.empty());
+    for (auto &back : server_->deliver(dg)) client_->read(back);
+    sids.push_back(sid);
+  }
+  exchange(1'000'000);
+  for (int64_t sid : sids)
+    ngtcp2_conn_shutdown_stream_write(client_->conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
+  EXPECT_TRUE(run([&] {
+    return client_->responses[sids[0]].reset && client_->responses[sids[1]].reset;
+  }));
+  // Closed both ways (the client's stream reports its own code).
+  for (int64_t sid : sids)
+    EXPECT_TRUE(client_->responses[sid].reset) << "stream " << sid << " left open";
+  EXPECT_EQ(server_->app->stats().incomplete_resets, 2u);
+  EXPECT_FALSE(client_->closed());
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
+// A request whose header section has not come whole within the header
+// timeout of its start is abandoned both ways (H3_REQUEST_INCOMPLETE) and
+// counted: a client trickling heads (slowloris) holds a stream and
+// nghttp3's buffers for that long at most. Requests whose heads come whole
+// are not timed, however long their answers take.
+TEST_F(QuicPipe, ARequestHeadNotWholeInTimeIsAbandoned) {
+  http::H3Limits h3;
+  h3.header_timeout = 2'000'000'000ull;
+  quic::EndpointConfig cfg;
+  cfg.idle_timeout = 60'000'000'000ull;
+  start(cfg, h3);
+  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
+  clock_.set(clock_.now() + 10'000'000);
+  int64_t sid = -1;
+  const Datagram dg = client_->raw_request_stream(std::string("\x01\x10\x00\x00", 4), &sid);
+  ASSERT_FALSE(dg.data.empty());
+  const uint64_t sent = clock_.now();
+  for (auto &back : server_->deliver(dg)) client_->read(back);
+  // Half way, others are served and the stream is still open.
+  clock_.set(sent + 1'000'000'000ull);
+  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
+  EXPECT_FALSE(client_->responses[sid].reset);
+  EXPECT_TRUE(run([&] { return client_->responses[sid].reset || client_->closed(); }));
+  EXPECT_TRUE(client_->responses[sid].reset) << "the head was never timed out";
+  EXPECT_EQ(client_->responses[sid].reset_code, NGHTTP3_H3_REQUEST_INCOMPLETE);
+  EXPECT_GE(clock_.now(), sent + h3.header_timeout);
+  EXPECT_LT(clock_.now(), sent + 2 * h3.header_timeout);
+  EXPECT_EQ(server_->app->stats().header_timeouts, 1u);
+  EXPECT_FALSE(client_->closed());
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+  EXPECT_EQ(server_->app->stats().header_timeouts, 1u);
+}
