@@ -108,6 +108,8 @@ constexpr Key KEYS[] = {
      "milliseconds"},
     {"proxy_defaults", "timeout_ms", Kind::integer, "--proxy-timeout", "milliseconds"},
     {"proxy_defaults", "idle_timeout_ms", Kind::integer, "--proxy-idle-timeout", "milliseconds"},
+    {"proxy_defaults", "tunnel_timeout_ms", Kind::integer, "--proxy-tunnel-timeout",
+     "milliseconds"},
     {"proxy_defaults", "client_timeout_ms", Kind::integer, "--proxy-client-timeout",
      "milliseconds"},
     {"proxy_defaults", "max_idle", Kind::integer, "--proxy-max-idle", "an integer"},
@@ -639,6 +641,7 @@ connect_timeout_ms = 5000                # a connect not done by then fails (the
 timeout_ms = 30000                       # to the response head (504), then the longest silence mid-body
 idle_timeout_ms = 30000                  # pooled keep-alive connections unused this long are closed
 client_timeout_ms = 60000                # a client taking no byte of a held-full response: reset
+tunnel_timeout_ms = 3600000              # a WebSocket tunnel silent both ways this long is closed
 max_idle = 32                            # pooled connections per upstream and worker
 max_connections = 512                    # connections per upstream and worker; past it: queue
 queue = 4096                             # requests waiting per route and worker; past it: 503

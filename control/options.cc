@@ -208,6 +208,10 @@ Reverse proxy (see docs/proxy.md):
                           response for MS while the proxy holds all it may
                           of it gets its stream reset, and the upstream
                           connection is closed (default 60000).
+  --proxy-tunnel-timeout MS
+                          A tunnel (an HTTP/1.1 client's WebSocket switched
+                          by the upstream's 101) with no byte either way
+                          for MS is closed (default 3600000).
   --proxy-idle-timeout MS Pooled keep-alive connections unused for MS are
                           closed (default 30000).
   --proxy-max-idle N      Keep-alive connections pooled per upstream and
@@ -365,6 +369,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.proxy.response_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
     } else if (arg == "--proxy-client-timeout") {
       o.proxy.client_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
+    } else if (arg == "--proxy-tunnel-timeout") {
+      o.proxy.tunnel_timeout_ns = parse_number(arg, need(), 1, 86'400'000) * 1'000'000ull;
     } else if (arg == "--proxy-idle-timeout") {
       o.proxy.idle_timeout_ns = parse_number(arg, need(), 1, 3600'000) * 1'000'000ull;
     } else if (arg == "--proxy-max-idle") {

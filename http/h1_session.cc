@@ -77,10 +77,11 @@ public:
   }
 
   void on_input(const uint8_t *data, size_t len, uint64_t now_ns) override {
+    if (tunnel_) return tunnel_input(data, len);
     parse_input(data, len, now_ns);
     // The client's input ended with a proxied body still waiting here:
     // once all it sent is parsed, a body still short is cut.
-    if (eof_ && body_ex_ && buffered_.empty()) abort_proxy_body();
+    if (eof_ && body_ex_ && buffered_.empty()) end_of_proxy_input();
   }
 
   void parse_input(const uint8_t *data, size_t len, uint64_t now_ns) {
@@ -122,8 +123,11 @@ public:
       buffered_.assign(reinterpret_cast<const char *>(data) + n, len - n);
     }
     if (parser_.upgrade) {
-      // No upgrades (h2c goes through prior knowledge on the cleartext port):
-      // answer what we parsed, then close.
+      // A tunnel's: what followed the head is the new protocol's, kept
+      // above (input paused: at most this read) until the upstream switches.
+      if (tunnel_) return;
+      // No other upgrades (h2c goes through prior knowledge on the
+      // cleartext port): answer what we parsed, then close.
       closing_ = true;
       return;
     }
@@ -239,7 +243,7 @@ public:
     // not wait for the rest. What it sent before is parsed first (a client
     // that half-closes after a large body has most of it waiting here).
     eof_ = true;
-    if (body_ex_ && buffered_.empty()) abort_proxy_body();
+    if (body_ex_ && buffered_.empty()) end_of_proxy_input();
   }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
   bool busy() const override { return in_message_ || !queue_.empty(); }
@@ -399,18 +403,26 @@ private:
                               ((parser_.flags & F_CONTENTLENGTH) && parser_.content_length > 0);
     int route = env_.proxy ? env_.proxy->match(req_.path) : -1;
     if (!answer_expect(body_follows, route >= 0)) return 0;
+    // Asked to switch protocols (WebSocket: Upgrade with "Connection:
+    // upgrade"), on a proxied route, without a body: a tunnel to the
+    // upstream if it answers 101. Anything else that asks is answered and
+    // the connection closes (what follows the head is not HTTP/1.1).
+    const std::string *upgrade = req_.find("upgrade");
+    tunnel_ = route >= 0 && parser_.upgrade && parser_.method != HTTP_CONNECT && http11 &&
+              !body_follows && upgrade && !upgrade->empty();
     if (route >= 0) {
       // Proxied at once: the body streams upstream as it is parsed.
       Queued q;
-      q.close_after = !keep_alive_;
+      q.close_after = !keep_alive_ || tunnel_;
       q.http10 = parser_.http_major == 1 && parser_.http_minor == 0;
-      auto ex = start_proxy(route, req_, body_follows, this, nullptr, budget_, env_);
+      auto ex = start_proxy(route, req_, body_follows, this, nullptr, budget_, env_,
+                            tunnel_ ? std::string_view(*upgrade) : std::string_view());
       q.ex = ex.get();
       q.body = std::move(ex);
       note_for_log(q);
       queue_.push_back(std::move(q));
       proxied_ = true;
-      if (body_follows) body_ex_ = queue_.back().ex;
+      if (body_follows || tunnel_) body_ex_ = queue_.back().ex;
     } else if (body_follows && !env_.router->takes_body(req_)) {
       discard_body_ = true; // parsed to find the next request, never held
     }
@@ -480,6 +492,47 @@ private:
     flush_ex_ = next;
   }
 
+  // The client's input ended with body_ex_ still taking it: a tunnel's
+  // client closed its side (the upstream's side is closed too, the
+  // upstream's answer still comes), else a body was cut short.
+  void end_of_proxy_input() {
+    if (tunnel_ && body_ex_->switched()) {
+      body_ex_->end_body();
+      body_ex_->flush_body();
+      body_ex_ = flush_ex_ = nullptr;
+      return;
+    }
+    abort_proxy_body();
+  }
+
+  // A tunnel's client bytes, as they are, as far as the upstream takes
+  // them (input_paused() holds the socket meanwhile).
+  void tunnel_input(const uint8_t *data, size_t len) {
+    if (closing_ || !body_ex_) {
+      buffered_.clear(); // the tunnel ended: nowhere to go
+      return;
+    }
+    if (!buffered_.empty() || input_paused()) {
+      buffered_.append(reinterpret_cast<const char *>(data), len);
+      if (input_paused()) return;
+      data = reinterpret_cast<const uint8_t *>(buffered_.data());
+      len = buffered_.size();
+    }
+    const size_t take = std::min(len, body_ex_->body_room());
+    if (take > 0 && !body_ex_->put_body(data, take)) {
+      buffered_.clear();
+      abort_proxy_body(); // over the body budget
+      return;
+    }
+    if (take > 0) body_ex_->flush_body();
+    if (!buffered_.empty()) {
+      buffered_.erase(0, take);
+    } else if (take < len) {
+      buffered_.assign(reinterpret_cast<const char *>(data) + take, len - take);
+    }
+    if (eof_ && body_ex_ && buffered_.empty()) end_of_proxy_input();
+  }
+
   void abort_proxy_body() {
     body_ex_->abort_body();
     body_ex_ = nullptr;
@@ -532,7 +585,7 @@ private:
     in_message_ = false;
     const bool proxied = proxied_;
     proxied_ = false;
-    if (proxied && body_ex_) {
+    if (proxied && body_ex_ && !tunnel_) {
       body_ex_->end_body(); // http-parser saw the whole length or the last chunk
       flush_body(body_ex_);
       body_ex_ = nullptr;
@@ -589,6 +642,16 @@ private:
     const Response &r = q.ex->head();
     env_.stats->count_response(r.status);
     q.status = r.status;
+    if (q.ex->switched()) {
+      // The upstream's switch, its Upgrade with it; then the tunnel's
+      // bytes as they come, until either side closes.
+      head_.build(r, {});
+      q.head.reserve(256);
+      head_.append_http1(q.head, false);
+      q.head.insert(q.head.size() - 2, "connection: upgrade\r\n");
+      q.chunked = false;
+      return;
+    }
     head_.build(r, env_.alt_svc);
     const bool unknown = r.length_unknown && q.ex->has_body();
     q.chunked = unknown && !q.http10;
@@ -674,6 +737,7 @@ private:
   std::string buffered_;
   bool eof_ = false; // the client's input ended (read side closed)
   bool proxied_ = false;             // the request being parsed went to the proxy
+  bool tunnel_ = false;              // ... asking to switch: the connection's last request
   ProxyExchange *body_ex_ = nullptr; // ... and its body is being received (in queue_)
   ProxyExchange *flush_ex_ = nullptr; // took body bytes not yet flushed (in queue_)
 };

@@ -161,6 +161,7 @@ bool valid_host_field(std::string_view value) {
 std::string_view reason_phrase(int status) {
   switch (status) {
   case 100: return "Continue";
+  case 101: return "Switching Protocols";
   case 200: return "OK";
   case 201: return "Created";
   case 202: return "Accepted";

@@ -136,7 +136,8 @@ public:
   // Carries ex's request from now on.
   void assign(ProxyExchange *ex) {
     ex_ = ex;
-    parser_.reset(&ex->parser_handler(), ex->head_request());
+    parser_.reset(&ex->parser_handler(), ex->head_request(),
+                  ex->framing() == RequestFraming::tunnel);
     head_off_ = 0;
     frame_len_ = frame_off_ = 0;
     chunk_left_ = 0;
@@ -340,6 +341,8 @@ private:
                           (!chunked || (last_chunk_ && frame_off_ == frame_len_));
     // Reading stays off while the client holds the response window full.
     if (complete || write_failed_) {
+      // A tunnel's client closed its side: so does the upstream's.
+      if (complete && ex->framing() == RequestFraming::tunnel) ::shutdown(fd_, SHUT_WR);
       state_ = State::receiving;
       interest(ex->room() > 0, false);
       if (write_failed_) ex->send_state(ProxyExchange::Send::failed);
@@ -692,8 +695,9 @@ void ProxyExchange::send_state(Send st) {
   if (head_ready_) return;
   // Request out (or the socket full): the upstream has --proxy-timeout to
   // answer (or to take more). Waiting for the client's body: the client
-  // has as long to send more (past it: 408).
-  waiting_for_client_ = st == Send::waiting;
+  // has as long to send more (past it: 408). A tunnel's client sends
+  // nothing before the upstream switches: that wait is the upstream's.
+  waiting_for_client_ = st == Send::waiting && framing_ != RequestFraming::tunnel;
   proxy_.loop().timers().schedule(timer_,
                                   proxy_.loop().now() + route_->settings.response_timeout_ns);
 }
@@ -883,7 +887,8 @@ void ProxyExchange::timer_fired(dataplane::Timer &t) {
 void ProxyExchange::check_stall() {
   if (!conn_ || ended_ || failed_) return;
   const uint64_t now = proxy_.loop().now();
-  const uint64_t timeout = route_->settings.response_timeout_ns;
+  const uint64_t timeout =
+      switched_ ? proxy_.config().tunnel_timeout_ns : route_->settings.response_timeout_ns;
   const bool held_by_client = room() == 0;
   if (held_by_client) {
     // Not the upstream's silence: the client's. It may be slow, but it
@@ -908,7 +913,9 @@ void ProxyExchange::check_stall() {
     proxy_.loop().timers().schedule(timer_, moved_at_ + timeout);
     return;
   }
-  if (body_expected() && body_held() == 0) {
+  if (switched_) {
+    proxy_.mutable_stats().proxy_tunnel_timeouts += 1; // nobody spoke
+  } else if (body_expected() && body_held() == 0) {
     proxy_.mutable_stats().proxy_body_timeouts += 1; // the client's body stopped
   } else {
     upstream_->stats.timeouts += 1;
@@ -946,13 +953,22 @@ void ProxyExchange::on_head(const UpstreamResponseParser &p) {
   head_.status = p.status();
   proxy_.reuse_headers(head_.headers);
   copy_response_fields(p.headers(), head_.headers);
+  if (p.switched()) {
+    // The switch goes to the client as the upstream made it: its Upgrade
+    // (the session writes "Connection: upgrade"), then the tunnel's bytes.
+    switched_ = true;
+    proxy_.mutable_stats().proxy_tunnels += 1;
+    for (const auto &f : p.headers()) {
+      if (f.name == "upgrade") head_.headers.add(f.name, f.value);
+    }
+  }
   if (p.length_known()) {
     head_.content_length = p.content_length();
   } else {
     head_.length_unknown = true;
   }
-  has_body_ = !head_request_ && p.status() != 204 && p.status() != 304 &&
-              !(p.length_known() && p.content_length() == 0);
+  has_body_ = switched_ || (!head_request_ && p.status() != 204 && p.status() != 304 &&
+                            !(p.length_known() && p.content_length() == 0));
   size_t need = 0;
   if (has_body_) {
     const bool small = p.length_known() && p.content_length() <= SMALL_BODY;
@@ -972,10 +988,13 @@ void ProxyExchange::on_head(const UpstreamResponseParser &p) {
   }
   head_ready_ = true;
   // The timer now bounds silence mid-exchange (check_stall); a response
-  // complete in this read cancels it.
+  // complete in this read cancels it. A tunnel's silence has its own bound.
   moved();
-  if (!timer_.scheduled())
+  if (switched_) {
+    proxy_.loop().timers().schedule(timer_, moved_at_ + proxy_.config().tunnel_timeout_ns);
+  } else if (!timer_.scheduled()) {
     proxy_.loop().timers().schedule(timer_, moved_at_ + route_->settings.response_timeout_ns);
+  }
 }
 
 void ProxyExchange::on_body(const uint8_t *data, size_t len) {
@@ -1157,7 +1176,13 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
   // a body goes chunked. A length that is no number, or that promises a
   // body which cannot follow, makes the request unforwardable (400).
   bool framable = true;
-  if (const std::string *cl = req.find("content-length")) {
+  const bool tunnel = !client.upgrade.empty();
+  if (tunnel) {
+    // The client's bytes go up only after the upstream's 101, as they are.
+    ctx.framing = RequestFraming::tunnel;
+    ctx.upgrade = client.upgrade;
+    framable = !body_follows;
+  } else if (const std::string *cl = req.find("content-length")) {
     const char *end = cl->data() + cl->size();
     auto r = std::from_chars(cl->data(), end, ctx.content_length);
     framable = !cl->empty() && r.ec == std::errc() && r.ptr == end &&
@@ -1171,7 +1196,7 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
   auto ex = std::make_unique<ProxyExchange>(*this, static_cast<size_t>(route), req,
                                             std::move(head), ctx.framing, ctx.content_length,
                                             listener, tag, budget);
-  if (!body_follows && framable) ex->end_body();
+  if (!body_follows && framable && !tunnel) ex->end_body();
   ex->begin();
   return ex;
 }

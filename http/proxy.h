@@ -91,7 +91,10 @@ struct UpstreamStats {
                          "a reset after the answer's head)")                                     \
   X(proxy_reconfigured, "reloads that changed the routes (new pools; the old ones finish)")      \
   X(proxy_waiters_moved, "requests waiting for a connection that a reload moved to their "      \
-                         "route's new upstreams")
+                         "route's new upstreams")                                                \
+  X(proxy_tunnels, "HTTP/1.1 connections switched to another protocol (WebSocket) by an "        \
+                   "upstream's 101, tunnelled to it")                                            \
+  X(proxy_tunnel_timeouts, "tunnels closed: no byte either way for --proxy-tunnel-timeout")
 
 struct ProxyStats {
   XDPQ_COUNTER_FIELDS(XDPQ_PROXY_COUNTERS)
@@ -169,9 +172,14 @@ public:
   // Body bytes taken and not yet written upstream.
   size_t body_held() const { return req_buf_.size() - req_off_; }
   // How much more the session should take now (0: stop reading / crediting).
+  // A tunnel takes nothing until the upstream has switched.
   size_t body_room() const {
+    if (framing_ == RequestFraming::tunnel && !switched_) return 0;
     return body_held() >= REQUEST_WINDOW ? 0 : REQUEST_WINDOW - body_held();
   }
+  // The upstream answered a tunnel request with 101: head() is that, and
+  // the body both ways is the new protocol's bytes until either side closes.
+  bool switched() const { return switched_; }
   // Body bytes that left the exchange (written upstream or dropped): the
   // client's credit may grow by as much.
   uint64_t body_out() const { return req_out_; }
@@ -225,7 +233,8 @@ public:
   // Something is there to write (the head alone waits for the first body
   // bytes when a body follows, so both leave in one write).
   bool ready_to_send() const {
-    return framing_ == RequestFraming::none || body_held() > 0 || req_ended_;
+    return framing_ == RequestFraming::none || framing_ == RequestFraming::tunnel ||
+           body_held() > 0 || req_ended_;
   }
   void notify();
 
@@ -310,6 +319,7 @@ private:
   bool budget_refused_ = false; // the body cut off by the budget
   bool own_budget_refused_ = false; // ... by the connection's own part of it
   bool counted_ = false; // outstanding on upstream_
+  bool switched_ = false; // a tunnel's 101 came
 };
 
 class Proxy {
@@ -335,6 +345,10 @@ public:
     // The request came in TLS early data (0-RTT), before the handshake
     // completed: it could be a replay (RFC 8470).
     bool early = false;
+    // An HTTP/1.1 client's Upgrade (it asked to switch protocols, with
+    // "Connection: upgrade", and sends no body): the exchange is a tunnel
+    // (RequestFraming::tunnel). Empty: an ordinary request.
+    std::string_view upgrade;
   };
   // Starts proxying req on route once its head is complete. body_follows:
   // the client will send a body (HTTP/1.1 chunked or with a length, HTTP/2

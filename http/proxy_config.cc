@@ -287,6 +287,7 @@ std::string ProxyConfig::describe() const {
     d += std::string("trusted=") + text + "/" + std::to_string(c.prefix) + " ";
   }
   d += "client_timeout_ns=" + std::to_string(client_timeout_ns) + " ";
+  d += "tunnel_timeout_ns=" + std::to_string(tunnel_timeout_ns) + " ";
   d += "down_backoff_ns=" + std::to_string(down_backoff_ns) +
        (forwarded_headers ? " forwarded" : "") + (via ? " via" : "");
   if (!health_check_path.empty()) {

@@ -78,6 +78,8 @@ struct ProxyConfig : RouteSettings {
   // upstream connection closed (an upstream connection is no client's to
   // keep by not reading).
   uint64_t client_timeout_ns = 60'000'000'000ull;
+  // A tunnel (WebSocket) with no byte either way for this long is closed.
+  uint64_t tunnel_timeout_ns = 3600'000'000'000ull;
   std::string health_check_path;                    // empty: no active health checks
   uint64_t health_interval_ns = 2'000'000'000ull;   // between a probe's starts, per worker
   uint64_t health_timeout_ns = 1'000'000'000ull;    // a probe without a head by then fails

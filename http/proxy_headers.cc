@@ -74,7 +74,8 @@ bool is_hop_by_hop(std::string_view name, std::string_view connection) {
 
 bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::string &out) {
   if (!line_token(req.method) || !line_token(req.path) || req.path.front() != '/' ||
-      !valid_host_field(req.authority)) {
+      !valid_host_field(req.authority) ||
+      (ctx.framing == RequestFraming::tunnel && (ctx.upgrade.empty() || !writable(ctx.upgrade)))) {
     return false;
   }
   std::string connection;
@@ -148,6 +149,12 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
     field(out, "content-length", std::to_string(ctx.content_length));
     break;
   case RequestFraming::chunked: field(out, "transfer-encoding", "chunked"); break;
+  case RequestFraming::tunnel:
+    // The one hop-by-hop pair that crosses: the switch the client asked
+    // for, asked of the upstream (RFC 9110 7.8).
+    field(out, "connection", "upgrade");
+    field(out, "upgrade", ctx.upgrade);
+    break;
   case RequestFraming::none:
     // A method that defines a body still says it has none.
     if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {

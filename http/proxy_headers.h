@@ -15,8 +15,10 @@
 namespace xdpq::http {
 
 // How the request body goes upstream: none, Content-Length (the client's
-// own), or chunked (the client announced no length).
-enum class RequestFraming : uint8_t { none, length, chunked };
+// own), chunked (the client announced no length), or a tunnel (an
+// HTTP/1.1 client's Upgrade, WebSocket: after the upstream's 101 the
+// client's bytes go up as they are, until it closes).
+enum class RequestFraming : uint8_t { none, length, chunked, tunnel };
 
 struct ForwardContext {
   std::string_view client_ip; // the client's address without port
@@ -27,6 +29,7 @@ struct ForwardContext {
   RequestFraming framing = RequestFraming::none;
   uint64_t content_length = 0; // framing length
   bool early = false;          // in 0-RTT: "Early-Data: 1" goes with it (RFC 8470 5.1)
+  std::string_view upgrade;    // framing tunnel: the client's Upgrade, passed on
 };
 
 // True for a field that never crosses a proxy (connection lists the names

@@ -126,10 +126,13 @@ public:
 
 protected:
   // A proxied request: the worker's proxy takes it on route.
+  // upgrade: an HTTP/1.1 client's Upgrade, to tunnel (Proxy::Client).
   std::unique_ptr<ProxyExchange> start_proxy(int route, Request &req, bool body_follows,
                                              ProxyListener *l, void *tag, BudgetAccount &budget,
-                                             const SessionEnv &env) {
+                                             const SessionEnv &env,
+                                             std::string_view upgrade = {}) {
     Proxy::Client client;
+    client.upgrade = upgrade;
     if (host_) {
       client.peer = host_->session_peer();
       client.tls = host_->session_tls();

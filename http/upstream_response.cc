@@ -37,12 +37,14 @@ UpstreamResponseParser::UpstreamResponseParser(const UpstreamResponseLimits &lim
   };
 }
 
-void UpstreamResponseParser::reset(Handler *handler, bool head_request) {
+void UpstreamResponseParser::reset(Handler *handler, bool head_request, bool tunnel) {
   http_parser_init(&parser_, HTTP_RESPONSE);
   parser_.data = this;
   framing_ = H1FramingCheck();
   handler_ = handler;
   head_request_ = head_request;
+  tunnel_ = tunnel;
+  switched_ = false;
   started_ = head_done_ = complete_ = interim_ = keep_alive_ = length_known_ = false;
   value_open_ = false;
   status_ = 0;
@@ -63,6 +65,11 @@ UpstreamResponseParser::Result UpstreamResponseParser::feed(const uint8_t *data,
   if (failed()) return Result::error;
   if (len == 0) return Result::ok;
   started_ = true;
+  if (switched_) {
+    // The tunnel's bytes, as they are.
+    if (handler_) handler_->on_body(data, len);
+    return failed() ? Result::error : Result::ok;
+  }
   if (complete_) {
     fail("bytes after the end of the response");
     return Result::error;
@@ -86,8 +93,15 @@ UpstreamResponseParser::Result UpstreamResponseParser::feed(const uint8_t *data,
       return Result::error;
     }
     if (parser_.upgrade) {
-      fail("protocol switch (101) is not proxied");
-      return Result::error;
+      if (!switched_) {
+        fail("protocol switch (101) is not proxied");
+        return Result::error;
+      }
+      // http-parser stops right after the 101's head: the rest of this
+      // read is the tunnel's.
+      off += n;
+      if (off < len && handler_) handler_->on_body(data + off, len - off);
+      return failed() ? Result::error : Result::ok;
     }
     if (n != ok) {
       fail("malformed response");
@@ -101,6 +115,12 @@ UpstreamResponseParser::Result UpstreamResponseParser::feed(const uint8_t *data,
 UpstreamResponseParser::Result UpstreamResponseParser::finish() {
   if (failed()) return Result::error;
   if (complete_) return Result::ok;
+  if (switched_) {
+    // A tunnel ends with the upstream's close.
+    complete_ = true;
+    if (handler_) handler_->on_complete();
+    return Result::ok;
+  }
   if (!started_) {
     fail("closed before any byte of a response");
     return Result::error;
@@ -193,8 +213,21 @@ int UpstreamResponseParser::on_headers_complete() {
     return -1;
   }
   if (status_ == 101) {
-    fail("protocol switch (101) is not proxied");
-    return -1;
+    // Only to a request that asked for it, and only as a switch
+    // http-parser sees too (Upgrade and "Connection: upgrade" in it).
+    if (!tunnel_ || !parser_.upgrade) {
+      fail(tunnel_ ? "101 without Upgrade and \"Connection: upgrade\""
+                   : "protocol switch (101) is not proxied");
+      return -1;
+    }
+    head_done_ = switched_ = true;
+    keep_alive_ = false;
+    length_known_ = false;
+    content_length_ = 0;
+    framing_.body_none();
+    if (handler_) handler_->on_head(*this);
+    if (failed()) return -1;
+    return 1; // no body of its own: http-parser stops after the head
   }
   if (status_ < 200) {
     // 100 Continue, 103 Early Hints: skipped. An interim response has no
@@ -242,6 +275,7 @@ int UpstreamResponseParser::on_body(const char *at, size_t n) {
 }
 
 int UpstreamResponseParser::on_message_complete() {
+  if (switched_) return 0; // the tunnel ends with the close (finish())
   if (interim_) {
     interim_ = false;
     return 0;

@@ -5,7 +5,9 @@
 // framing removed (Content-Length, chunked, or delimited by the
 // connection's close). Everything it reads is hostile: a head over the
 // limits, a malformed line or an invalid chunk size is an error, never a
-// guess.
+// guess. A 101 (Switching Protocols) is taken only in answer to a request
+// that asked to switch (tunnel): the bytes after its head are the new
+// protocol's, passed on as they are until the upstream closes.
 
 #include "http/h1_framing.h"
 #include "http/message.h"
@@ -46,8 +48,11 @@ public:
   UpstreamResponseParser &operator=(const UpstreamResponseParser &) = delete;
 
   // Ready for the response to a new request. head_request: it answers a
-  // HEAD, so it has no body whatever its fields say.
-  void reset(Handler *handler, bool head_request);
+  // HEAD, so it has no body whatever its fields say. tunnel: the request
+  // asked to switch protocols (Upgrade): a 101 with Upgrade and
+  // "Connection: upgrade" is its final answer, and what follows its head
+  // is body, raw, until finish().
+  void reset(Handler *handler, bool head_request, bool tunnel = false);
 
   // Parses bytes. After an error nothing more is parsed; error() says why.
   Result feed(const uint8_t *data, size_t len);
@@ -56,6 +61,8 @@ public:
   Result finish();
 
   bool head_done() const { return head_done_; }
+  // A 101 came: everything after its head is the tunnel's.
+  bool switched() const { return switched_; }
   bool complete() const { return complete_; }
   bool failed() const { return !error_.empty(); }
   // Any byte of the response arrived (an idempotent request may be
@@ -92,6 +99,8 @@ private:
   H1FramingCheck framing_; // the strictness Debian's http-parser leaves out
   Handler *handler_ = nullptr;
   bool head_request_ = false;
+  bool tunnel_ = false;
+  bool switched_ = false;
   bool started_ = false;
   bool head_done_ = false;
   bool complete_ = false;

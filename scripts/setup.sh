@@ -16,7 +16,7 @@ PACKAGES=(
   # XDP and capture
   libxdp-dev libpcap-dev clang llvm libclang-rt-14-dev
   # tests
-  libgtest-dev libgmock-dev nghttp2-client python3-h2 python3-scapy nftables
+  libgtest-dev libgmock-dev nghttp2-client python3-h2 python3-scapy python3-websockets nftables
   iproute2 openssl
   curl python3 procps ethtool iputils-ping tcpdump util-linux
   # packaging (man pages, the .deb)

@@ -224,8 +224,8 @@ put("config", "unknown", b"[nope]\nx = 1\n")
 
 # --- upstream_response: [HEAD?] then reads of [two-byte length, bytes] ---------
 
-def upstream(name, head_request, *reads):
-    put("upstream_response", name, bytes([1 if head_request else 0]) +
+def upstream(name, head_request, *reads, tunnel=False):
+    put("upstream_response", name, bytes([(1 if head_request else 0) | (2 if tunnel else 0)]) +
         b"".join(chunk(r) for r in reads))
 
 
@@ -236,6 +236,12 @@ upstream("close_delimited", False, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\
 upstream("interim", False, b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n"
          b"Link: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
 upstream("head", True, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+upstream("tunnel", False, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+         b"Connection: Upgrade\r\n\r\n\x81\x02hi", b"\x88\x00", tunnel=True)
+upstream("tunnel_refused", False, b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno",
+         tunnel=True)
+upstream("switch_unasked", False, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n"
+         b"Connection: upgrade\r\n\r\nraw")
 upstream("bad_chunk", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
 upstream("trailers", False, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n"
          b"3\r\nabc\r\n0\r\nT-1: a\r\nT-2: b\r\nT-3: c\r\n\r\n")

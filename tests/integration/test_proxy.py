@@ -19,6 +19,7 @@ import threading
 import time
 import unittest
 import urllib.request
+from http import HTTPStatus
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (H3LOAD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
@@ -239,6 +240,135 @@ def dead_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class WebSocketApp:
+    """A WebSocket application (python3-websockets) on loopback, in a thread
+    of its own: /echo echoes every message, /close?code=N closes with N
+    after the first one, /refuse answers 403 instead of switching. It
+    keeps each request's head."""
+
+    def __init__(self):
+        import asyncio
+        import websockets
+        self.heads = []
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def refuse(path, headers):
+            self.heads.append((path, headers))
+            if path.startswith("/ws/refuse"):
+                return HTTPStatus.FORBIDDEN, [("content-type", "text/plain")], b"not here\n"
+            return None
+
+        async def handler(ws, path=None):
+            path = ws.path
+            async for msg in ws:
+                if path.startswith("/ws/close"):
+                    await ws.close(code=int(path.split("code=")[1]), reason="asked")
+                    return
+                await ws.send(msg)
+
+        async def main():
+            self.server = await websockets.serve(handler, "127.0.0.1", 0, process_request=refuse,
+                                                 max_size=None)
+            self.port = self.server.sockets[0].getsockname()[1]
+            ready.set()
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(main())
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def websocket_session(srv, path, steps, **kw):
+    """Runs steps(ws) (a coroutine function) on a wss:// connection to srv
+    through python3-websockets; returns what it returns."""
+    import asyncio
+    import websockets
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["http/1.1"])
+
+    async def run():
+        async with websockets.connect(f"wss://{srv.host}:{srv.port}{path}", ssl=ctx,
+                                      server_hostname="x", max_size=None, **kw) as ws:
+            return await steps(ws)
+    return asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def read_head(s):
+    """Bytes from s up to the end of an HTTP head (one at a time, so none
+    of what follows is taken); fewer if it closes first."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        b = s.recv(1)
+        if not b:
+            break
+        head += b
+    return head
+
+
+def read_to_end(s):
+    """Everything s sends until it closes."""
+    got = bytearray()
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            return bytes(got)
+        got += b
+
+
+class RawTunnelUpstream:
+    """An upstream that switches any request with 101 and then runs
+    after(conn) on the raw socket, in a thread per connection."""
+
+    def __init__(self, after):
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.after = after
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        if not read_head(c).endswith(b"\r\n\r\n"):
+            return
+        c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: raw\r\nConnection: Upgrade\r\n\r\n")
+        try:
+            self.after(c)
+        finally:
+            c.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def open_tunnel(srv, path="/t/x"):
+    """A TLS connection to srv that asked to switch to "raw" and got its
+    101: (socket, the head it read)."""
+    t = tls(srv, "http/1.1")
+    t.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: raw\r\n"
+              "Connection: Upgrade\r\n\r\n".encode())
+    return t, read_head(t)
 
 
 class ProxyTest(TimedTestCase):
@@ -521,6 +651,129 @@ class ProxyTest(TimedTestCase):
             self.assertEqual(seen["x-forwarded-for"], "6.6.6.6, 127.0.0.1")
             self.assertEqual(seen["x-forwarded-host"], "evil")
             self.assertEqual(seen["via"], "1.1 xdpq")
+
+    def test_websocket_through_the_proxy(self):
+        # A WebSocket client (wss://, HTTP/1.1) through the proxy to a
+        # WebSocket application: the upgrade goes up with the forwarded
+        # fields, the 101 comes back, and messages pass both ways, large
+        # ones included, until either side closes.
+        import websockets
+        app = WebSocketApp()
+        try:
+            with self.serve(f"/ws={app.url}") as srv:
+                big = os.urandom(3 << 20)
+
+                async def echo(ws):
+                    await ws.send("hello")
+                    first = await ws.recv()
+                    await ws.send(big)
+                    second = await ws.recv()
+                    await ws.close()
+                    return first, second, ws.close_code
+                first, second, code = websocket_session(srv, "/ws/echo", echo)
+                self.assertEqual(first, "hello")
+                self.assertEqual(sha256(second), sha256(big))
+                self.assertEqual(code, 1000)
+                path, headers = app.heads[-1]
+                self.assertEqual(path, "/ws/echo")
+                self.assertEqual(headers["Upgrade"].lower(), "websocket")
+                self.assertEqual(headers["X-Forwarded-For"], "127.0.0.1")
+
+                # The application closes with its own code: the client sees it.
+                async def closed(ws):
+                    await ws.send("bye")
+                    try:
+                        await ws.recv()
+                    except websockets.ConnectionClosed as e:
+                        return e.rcvd.code if e.rcvd else None
+                    return "still open"
+                self.assertEqual(websocket_session(srv, "/ws/close?code=4001", closed), 4001)
+
+                # The application refuses to switch: its answer comes back as
+                # an answer, nothing is tunnelled.
+                with self.assertRaises(websockets.InvalidStatusCode) as refused:
+                    websocket_session(srv, "/ws/refuse", echo)
+                self.assertEqual(refused.exception.status_code, 403)
+
+                # HTTP/2 and HTTP/3 clients cannot ask (Upgrade is hop-by-hop):
+                # the application sees a plain GET and refuses it.
+                st, _, _, _, _ = curl(srv, "/ws/echo", "-H", "Upgrade: websocket",
+                                      "-H", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                                      "-H", "Sec-WebSocket-Version: 13")
+                self.assertNotEqual(st, 101)
+                self.assertNotIn("Upgrade", app.heads[-1][1])
+
+                stats = stats_json(srv)
+                self.assertEqual(total(stats, "proxy_tunnels"), 2)
+                self.assertEqual(total(stats, "upstream0_resets"), 0)
+                self.assertEqual(total(stats, "upstream0_bad_responses"), 0)
+        finally:
+            app.close()
+
+    def test_a_tunnel_holds_bounded_memory_and_ends_with_either_side(self):
+        # After the switch the upstream sends 48 MiB while the client reads
+        # nothing: the proxy holds its window, not the stream. Then the
+        # client reads it all, in order; the upstream's close ends the
+        # client's connection. The other way, a client that closes its
+        # side has the upstream see the end of its input.
+        n = 48 << 20
+        data = os.urandom(1 << 20) * 48
+        seen = {}
+
+        def push(c):
+            if c.recv(1) == b"s":  # the client's "start"
+                c.sendall(data)
+
+        def drain(c):
+            seen["upstream_got"] = len(read_to_end(c))
+            c.sendall(b"done")
+
+        pusher = RawTunnelUpstream(push)
+        drainer = RawTunnelUpstream(drain)
+        try:
+            with self.serve(f"/t={pusher.url}", f"/d={drainer.url}", small_quarantine=True) as srv:
+                t, head = open_tunnel(srv)
+                self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+                self.assertIn(b"upgrade: raw", head.lower())
+                self.assertIn(b"connection: upgrade", head.lower())
+                before = rss_kib(srv.proc.pid)
+                t.sendall(b"s")
+                time.sleep(2)
+                grown = rss_kib(srv.proc.pid) - before
+                self.assertLess(grown, 16 << 10, f"RSS grew {grown} KiB with 48 MiB pending")
+                got = read_to_end(t)
+                t.close()
+                self.assertEqual(len(got), n)
+                self.assertEqual(sha256(got), sha256(data))
+
+                t, head = open_tunnel(srv, "/d/x")
+                self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+                t.sendall(os.urandom(5 << 20))
+                socket.socket.shutdown(t, socket.SHUT_WR)  # FIN under the TLS layer
+                rest = read_to_end(t)
+                t.close()
+                self.assertEqual(rest, b"done")
+                self.assertEqual(seen["upstream_got"], 5 << 20)
+                self.assertEqual(total(stats_json(srv), "proxy_tunnels"), 2)
+        finally:
+            pusher.close()
+            drainer.close()
+
+    def test_a_silent_tunnel_is_closed(self):
+        def idle(c):
+            c.recv(1)  # until the proxy closes it
+
+        up = RawTunnelUpstream(idle)
+        try:
+            with self.serve(f"/t={up.url}", extra=("--proxy-tunnel-timeout", "500")) as srv:
+                t, head = open_tunnel(srv)
+                self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+                t.settimeout(20)
+                self.assertEqual(t.recv(1), b"")  # closed
+                t.close()
+                self.assertEqual(total(stats_json(srv), "proxy_tunnel_timeouts"), 1)
+        finally:
+            up.close()
 
     def test_dead_upstream_is_502_at_once(self):
         with self.serve(f"/dead=http://127.0.0.1:{dead_port()}",

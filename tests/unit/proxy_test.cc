@@ -289,6 +289,57 @@ TEST_F(UpstreamResponse, BytesAfterTheResponseAreAnError) {
             UpstreamResponseParser::Result::error);
 }
 
+// A request that asked to switch protocols (a tunnel): the 101 with
+// Upgrade and "Connection: upgrade" is its answer, and every byte after
+// its head, in that read or later ones, is the tunnel's, raw, until the
+// upstream closes. Without both fields, or without having been asked, a
+// 101 is an error; a non-101 answer is an ordinary one.
+TEST(UpstreamResponseParser, ASwitchAskedForTunnelsTheRest) {
+  for (bool bytewise : {false, true}) {
+    UpstreamResponseParser p;
+    Collect c;
+    p.reset(&c, false, /*tunnel=*/true);
+    const std::string in = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                           "Connection: Upgrade\r\nSec-WebSocket-Accept: abc\r\n\r\n"
+                           "\x81\x05hello\r\nHTTP/1.1 200 OK\r\n\r\n";
+    ASSERT_EQ(bytewise ? trickle(p, in) : feed(p, in), UpstreamResponseParser::Result::ok);
+    EXPECT_EQ(c.heads, 1);
+    EXPECT_EQ(c.status, 101);
+    EXPECT_TRUE(p.switched());
+    EXPECT_FALSE(p.keep_alive());
+    EXPECT_FALSE(p.length_known());
+    ASSERT_NE(field(p.headers(), "sec-websocket-accept"), nullptr);
+    EXPECT_EQ(c.body, std::string("\x81\x05hello\r\nHTTP/1.1 200 OK\r\n\r\n"));
+    EXPECT_FALSE(c.complete);
+    ASSERT_EQ(feed(p, std::string("\0\r\xff", 3)), UpstreamResponseParser::Result::ok);
+    EXPECT_EQ(c.body.size(), in.size() - in.find("\x81") + 3);
+    EXPECT_EQ(p.finish(), UpstreamResponseParser::Result::ok);
+    EXPECT_TRUE(c.complete);
+  }
+  for (std::string_view bad : {"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+                               "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n"}) {
+    UpstreamResponseParser p;
+    Collect c;
+    p.reset(&c, false, true);
+    EXPECT_EQ(feed(p, bad), UpstreamResponseParser::Result::error) << bad;
+    EXPECT_EQ(c.heads, 0) << bad;
+  }
+  UpstreamResponseParser q;
+  Collect d;
+  q.reset(&d, false);
+  EXPECT_EQ(feed(q, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"),
+            UpstreamResponseParser::Result::error);
+  EXPECT_EQ(d.heads, 0);
+  UpstreamResponseParser r;
+  Collect e;
+  r.reset(&e, false, true);
+  ASSERT_EQ(feed(r, "HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_FALSE(r.switched());
+  EXPECT_TRUE(e.complete);
+  EXPECT_EQ(e.body, "no");
+}
+
 TEST(UpstreamResponseParser, ReusedForTheNextResponse) {
   UpstreamResponseParser p;
   Collect a, b;
@@ -343,6 +394,35 @@ TEST(ProxyHeaders, HopByHopNeverCross) {
   }
   EXPECT_NE(out.find("x-kept: yes\r\n"), std::string::npos);
   EXPECT_EQ(out.find("content-length"), std::string::npos); // GET without a body
+}
+
+// A tunnel (an HTTP/1.1 client's Upgrade): the one hop-by-hop pair that
+// crosses is the switch asked for, as the proxy writes it, with no body
+// framing; without an Upgrade to pass on the request is unwritable.
+TEST(ProxyHeaders, ATunnelAsksTheUpstreamToSwitch) {
+  Request req = request("GET", "/ws", "h",
+                        {{"connection", "Upgrade, x-secret"},
+                         {"x-secret", "1"},
+                         {"upgrade", "websocket"},
+                         {"sec-websocket-key", "k"},
+                         {"content-length", "0"}});
+  ForwardContext ctx;
+  ctx.client_ip = "::1";
+  ctx.framing = RequestFraming::tunnel;
+  ctx.upgrade = "websocket";
+  std::string out;
+  ASSERT_TRUE(build_upstream_request(req, ctx, out));
+  EXPECT_NE(out.find("connection: upgrade\r\nupgrade: websocket\r\n\r\n"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("sec-websocket-key: k\r\n"), std::string::npos);
+  for (const char *gone : {"x-secret", "content-length", "transfer-encoding", "Upgrade"})
+    EXPECT_EQ(out.find(gone), std::string::npos) << gone << " in\n" << out;
+  ctx.upgrade = {};
+  out.clear();
+  EXPECT_FALSE(build_upstream_request(req, ctx, out));
+  EXPECT_TRUE(out.empty());
+  ctx.upgrade = "web\r\nx: y";
+  EXPECT_FALSE(build_upstream_request(req, ctx, out));
 }
 
 TEST(ProxyHeaders, ForwardedHeadersReplacedUnlessTrusted) {
