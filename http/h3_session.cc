@@ -164,9 +164,10 @@ int cb_stop_sending(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void 
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
-int cb_reset_stream(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *) {
+int cb_reset_stream(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *sud) {
   return guarded(
       [&]() -> int {
+        if (sud) session_of(ud).abandoned(*static_cast<H3Session::Stream *>(sud));
         session_of(ud).transport().app_reset_writing(stream_id, app_error);
         return 0;
       },
@@ -376,12 +377,16 @@ void H3Session::time_heads() {
     transport_.app_reset_writing(s.id, NGHTTP3_H3_REQUEST_INCOMPLETE);
   }
   heading_.erase(heading_.begin(), heading_.begin() + static_cast<ptrdiff_t>(expired));
-  // The ones stamped just now were already behind the first unexpired one.
-  for (Stream *s : heading_) {
-    if (s->head_since == 0) s->head_since = now;
-  }
+  // Those begun since the last write are at the back, unstamped.
+  for (auto it = heading_.rbegin(); it != heading_.rend() && (*it)->head_since == 0; ++it)
+    (*it)->head_since = now;
   if (!heading_.empty() && limits_.header_timeout != 0)
     wake_at(heading_.front()->head_since + limits_.header_timeout, now);
+}
+
+void H3Session::abandoned(Stream &s) {
+  if (s.heading) stop_heading(s);
+  if (!s.exchange) s.refused = true; // nothing more of it is taken or answered
 }
 
 void H3Session::stop_heading(Stream &s) {
@@ -495,6 +500,15 @@ void H3Session::shutdown_stream_write(int64_t stream_id) {
 }
 
 int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
+  // nghttp3 keeps a stream whose header section waits for QPACK insertions
+  // (it closes it once they come, or with the connection): the transport's
+  // stream is gone, so its head is timed no more.
+  for (Stream *s : heading_) {
+    if (s->id == stream_id) {
+      abandoned(*s);
+      break;
+    }
+  }
   int rv = nghttp3_conn_close_stream(conn_, stream_id, app_error);
   return rv == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : rv; // a stream nghttp3 never saw
 }

@@ -170,6 +170,9 @@ public:
   void on_stream_close(Stream &s);
   nghttp3_ssize on_read_body(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void on_acked(Stream &s, uint64_t n);
+  // nghttp3 reset the stream (a malformed request) or it closed while
+  // nghttp3 keeps it: no longer timed, taken or answered.
+  void abandoned(Stream &s);
   quic::AppTransport &transport() { return transport_; }
   // The worker's read-ahead pool has room again: write soon (before_write()
   // resumes the streams waiting).

@@ -189,7 +189,7 @@ Datagram TestClient::close_connection(uint64_t app_error) {
   return dg;
 }
 
-Datagram TestClient::raw_request_stream(const std::string &bytes, int64_t *sid_out) {
+Datagram TestClient::raw_request_stream(const std::string &bytes, int64_t *sid_out, bool fin) {
   Datagram dg;
   int64_t sid = -1;
   if (ngtcp2_conn_open_bidi_stream(conn(), &sid, nullptr) != 0) return dg;
@@ -201,7 +201,8 @@ Datagram TestClient::raw_request_stream(const std::string &bytes, int64_t *sid_o
   ngtcp2_vec v{reinterpret_cast<uint8_t *>(const_cast<char *>(bytes.data())), bytes.size()};
   ngtcp2_ssize taken = 0;
   auto n = ngtcp2_conn_writev_stream(conn(), &ps.path, &pi, buf.data(), buf.size(), &taken,
-                                     NGTCP2_WRITE_STREAM_FLAG_NONE, sid, &v, 1, clock_.now());
+                                     fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : NGTCP2_WRITE_STREAM_FLAG_NONE,
+                                     sid, &v, 1, clock_.now());
   ngtcp2_conn_update_pkt_tx_time(conn(), clock_.now());
   dg.path = path_;
   if (n > 0 && taken == static_cast<ngtcp2_ssize>(bytes.size()))

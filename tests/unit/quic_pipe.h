@@ -98,8 +98,8 @@ public:
   // Opens a request stream that nghttp3 does not know and sends bytes on
   // it as they are (a hand-made HTTP/3 frame): the datagram to send (empty
   // if the client may not send now: its pacing, flow control). The
-  // stream's id goes to *sid when given.
-  Datagram raw_request_stream(const std::string &bytes, int64_t *sid = nullptr);
+  // stream's id goes to *sid when given; fin ends the stream with them.
+  Datagram raw_request_stream(const std::string &bytes, int64_t *sid = nullptr, bool fin = false);
 
   bool handshake_completed() const { return h3c_ && h3c_->handshake_completed(); }
   bool closed() const { return closed_; }

@@ -1550,3 +1550,34 @@ TEST_F(QuicPipe, ARequestHeadNotWholeInTimeIsAbandoned) {
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
   EXPECT_EQ(server_->app->stats().header_timeouts, 1u);
 }
+
+// Regression (review): a request whose header section waits for a QPACK
+// insertion that never comes, ended by the client and its answer stopped,
+// closes at the transport while nghttp3 keeps it. It stayed timed: at the
+// deadline the server counted a header timeout and reset a stream long
+// gone (each such id then kept by the connection for good).
+TEST_F(QuicPipe, AClosedStreamWhoseHeadWaitsForQpackIsNotTimed) {
+  http::H3Limits h3;
+  h3.qpack_table_capacity = 4096;
+  h3.header_timeout = 2'000'000'000ull;
+  quic::EndpointConfig cfg;
+  cfg.idle_timeout = 60'000'000'000ull;
+  start(cfg, h3);
+  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
+  clock_.set(clock_.now() + 10'000'000);
+  // HEADERS: a field section needing 100 insertions (Required Insert
+  // Count 100), its one line the dynamic entry 99; and the stream's end.
+  int64_t sid = -1;
+  const Datagram dg =
+      client_->raw_request_stream(std::string("\x01\x03\x65\x00\x80", 5), &sid, true);
+  ASSERT_FALSE(dg.data.empty());
+  for (auto &back : server_->deliver(dg)) client_->read(back);
+  ngtcp2_conn_shutdown_stream_read(client_->conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
+  ASSERT_TRUE(run([&] { return client_->responses[sid].reset || client_->closed(); }));
+  for (int i = 0; i < 5; ++i) exchange(10'000'000);
+  clock_.set(clock_.now() + 3'000'000'000ull);
+  server_->tick();
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+  EXPECT_EQ(server_->app->stats().header_timeouts, 0u);
+  EXPECT_FALSE(client_->closed());
+}
