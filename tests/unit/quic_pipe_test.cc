@@ -70,6 +70,17 @@ protected:
   void expect_cancels_limited(const std::function<bool()> &cancel_one,
                               const std::function<void()> &between = {});
 
+  // A header timeout of 2 s (h3's other limits as given), an idle timeout
+  // well past it; one request served, the client past its pacing.
+  void start_with_header_timeout(http::H3Limits &h3) {
+    h3.header_timeout = 2'000'000'000ull;
+    quic::EndpointConfig cfg;
+    cfg.idle_timeout = 60'000'000'000ull;
+    start(cfg, h3);
+    ASSERT_EQ(fetch("GET", "/healthz").status, 200);
+    clock_.set(clock_.now() + 10'000'000);
+  }
+
   // A docroot of the test's own (docroot_) holding big.bin with content.
   void make_docroot_with(const std::string &content) {
     char tmpl[] = "/tmp/xdpq-pipe-root-XXXXXX";
@@ -1525,12 +1536,7 @@ TEST_F(QuicPipe, ARequestResetBeforeItsHeadIsWholeIsAbandonedBothWays) {
 // are not timed, however long their answers take.
 TEST_F(QuicPipe, ARequestHeadNotWholeInTimeIsAbandoned) {
   http::H3Limits h3;
-  h3.header_timeout = 2'000'000'000ull;
-  quic::EndpointConfig cfg;
-  cfg.idle_timeout = 60'000'000'000ull;
-  start(cfg, h3);
-  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
-  clock_.set(clock_.now() + 10'000'000);
+  start_with_header_timeout(h3);
   int64_t sid = -1;
   const Datagram dg = client_->raw_request_stream(std::string("\x01\x10\x00\x00", 4), &sid);
   ASSERT_FALSE(dg.data.empty());
@@ -1559,12 +1565,7 @@ TEST_F(QuicPipe, ARequestHeadNotWholeInTimeIsAbandoned) {
 TEST_F(QuicPipe, AClosedStreamWhoseHeadWaitsForQpackIsNotTimed) {
   http::H3Limits h3;
   h3.qpack_table_capacity = 4096;
-  h3.header_timeout = 2'000'000'000ull;
-  quic::EndpointConfig cfg;
-  cfg.idle_timeout = 60'000'000'000ull;
-  start(cfg, h3);
-  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
-  clock_.set(clock_.now() + 10'000'000);
+  start_with_header_timeout(h3);
   // HEADERS: a field section needing 100 insertions (Required Insert
   // Count 100), its one line the dynamic entry 99; and the stream's end.
   int64_t sid = -1;
