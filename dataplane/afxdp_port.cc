@@ -474,10 +474,16 @@ uint64_t AfXdpPort::resolve_link(const Address &dst) {
   auto tagged = [&](uint64_t mac) { return mac ? (mac & MAC_BITS) | (learned & ~MAC_BITS) : 0; };
   auto hop = next_hops_->route(dst);
   switch (hop.kind) {
-  case KernelNextHops::Hop::Kind::onlink:
-    // On the link: the peer's own MAC, as its authenticated packets showed
-    // it (the fast path), else the kernel's.
-    return learned ? learned : tagged(next_hops_->neighbor(dst));
+  case KernelNextHops::Hop::Kind::onlink: {
+    // On the link: the kernel's neighbour entry where it has one (what the
+    // kernel itself would send to, a static entry included), else what the
+    // peer's authenticated packets showed (and the kernel is asked). Not
+    // the other way round: a handshake packet's keys are anyone's, and one
+    // forged with the peer's address and another MAC would otherwise steer
+    // the peer's replies away before it has spoken.
+    const uint64_t kernel = tagged(next_hops_->neighbor(dst));
+    return kernel ? kernel : learned;
+  }
   case KernelNextHops::Hop::Kind::gateway: {
     // Behind a gateway: the route decides, not the router the peer's
     // packets came through (asymmetric paths, ECMP, a new MAC).

@@ -18,8 +18,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (H3LOAD, Server, TimedTestCase, check_burst_of_handshakes,  # noqa: E402
-                     gtlsclient, pattern, require_tools, sha256, xdpqctl)
+from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase,  # noqa: E402
+                     check_burst_of_handshakes, gtlsclient, pattern, require_tools, sha256,
+                     xdpqctl)
 from netns import RoutedTopology, Topology, sh  # noqa: E402
 
 TEN_MIB = 10 * 1024 * 1024
@@ -224,6 +225,40 @@ class AfXdpCases:
                and int(line.rsplit("length", 1)[1].split()[0].strip(":,")) > 100]
         self.assertEqual(big, [], "connection packets went to the forged MAC")
         self.assertGreater(stats["stateless_resets_sent"] + stats["drop_reset_rate"], 0, stats)
+
+    def test_a_forged_initial_does_not_steer_the_clients_replies(self):
+        # Regression: a QUIC Initial decrypts for anyone (its keys come
+        # from the connection ID the sender picks), and one forged with the
+        # client's address and another MAC taught the server that MAC for
+        # the client before the client had spoken. Replies to a peer on the
+        # link preferred it to the kernel's neighbour entry, and the
+        # client's own Initials (as weak) could not correct it: the client
+        # was locked out. Now the kernel's entry wins where it has one.
+        bogus = "02:66:66:66:66:67"
+        # A real client's first Initial, caught by a listener of our own.
+        grab = ("import socket, subprocess, sys\n"
+                "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                f"u.bind(('{self.topo.cli_ip}', 0))\n"
+                "c = subprocess.Popen([sys.argv[1], '-q', '--exit-on-all-streams-close', "
+                f"'{self.topo.cli_ip}', str(u.getsockname()[1])], "
+                "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+                "u.settimeout(10)\n"
+                "sys.stdout.write(u.recv(2048).hex())\n"
+                "c.kill()\n")
+        initial = sh("/usr/bin/python3", "-c", grab, GTLSCLIENT, ns=self.topo.cli_ns).stdout.strip()
+        self.assertGreaterEqual(len(initial), 2400, "no Initial caught")
+        forge = ("from scapy.all import Ether, IP, UDP, Raw, sendp\n"
+                 f"f = Ether(src='{bogus}', dst='02:77:00:00:00:01') / "
+                 f"IP(src='{self.topo.cli_ip}', dst='{self.topo.srv_ip}') / "
+                 f"UDP(sport=50001, dport=4433) / Raw(bytes.fromhex('{initial}'))\n"
+                 f"sendp(f, iface='{self.topo.cli_if}', verbose=False)\n")
+        with self.serve() as srv:
+            sh("/usr/bin/python3", "-c", forge, ns=self.topo.cli_ns)
+            time.sleep(0.3)
+            r = self.fetch(srv, ["/bytes/5000"], quiet=True, timeout=20)
+            stats = srv.stop()
+        self.assertEqual(r.file("5000"), pattern(5000), r.output[-2000:])
+        self.assertGreaterEqual(stats["handshakes_started"], 2, stats)  # the forged one was taken
 
     def test_ipv6(self):
         with Server("--dataplane", "afxdp", "--interface", self.topo.srv_if, "--xdp-mode",
