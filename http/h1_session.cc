@@ -114,7 +114,9 @@ public:
                                      reinterpret_cast<const char *>(data) + n, ok);
       framing_.take(data + n, k);
       n += k;
-      if (k < ok || HTTP_PARSER_ERRNO(&parser_) != HPE_OK || parser_.upgrade || closing_) break;
+      // A request that asked to switch ends the HTTP/1.1 input once it is
+      // whole (its body, if any, parsed as usual).
+      if (k < ok || HTTP_PARSER_ERRNO(&parser_) != HPE_OK || switch_asked() || closing_) break;
     }
     flush_body(nullptr);
     if (!buffered_.empty()) {
@@ -122,7 +124,7 @@ public:
     } else if (n < len && (HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED || body_ex_)) {
       buffered_.assign(reinterpret_cast<const char *>(data) + n, len - n);
     }
-    if (parser_.upgrade) {
+    if (switch_asked()) {
       // A tunnel's: what followed the head is the new protocol's, kept
       // above (input paused: at most this read) until the upstream switches.
       if (tunnel_) return;
@@ -247,6 +249,11 @@ public:
   }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
   bool busy() const override { return in_message_ || !queue_.empty(); }
+  // A switched tunnel with nothing queued before it: the exchange's own
+  // deadlines (--proxy-tunnel-timeout, --proxy-client-timeout) bound it.
+  bool timed_by_session() const override {
+    return tunnel_ && queue_.size() == 1 && queue_.front().ex && queue_.front().ex->switched();
+  }
   void shutdown() override {
     if (!busy()) closing_ = true;
     else close_after_current_ = true;
@@ -403,13 +410,17 @@ private:
                               ((parser_.flags & F_CONTENTLENGTH) && parser_.content_length > 0);
     int route = env_.proxy ? env_.proxy->match(req_.path) : -1;
     if (!answer_expect(body_follows, route >= 0)) return 0;
-    // Asked to switch protocols (WebSocket: Upgrade with "Connection:
-    // upgrade"), on a proxied route, without a body: a tunnel to the
-    // upstream if it answers 101. Anything else that asks is answered and
-    // the connection closes (what follows the head is not HTTP/1.1).
+    // A WebSocket opening handshake (RFC 6455 4.1: a GET asking to switch
+    // to "websocket" alone, with its key and version), on a proxied route,
+    // without a body: a tunnel to the upstream if it answers 101. Nothing
+    // else is switched (h2c or raw TCP to an upstream would escape the
+    // routing and the forwarded fields): anything else that asks is
+    // answered as a request and the connection closes after it (what
+    // follows the head is not HTTP/1.1).
     const std::string *upgrade = req_.find("upgrade");
-    tunnel_ = route >= 0 && parser_.upgrade && parser_.method != HTTP_CONNECT && http11 &&
-              !body_follows && upgrade && !upgrade->empty();
+    tunnel_ = route >= 0 && parser_.upgrade && parser_.method == HTTP_GET && http11 &&
+              !body_follows && upgrade && ascii_iequals(*upgrade, "websocket") &&
+              req_.find("sec-websocket-key") && req_.find("sec-websocket-version");
     if (route >= 0) {
       // Proxied at once: the body streams upstream as it is parsed.
       Queued q;
@@ -695,6 +706,8 @@ private:
   }
 
   bool http10() const { return parser_.http_major == 1 && parser_.http_minor == 0; }
+  bool switch_asked() const { return parser_.upgrade && !in_message_; }
+
 
   void finish_log(Queued &q) {
     if (!q.logged) return;

@@ -189,6 +189,18 @@ public:
   }
 
   void resume_read() {
+    if (parked_ && state_ != State::closed) {
+      // Back in epoll: the client made room for what the socket still holds.
+      parked_ = false;
+      try {
+        proxy_.loop().watch(fd_, this, false);
+        want_read_ = true;
+        want_write_ = false;
+      } catch (const std::exception &) {
+        // No memory for it: nothing moves, and the exchange's deadlines end it.
+      }
+      return;
+    }
     if (state_ == State::receiving || state_ == State::sending) {
       interest(true, state_ == State::sending && want_write_);
     }
@@ -218,11 +230,11 @@ public:
     case State::sending:
       if (events & EPOLLOUT) wrote_and_tell();
       if (state_ == State::closed) return;
-      if (reset_unread(events)) return broke(false);
+      if (unread_hangup(events)) return;
       if (events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) read_some();
       break;
     case State::receiving:
-      if (reset_unread(events)) return broke(false);
+      if (unread_hangup(events)) return;
       read_some();
       break;
     }
@@ -238,12 +250,26 @@ private:
     if (c->state_ == State::idle) c->close();
   }
 
-  // Reset while we were not reading (the client holds the window full):
-  // epoll reports that whatever we watch, so it must end the connection
-  // here (read_some() would read nothing, and the event come back at
-  // once); what the socket held is lost with the reset anyway.
-  bool reset_unread(uint32_t events) const {
-    return (events & (EPOLLHUP | EPOLLERR)) && ex_ && ex_->room() == 0;
+  // A hangup while we are not reading (the client holds the window full):
+  // epoll reports it whatever we watch, and read_some() would read
+  // nothing, so the event would come back at once. A reset ends the
+  // connection here (what the socket held is lost with it). A clean one
+  // (the upstream closed after a tunnel's client closed its side, both
+  // directions shut) still has the upstream's last bytes in the socket:
+  // the connection leaves epoll until the client makes room. True if
+  // handled.
+  bool unread_hangup(uint32_t events) {
+    if (!(events & (EPOLLHUP | EPOLLERR)) || !ex_ || ex_->room() != 0) return false;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+    if ((events & EPOLLERR) || err != 0) {
+      broke(false);
+    } else {
+      proxy_.loop().unwatch(fd_);
+      parked_ = true;
+    }
+    return true;
   }
 
   // Sets the epoll interest, skipping the call when it is unchanged.
@@ -470,6 +496,7 @@ private:
   uint64_t opened_at_ = 0; // the connect started (loop time)
   uint64_t sent_at_ = 0;   // the request started out
   bool head_timed_ = false;
+  bool parked_ = false; // out of epoll (unread_hangup) until resume_read()
   dataplane::Timer timer_;
 };
 
@@ -910,7 +937,11 @@ void ProxyExchange::check_stall() {
   }
   held_since_ = 0;
   if (now - moved_at_ < timeout) {
-    proxy_.loop().timers().schedule(timer_, moved_at_ + timeout);
+    uint64_t at = moved_at_ + timeout;
+    // A tunnel's timeout is long: a client that fills the window meanwhile
+    // is noticed within --proxy-timeout.
+    if (switched_) at = std::min(at, now + route_->settings.response_timeout_ns);
+    proxy_.loop().timers().schedule(timer_, at);
     return;
   }
   if (switched_) {
@@ -991,7 +1022,11 @@ void ProxyExchange::on_head(const UpstreamResponseParser &p) {
   // complete in this read cancels it. A tunnel's silence has its own bound.
   moved();
   if (switched_) {
-    proxy_.loop().timers().schedule(timer_, moved_at_ + proxy_.config().tunnel_timeout_ns);
+    // Looked at again within --proxy-timeout at most: a client that holds
+    // the window full is noticed (check_stall).
+    proxy_.loop().timers().schedule(
+        timer_, moved_at_ + std::min(proxy_.config().tunnel_timeout_ns,
+                                     route_->settings.response_timeout_ns));
   } else if (!timer_.scheduled()) {
     proxy_.loop().timers().schedule(timer_, moved_at_ + route_->settings.response_timeout_ns);
   }

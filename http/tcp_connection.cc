@@ -377,11 +377,14 @@ private:
     } else if (uint64_t h = session_->headers_started()) {
       deadline_kind_ = Deadline::headers;
       at = h + cfg.header_timeout;
-    } else if (output_pending() > 0 || session_->busy()) {
+    } else if (output_pending() > 0 || (session_->busy() && !session_->timed_by_session())) {
       // Requests open but nothing moving either way: a client that stopped
       // reading or never opens its flow-control window.
       deadline_kind_ = Deadline::write;
       at = std::max(last_progress_, last_activity_) + cfg.write_timeout;
+    } else if (session_->busy()) {
+      srv_.loop().timers().cancel(timer_); // the session's deadlines hold
+      return;
     } else {
       deadline_kind_ = Deadline::idle;
       at = last_activity_ + cfg.idle_timeout;

@@ -121,6 +121,9 @@ public:
   virtual uint64_t headers_started() const = 0;
   // True while requests are open (not idle).
   virtual bool busy() const = 0;
+  // Busy, but with deadlines of its own (a WebSocket tunnel): the
+  // connection's write deadline applies only while output is pending.
+  virtual bool timed_by_session() const { return false; }
   // Graceful shutdown: GOAWAY / "Connection: close" after the current ones.
   virtual void shutdown() = 0;
 

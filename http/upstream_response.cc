@@ -213,11 +213,16 @@ int UpstreamResponseParser::on_headers_complete() {
     return -1;
   }
   if (status_ == 101) {
-    // Only to a request that asked for it, and only as a switch
-    // http-parser sees too (Upgrade and "Connection: upgrade" in it).
-    if (!tunnel_ || !parser_.upgrade) {
-      fail(tunnel_ ? "101 without Upgrade and \"Connection: upgrade\""
-                   : "protocol switch (101) is not proxied");
+    // Only to a request that asked for it (a WebSocket handshake), only
+    // as a switch http-parser sees too (Upgrade and "Connection: upgrade"
+    // in it), and only to what was asked.
+    if (!tunnel_) {
+      fail("protocol switch (101) is not proxied");
+      return -1;
+    }
+    const std::string *to = headers_.find("upgrade");
+    if (!parser_.upgrade || !to || !ascii_iequals(*to, "websocket")) {
+      fail("101 without \"Upgrade: websocket\" and \"Connection: upgrade\"");
       return -1;
     }
     head_done_ = switched_ = true;

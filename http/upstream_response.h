@@ -49,7 +49,7 @@ public:
 
   // Ready for the response to a new request. head_request: it answers a
   // HEAD, so it has no body whatever its fields say. tunnel: the request
-  // asked to switch protocols (Upgrade): a 101 with Upgrade and
+  // was a WebSocket handshake: a 101 with "Upgrade: websocket" and
   // "Connection: upgrade" is its final answer, and what follows its head
   // is body, raw, until finish().
   void reset(Handler *handler, bool head_request, bool tunnel = false);

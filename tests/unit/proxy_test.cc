@@ -292,8 +292,9 @@ TEST_F(UpstreamResponse, BytesAfterTheResponseAreAnError) {
 // A request that asked to switch protocols (a tunnel): the 101 with
 // Upgrade and "Connection: upgrade" is its answer, and every byte after
 // its head, in that read or later ones, is the tunnel's, raw, until the
-// upstream closes. Without both fields, or without having been asked, a
-// 101 is an error; a non-101 answer is an ordinary one.
+// upstream closes. Without both fields, to another protocol than the
+// WebSocket asked for, or without having been asked, a 101 is an error; a
+// non-101 answer is an ordinary one.
 TEST(UpstreamResponseParser, ASwitchAskedForTunnelsTheRest) {
   for (bool bytewise : {false, true}) {
     UpstreamResponseParser p;
@@ -316,8 +317,10 @@ TEST(UpstreamResponseParser, ASwitchAskedForTunnelsTheRest) {
     EXPECT_EQ(p.finish(), UpstreamResponseParser::Result::ok);
     EXPECT_TRUE(c.complete);
   }
-  for (std::string_view bad : {"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
-                               "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n"}) {
+  for (std::string_view bad :
+       {"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n",
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n"}) {
     UpstreamResponseParser p;
     Collect c;
     p.reset(&c, false, true);
