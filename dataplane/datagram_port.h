@@ -43,6 +43,7 @@ struct RxDatagram {
   X(tx_gso_batches, "sends that carried more than one datagram (GSO)")                 \
   X(tx_dropped, "datagrams the dataplane could not send")                              \
   X(rx_truncated, "datagrams cut short by the receive buffer")                         \
+  X(rx_not_unicast, "datagrams to a broadcast or multicast address (a wildcard socket takes them): dropped") \
   X(rx_errors, "receive errors")
 
 struct PortStats {

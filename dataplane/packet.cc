@@ -139,7 +139,12 @@ ParseStatus parse_frame(const uint8_t *f, size_t len, ParsedFrame &out) {
     if (checksum_fold(checksum_add(ip, ihl)) != 0) return ParseStatus::bad_ip_header;
     if (rd16(ip + 6) & 0x3fff) return ParseStatus::fragment; // MF or offset
     if (ip[9] != IPPROTO_UDP) return ParseStatus::not_udp;
-    if (!good_source4(ip + 12) || !good_destination4(ip + 16)) return ParseStatus::bad_address;
+    // A source that is the destination itself: forged (the kernel drops
+    // such a "martian"); a reply would go back to this host.
+    if (!good_source4(ip + 12) || !good_destination4(ip + 16) ||
+        std::memcmp(ip + 12, ip + 16, 4) == 0) {
+      return ParseStatus::bad_address;
+    }
     out.ecn = ip[1] & 0x3;
     auto &l = out.path.local;
     auto &r = out.path.remote;
@@ -158,7 +163,10 @@ ParseStatus parse_frame(const uint8_t *f, size_t len, ParsedFrame &out) {
     if (plen > left - IP6_LEN) return ParseStatus::bad_ip_len;
     if (ip[6] == 44) return ParseStatus::fragment;
     if (ip[6] != IPPROTO_UDP) return ParseStatus::not_udp;
-    if (!good_source6(ip + 8) || !good_destination6(ip + 24)) return ParseStatus::bad_address;
+    if (!good_source6(ip + 8) || !good_destination6(ip + 24) ||
+        std::memcmp(ip + 8, ip + 24, 16) == 0) {
+      return ParseStatus::bad_address;
+    }
     out.ecn = static_cast<uint8_t>((rd16(ip) >> 4) & 0x3);
     auto &l = out.path.local;
     auto &r = out.path.remote;

@@ -236,15 +236,21 @@ size_t UdpSocketPort::drain_socket(size_t sock, std::span<RxDatagram> out) {
     path.local = s.bound;
     uint8_t ecn = 0;
     size_t gso = 0;
+    bool not_unicast = false;
     for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
       if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
         in_pktinfo pi;
         std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
         path.local.u.in.sin_addr = pi.ipi_addr;
+        // To a broadcast (the link's or a subnet's) or a multicast group,
+        // the kernel names the interface's own address as where it came
+        // instead: not a host of ours that could answer from it.
+        not_unicast = pi.ipi_addr.s_addr != pi.ipi_spec_dst.s_addr;
       } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
         in6_pktinfo pi;
         std::memcpy(&pi, CMSG_DATA(c), sizeof(pi));
         path.local.u.in6.sin6_addr = pi.ipi6_addr;
+        not_unicast = pi.ipi6_addr.s6_addr[0] == 0xff; // multicast
       } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
         ecn = *CMSG_DATA(c) & 0x3;
       } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
@@ -256,6 +262,10 @@ size_t UdpSocketPort::drain_socket(size_t sock, std::span<RxDatagram> out) {
         std::memcpy(&g, CMSG_DATA(c), sizeof(g));
         gso = static_cast<size_t>(g);
       }
+    }
+    if (not_unicast) {
+      stats_.rx_not_unicast += 1;
+      continue;
     }
     uint8_t *base = static_cast<uint8_t *>(rx_iov_[i].iov_base);
     if (len == 0) {

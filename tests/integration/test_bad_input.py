@@ -4,14 +4,18 @@ headers, Initials in short datagrams, unknown versions, oversized packets.
 Each is dropped or answered per RFC 9000, counted, and the server keeps
 serving well-behaved clients throughout."""
 
+import json
 import os
 import socket
 import struct
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import Server, TimedTestCase, gtlsclient, pattern, require_tools  # noqa: E402
+from harness import (Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
+                     xdpqctl)
+from netns import Topology, sh  # noqa: E402
 
 
 UNROUTED_BUCKETS = ("handshakes_started", "retries_sent", "version_negotiations",
@@ -50,6 +54,30 @@ class BadInputTest(TimedTestCase):
             except socket.timeout:
                 pass
         return replies
+
+    def test_broadcast_datagrams_are_dropped_and_counted(self):
+        # Regression: a wildcard listen on the socket dataplane took
+        # datagrams sent to the link's broadcast address as any other: a
+        # connection was started with the broadcast address as its own, and
+        # every reply to it failed. Now they are dropped before QUIC sees
+        # them (rx_not_unicast); unicast clients are served as before.
+        with Topology() as topo:
+            with Server("--dataplane", "socket", host=topo.srv_ip, port=4433,
+                        netns=topo.srv_ns, listen=["0.0.0.0:4433"]) as srv:
+                code = ("import socket\n"
+                        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                        "s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)\n"
+                        "s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, "
+                        f"b'{topo.cli_if}')\n"
+                        f"p = {long_header(1)!r} + bytes(1200)\n"
+                        "for i in range(5): s.sendto(p, ('255.255.255.255', 4433))\n")
+                sh("/usr/bin/python3", "-c", code, ns=topo.cli_ns)
+                time.sleep(0.3)
+                mid = json.loads(xdpqctl(srv, "--json", "stats")[1])["total"]
+                r = gtlsclient(srv, ["/bytes/1000"], netns=topo.cli_ns)
+        self.assertEqual(mid["rx_not_unicast"], 5, mid)
+        self.assertEqual(mid["datagrams_in"], 0, mid)
+        self.assertEqual(r.file("1000"), pattern(1000), r.output[-2000:])
 
     def test_garbage_is_dropped_and_counted_server_survives(self):
         with Server("--dataplane", "socket") as srv:

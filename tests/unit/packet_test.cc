@@ -131,6 +131,10 @@ TEST(Packet, RejectsNonUnicastSourcesAndGroupDestinations) {
   for (const char *bad_dst : {"ff02::1", "::ffff:224.0.0.1", "::ffff:10.0.0.1"}) {
     EXPECT_EQ(status("fd00::2", bad_dst, true), ParseStatus::bad_address) << bad_dst;
   }
+  // A source that is the destination itself (forged: the kernel drops
+  // such a martian), which a reply would send back into this host.
+  EXPECT_EQ(status("10.0.0.1", "10.0.0.1", false), ParseStatus::bad_address);
+  EXPECT_EQ(status("fd00::1", "fd00::1", true), ParseStatus::bad_address);
   // A group MAC address as the Ethernet source.
   FrameSpec s;
   s.payload = quic_short(50);
