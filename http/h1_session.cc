@@ -424,7 +424,9 @@ private:
     if (route >= 0) {
       // Proxied at once: the body streams upstream as it is parsed.
       Queued q;
-      q.close_after = !keep_alive_ || tunnel_;
+      // A switch asked for and not made (or made: a tunnel) ends the
+      // connection after this answer, which says so.
+      q.close_after = !keep_alive_ || parser_.upgrade;
       q.http10 = parser_.http_major == 1 && parser_.http_minor == 0;
       auto ex = start_proxy(route, req_, body_follows, this, nullptr, budget_, env_,
                             tunnel_ ? std::string_view(*upgrade) : std::string_view());
@@ -605,7 +607,7 @@ private:
     if (!proxied) {
       Response resp;
       env_.router->route(req_, resp);
-      enqueue(resp, !keep_alive_);
+      enqueue(resp, !keep_alive_ || parser_.upgrade); // see headers_complete()
     }
     // The body (or the response made from it) stays charged until written.
     queue_.back().charged = charged_;

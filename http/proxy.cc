@@ -197,7 +197,9 @@ public:
         want_read_ = true;
         want_write_ = false;
       } catch (const std::exception &) {
-        // No memory for it: nothing moves, and the exchange's deadlines end it.
+        // No memory to watch it again (called from inside the client's
+        // read of the window, so not ended here): nothing moves, and the
+        // exchange's deadlines end it.
       }
       return;
     }
@@ -254,16 +256,18 @@ private:
   // epoll reports it whatever we watch, and read_some() would read
   // nothing, so the event would come back at once. A reset ends the
   // connection here (what the socket held is lost with it). A clean one
-  // (the upstream closed after a tunnel's client closed its side, both
-  // directions shut) still has the upstream's last bytes in the socket:
-  // the connection leaves epoll until the client makes room. True if
-  // handled.
+  // (a unix socket's upstream closed after its answer; a TCP upstream
+  // closed after a tunnel's client closed its side) still has the
+  // upstream's last bytes in the socket: the connection leaves epoll until
+  // the client makes room. True if handled.
   bool unread_hangup(uint32_t events) {
     if (!(events & (EPOLLHUP | EPOLLERR)) || !ex_ || ex_->room() != 0) return false;
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
-    if ((events & EPOLLERR) || err != 0) {
+    // A write that failed (ECONNRESET, EPIPE) took the socket's error with
+    // it: that hangup is a reset too.
+    if ((events & EPOLLERR) || err != 0 || write_failed_) {
       broke(false);
     } else {
       proxy_.loop().unwatch(fd_);

@@ -380,9 +380,16 @@ private:
     } else if (output_pending() > 0 || (session_->busy() && !session_->timed_by_session())) {
       // Requests open but nothing moving either way: a client that stopped
       // reading or never opens its flow-control window.
+      if (session_timed_) {
+        // Output after a quiet spell the session timed itself: the client
+        // has the whole write timeout from now to take it.
+        session_timed_ = false;
+        last_progress_ = srv_.loop().now();
+      }
       deadline_kind_ = Deadline::write;
       at = std::max(last_progress_, last_activity_) + cfg.write_timeout;
     } else if (session_->busy()) {
+      session_timed_ = true;
       srv_.loop().timers().cancel(timer_); // the session's deadlines hold
       return;
     } else {
@@ -418,6 +425,7 @@ private:
   dataplane::Timer timer_;
   Deadline deadline_kind_ = Deadline::handshake;
   uint64_t accepted_at_, last_activity_, last_progress_;
+  bool session_timed_ = false; // the last update_timer() left the session its own deadlines
   bool want_write_ = false;
   bool peer_closed_ = false;
   bool input_ended_ = false; // the session was told
