@@ -1,5 +1,6 @@
 #include "control/admin.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "dataplane/accept_backoff.h"
 
@@ -23,7 +24,10 @@ class AdminServer::Client final : public dataplane::FdHandler {
 public:
   Client(AdminServer &srv, int fd, bool http) : srv_(srv), fd_(fd), http_(http), timer_(fired, this) {
     srv_.loop().watch(fd_, this);
-    srv_.loop().timers().schedule(timer_, srv_.loop().now() + DEADLINE_NS);
+    // From the clock, not the loop's time of this batch of events: a slow
+    // handler earlier in the batch (a reload) must not leave a new client
+    // a deadline already past.
+    srv_.loop().timers().schedule(timer_, monotonic_ns() + DEADLINE_NS);
   }
   ~Client() {
     srv_.loop().timers().cancel(timer_);
@@ -41,6 +45,9 @@ public:
   void reply_and_close(std::string text) {
     out_ = std::move(text);
     replying_ = true;
+    // The answer may have taken long to make (a reload, a large table): the
+    // client gets the whole deadline to read it.
+    srv_.loop().timers().schedule(timer_, monotonic_ns() + DEADLINE_NS);
     write_out();
   }
 

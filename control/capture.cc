@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -44,8 +45,10 @@ std::string Capture::start(const std::string &file, const std::string &filter, u
   std::string why;
   int fd = open_private_output(file, true, &why);
   FILE *fp = fd >= 0 ? fdopen(fd, "wb") : nullptr;
-  if (fd >= 0 && !fp)
+  if (fd >= 0 && !fp) {
+    why = file + ": " + std::strerror(errno);
     close(fd);
+  }
   dumper_ = fp ? pcap_dump_fopen(dead_, fp) : nullptr;
   if (!dumper_) {
     if (fp) {

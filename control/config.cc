@@ -17,6 +17,10 @@
 #define TOML_ASSERT_ASSUME(expr) static_cast<void>(0)
 #include <toml++/toml.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -418,14 +422,32 @@ void route_flags(const std::string &path, const toml::table &t, int line,
 std::vector<std::string> config_file_flags(const std::string &path) {
   std::string text;
   {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw UsageError("--config " + path + ": cannot read: " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-    if (text.size() > (1u << 20))
-      throw UsageError("--config " + path + ": larger than 1 MiB");
+    // A regular file of at most 1 MiB, read no further than that: a path
+    // to /dev/zero or a FIFO must not eat memory or hang a reload.
+    constexpr size_t MAX = 1u << 20;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) throw UsageError("--config " + path + ": cannot read: " + std::strerror(errno));
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw UsageError("--config " + path + ": not a regular file");
+    }
+    text.resize(MAX + 1);
+    size_t got = 0;
+    while (got < text.size()) {
+      ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        throw UsageError("--config " + path + ": cannot read: " + std::strerror(err));
+      }
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    if (got > MAX) throw UsageError("--config " + path + ": larger than 1 MiB");
+    text.resize(got);
   }
   if (Refusal r = refuse_before_parsing(text); r.line)
     throw UsageError(path + ":" + std::to_string(r.line) + ": syntax error: " + r.why);

@@ -125,8 +125,11 @@ int main(int argc, char **argv) {
   }
   std::string out;
   char buf[65536];
-  // An upgrade waits up to 30 s for the new process.
-  const int wait_ms = line.find("\tupgrade") != std::string::npos ? 40000 : 10000;
+  // An upgrade waits up to 30 s for the new process, a reload as long for
+  // its checks.
+  const bool slow = line.find("\tupgrade") != std::string::npos ||
+                    line.find("\treload") != std::string::npos;
+  const int wait_ms = slow ? 40000 : 10000;
   for (;;) {
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, wait_ms) <= 0) {
@@ -138,6 +141,12 @@ int main(int argc, char **argv) {
     out.append(buf, static_cast<size_t>(n));
   }
   close(fd);
+  if (out.empty()) {
+    // Every request is answered: a close without one means it was not
+    // done (the daemon's deadline passed, or it is going away).
+    std::fprintf(stderr, "xdpqctl: xdpqd closed the connection without an answer\n");
+    return 2;
+  }
   std::fputs(out.c_str(), stdout);
   bool error = out.starts_with("error:") || out.starts_with("{\"error\"");
   return error ? 1 : 0;

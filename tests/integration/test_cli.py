@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -127,6 +128,54 @@ class CliTest(TimedTestCase):
                 self.assertIn(path + needle, r.stderr)
         os.remove(path)
         os.rmdir(d)
+
+    def test_a_config_that_is_no_regular_file_is_refused(self):
+        # Regression: the file was read whole before its size was looked
+        # at, so --config /dev/zero ate memory until killed, and a FIFO
+        # hung --check-config (and a reload) for good.
+        d = tempfile.mkdtemp(prefix="xdpq-config-")
+        fifo = os.path.join(d, "fifo.toml")
+        os.mkfifo(fifo)
+        for path in ("/dev/zero", fifo):
+            r = run("--check-config", path, timeout=20)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(path + ": not a regular file", r.stderr)
+        big = os.path.join(d, "big.toml")
+        with open(big, "w") as f:
+            f.write("# " + "x" * (1 << 20) + "\n")
+        r = run("--check-config", big)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("larger than 1 MiB", r.stderr)
+        for p in (fifo, big):
+            os.remove(p)
+        os.rmdir(d)
+
+    def test_xdpqctl_fails_when_the_daemon_closes_without_an_answer(self):
+        # Regression: xdpqctl printed nothing and exited 0 when the daemon
+        # closed the connection without answering (its deadline for the
+        # client already past): "systemctl reload" reported a reload that
+        # never ran.
+        d = tempfile.mkdtemp(prefix="xdpq-ctl-")
+        path = os.path.join(d, "ctl.sock")
+        lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lst.bind(path)
+        lst.listen(1)
+
+        def mute():
+            c, _ = lst.accept()
+            c.recv(4096)
+            c.close()
+        t = threading.Thread(target=mute, daemon=True)
+        t.start()
+        ctl = os.path.join(os.path.dirname(XDPQD), "xdpqctl")
+        r = subprocess.run([ctl, "--socket", path, "status"], capture_output=True, text=True,
+                           timeout=20)
+        t.join(10)
+        lst.close()
+        os.remove(path)
+        os.rmdir(d)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("without an answer", r.stderr)
 
     def test_self_signed_fingerprint_logged_and_sigint_clean(self):
         with Server("--dataplane", "socket") as srv:
