@@ -8,40 +8,53 @@
 namespace xdpq::http {
 
 namespace {
-constexpr size_t KEEP_BODY_CAPACITY = 64 * 1024;
-// A field slot whose strings grew past this is freed, not kept for reuse
-// (one huge header must not stay allocated in a pooled stream slot).
-constexpr size_t KEEP_FIELD_CAPACITY = 1024;
+// What a pooled request or response (a stream slot: up to max_streams of
+// them per connection, kept for the connection's life) may keep for reuse:
+// a peer must not make every slot hold the largest head it ever sent.
+constexpr size_t KEEP_BODY_CAPACITY = 16 * 1024;
+constexpr size_t KEEP_LIST_BYTES = 16 * 1024; // field slots and their strings
+constexpr size_t KEEP_LINE_CAPACITY = 1024;   // method, scheme, authority, path
+
+// Past the small-string buffer, a string holds its capacity on the heap.
+size_t heap_of(const std::string &s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; }
+size_t heap_of(const Header &h) { return heap_of(h.name) + heap_of(h.value); }
+
+void trim_line(std::string &s) {
+  if (s.capacity() > KEEP_LINE_CAPACITY) std::string().swap(s);
+  else s.clear();
+}
 } // namespace
 
 void HeaderList::add(std::string_view name, std::string_view value) {
   if (size_ < fields_.size()) {
     Header &h = fields_[size_];
+    const size_t before = heap_of(h); // assign() only ever grows a buffer
     h.name.assign(name);
     h.value.assign(value);
+    heap_ += heap_of(h) - before;
   } else {
     fields_.push_back(Header{std::string(name), std::string(value)});
+    heap_ += heap_of(fields_.back());
   }
   ++size_;
 }
 
+void HeaderList::count_heap() {
+  heap_ = 0;
+  for (const auto &f : fields_) heap_ += heap_of(f);
+}
+
 void HeaderList::trim() {
-  for (const auto &f : *this) {
-    if (f.name.capacity() > KEEP_FIELD_CAPACITY || f.value.capacity() > KEEP_FIELD_CAPACITY) {
-      release();
-      return;
-    }
+  if (heap_ + fields_.capacity() * sizeof(Header) > KEEP_LIST_BYTES) {
+    release();
+  } else {
+    clear();
   }
-  clear();
 }
 
 size_t HeaderList::retained_bytes() const {
   size_t n = fields_.capacity() * sizeof(Header);
-  for (const auto &f : fields_) {
-    // Past the small-string buffer, a string holds its capacity on the heap.
-    if (f.name.capacity() > 15) n += f.name.capacity() + 1;
-    if (f.value.capacity() > 15) n += f.value.capacity() + 1;
-  }
+  for (const auto &f : fields_) n += heap_of(f);
   return n;
 }
 
@@ -49,6 +62,7 @@ void HeaderList::release() {
   fields_.clear();
   fields_.shrink_to_fit();
   size_ = 0;
+  heap_ = 0;
 }
 
 const std::string *HeaderList::find(std::string_view name) const {
@@ -61,10 +75,10 @@ const std::string *HeaderList::find(std::string_view name) const {
 }
 
 void Request::reset() {
-  method.clear();
-  scheme.clear();
-  authority.clear();
-  path.clear();
+  trim_line(method);
+  trim_line(scheme);
+  trim_line(authority);
+  trim_line(path);
   headers.trim();
   if (body.capacity() > KEEP_BODY_CAPACITY) {
     std::string().swap(body);

@@ -28,15 +28,19 @@ struct Header {
 class HeaderList {
 public:
   HeaderList() = default;
-  HeaderList(std::initializer_list<Header> fields) : fields_(fields), size_(fields_.size()) {}
-  HeaderList(std::vector<Header> fields) : fields_(std::move(fields)), size_(fields_.size()) {}
+  HeaderList(std::initializer_list<Header> fields) : fields_(fields), size_(fields_.size()) {
+    count_heap();
+  }
+  HeaderList(std::vector<Header> fields) : fields_(std::move(fields)), size_(fields_.size()) {
+    count_heap();
+  }
 
   void add(std::string_view name, std::string_view value);
   void clear() { size_ = 0; }
   // Frees the strings too (a connection going idle, a huge header).
   void release();
-  // Empty for reuse: clear(), or release() if a field grew past what is
-  // worth keeping.
+  // Empty for reuse: clear(), or release() if the slots kept (all of
+  // them, not only the last request's) hold more than is worth keeping.
   void trim();
   // Field slots kept for reuse (their strings' buffers with them).
   size_t slots() const { return fields_.size(); }
@@ -52,6 +56,8 @@ public:
 private:
   std::vector<Header> fields_; // [0, size_) in use; the rest kept for reuse
   size_t size_ = 0;
+  size_t heap_ = 0; // the slots' strings' heap bytes (kept up to date by add())
+  void count_heap();
 };
 
 struct Request {

@@ -63,11 +63,37 @@ TEST(HeaderList, RetainedBytesCountsEverySlotAndTrimFreesOutsizedOnes) {
   h.trim();
   EXPECT_EQ(h.slots(), 2u);                // kept, emptied
   EXPECT_EQ(h.retained_bytes(), two);      // and still counted
-  h.add("x-big", std::string(5000, 'x'));
-  EXPECT_GT(h.retained_bytes(), 5000u); // slot 0 grew to hold it
+  h.add("x-big", std::string(20000, 'x'));
+  EXPECT_GT(h.retained_bytes(), 20000u); // slot 0 grew to hold it
   h.trim();                                // over what is worth keeping
   EXPECT_EQ(h.slots(), 0u);
   EXPECT_EQ(h.retained_bytes(), 0u);
+}
+
+// Regression (review): a pooled stream slot kept every field slot any
+// earlier request on it had filled, each up to 1 KiB of name and value, and
+// trim() looked only at the last request's fields. A client sending heads
+// of 128 fields of 1000 bytes (cheap with HPACK or QPACK references), then
+// small ones, made each of a connection's 100 slots keep about 256 KiB.
+// What a list keeps is now bounded as a whole, and so are the request
+// line's strings.
+TEST(HeaderList, WhatAPooledSlotKeepsIsBoundedAsAWhole) {
+  Request req;
+  for (int i = 0; i < 128; ++i) req.headers.add("x-" + std::to_string(i), std::string(1000, 'v'));
+  req.path.assign(10000, '/');
+  req.authority.assign(5000, 'a');
+  req.reset();
+  for (int i = 0; i < 5; ++i) req.headers.add("x-" + std::to_string(i), "small");
+  req.reset();
+  EXPECT_LE(req.headers.retained_bytes(), 16u * 1024);
+  EXPECT_LE(req.path.capacity(), 1024u);
+  EXPECT_LE(req.authority.capacity(), 1024u);
+  // An ordinary head is kept for reuse, with no allocation the next time.
+  req.headers.add("user-agent", std::string(100, 'u'));
+  const char *kept = req.headers.begin()[0].value.data();
+  req.reset();
+  req.headers.add("user-agent", std::string(90, 'w'));
+  EXPECT_EQ(req.headers.begin()[0].value.data(), kept);
 }
 
 TEST(HostField, HostAndPortOnly) {
