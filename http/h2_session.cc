@@ -140,6 +140,8 @@ public:
   // Busy too while the graceful shutdown waits for its PING (one round
   // trip): the final GOAWAY must go out before the connection closes.
   bool busy() const override { return active_ > 0 || (shutdown_ && !final_goaway_); }
+  bool counts_activity() const override { return true; }
+  uint64_t activity() const override { return activity_; }
   void shutdown() override {
     // RFC 9113 6.8: a GOAWAY naming no stream (2^31-1) and a PING first;
     // the final GOAWAY with the last stream we processed only when the
@@ -249,6 +251,7 @@ private:
           }
           if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
             return 0;
+          if (f->hd.type == NGHTTP2_HEADERS) me.activity_ += 1; // DATA: on_data_chunk
           auto *st =
               static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
           if (!st)
@@ -289,6 +292,7 @@ private:
     return guarded(
         [&]() -> int {
           auto &me = self(ud);
+          if (len > 0) me.activity_ += 1; // a request body moved
           auto *st = static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, id));
           if (st && st->exchange) {
             me.on_proxy_data(*st, data, len);
@@ -387,6 +391,8 @@ private:
                 st && (st->refused_by_us || (st->exchange && st->exchange->upstream_failed()));
             if (!ours) self(ud).protocol_error();
           }
+          if (f->hd.type == NGHTTP2_HEADERS || (f->hd.type == NGHTTP2_DATA && f->hd.length > 0))
+            self(ud).activity_ += 1; // a response moved
           if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
               (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
             auto *st =
@@ -621,6 +627,7 @@ private:
   std::vector<H2Stream *> free_;
   std::vector<H2Stream *> flush_; // proxied bodies to write after this input
   size_t active_ = 0;
+  uint64_t activity_ = 0; // HEADERS and DATA with data, either way (counts_activity())
   std::vector<nghttp2_nv> nva_;
   ResponseHead head_;
   uint64_t now_ = 0;

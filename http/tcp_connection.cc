@@ -166,6 +166,12 @@ private:
       if (!progressed)
         break;
     }
+    if (!dead_ && session_ && session_->counts_activity() &&
+        session_->activity() != seen_activity_) {
+      // Requests or responses moved (not only PINGs and window updates).
+      seen_activity_ = session_->activity();
+      last_progress_ = last_activity_ = srv_.loop().now();
+    }
     if (!dead_) {
       bool want_read =
           state_ != State::open || (!session_->input_paused() &&
@@ -293,7 +299,7 @@ private:
       srv_.mutable_stats().bytes_in += static_cast<uint64_t>(n);
       session_->on_input(buf.data(), static_cast<size_t>(n), srv_.loop().now());
     }
-    if (total)
+    if (total && !session_->counts_activity())
       last_activity_ = srv_.loop().now();
     if (peer_closed_ && !input_ended_) {
       input_ended_ = true;
@@ -360,7 +366,7 @@ private:
       want_write_ = false;
       if (sent) {
         progressed = true;
-        last_progress_ = last_activity_ = srv_.loop().now();
+        if (!session_->counts_activity()) last_progress_ = last_activity_ = srv_.loop().now();
       }
     }
     return progressed;
@@ -426,6 +432,7 @@ private:
   Deadline deadline_kind_ = Deadline::handshake;
   uint64_t accepted_at_, last_activity_, last_progress_;
   bool session_timed_ = false; // the last update_timer() left the session its own deadlines
+  uint64_t seen_activity_ = 0;  // session_->activity() when last_activity_ was set from it
   bool want_write_ = false;
   bool peer_closed_ = false;
   bool input_ended_ = false; // the session was told

@@ -124,6 +124,12 @@ public:
   // Busy, but with deadlines of its own (a WebSocket tunnel): the
   // connection's write deadline applies only while output is pending.
   virtual bool timed_by_session() const { return false; }
+  // A count that moves when requests or responses do (HTTP/2: HEADERS and
+  // DATA with data, either way), for a protocol whose control frames
+  // (PING, SETTINGS, WINDOW_UPDATE) must not keep a stalled or idle
+  // connection alive. Without one (false), any byte either way counts.
+  virtual bool counts_activity() const { return false; }
+  virtual uint64_t activity() const { return 0; }
   // Graceful shutdown: GOAWAY / "Connection: close" after the current ones.
   virtual void shutdown() = 0;
 

@@ -263,6 +263,52 @@ class AttackTest(TimedTestCase):
         self.assertLess(time.time() - start, 20)
         self.assertGreater(self.finish()["tcp_timeouts_write"], 0)
 
+    def test_pings_keep_neither_a_stalled_nor_an_idle_connection(self):
+        # Regression: any byte from the client moved the connection's
+        # deadlines, so a PING every few seconds kept forever both a
+        # connection whose stream waited on a window the client never
+        # opened (the write deadline: "a client that never opens its
+        # window") and one with nothing open (the idle deadline).
+        self.finish()
+        with Server("--tcp-write-timeout", "1000", "--tcp-idle-timeout", "1500") as srv:
+            def pinging(stalled):
+                s = tls_socket(srv)
+                c = h2.connection.H2Connection(h2.config.H2Configuration(
+                    client_side=True, header_encoding="utf-8"))
+                c.initiate_connection()
+                if stalled:
+                    c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+                # Stalled: more than the window; idle: answered whole.
+                path = "/bytes/100000" if stalled else "/bytes/10"
+                c.send_headers(1, [(":method", "GET"), (":scheme", "https"), (":authority", "x"),
+                                   (":path", path)], end_stream=True)
+                s.sendall(c.data_to_send())
+                start = time.time()
+                s.settimeout(0.2)
+                while time.time() - start < 8:
+                    try:
+                        c.ping(b"12345678")
+                        s.sendall(c.data_to_send())
+                    except (ssl.SSLError, OSError, h2.exceptions.ProtocolError):
+                        return time.time() - start  # closed (after a GOAWAY)
+                    try:
+                        data = s.recv(65536)
+                        if not data:
+                            return time.time() - start
+                        c.receive_data(data)
+                    except socket.timeout:
+                        pass
+                    except (ssl.SSLError, OSError, h2.exceptions.ProtocolError):
+                        return time.time() - start
+                    time.sleep(0.2)
+                return None
+            for stalled in (True, False):
+                took = pinging(stalled)
+                self.assertIsNotNone(took, f"stalled={stalled}: still open after 8 s of PINGs")
+            stats = srv.stop()
+        self.assertGreaterEqual(stats["tcp_timeouts_write"], 1, stats)
+        self.assertGreaterEqual(stats["tcp_timeouts_idle"], 1, stats)
+
     def test_a_small_window_holds_no_file_data(self):
         # Regression: each HTTP/2 stream of a large file read a 64 KiB block
         # and kept it while the client's window let out a byte at a time:
