@@ -93,6 +93,9 @@ public:
     if (dead_)
       return;
     if (session_) {
+      // The goodbye's round trip (HTTP/2: GOAWAY, PING, the last GOAWAY)
+      // gets the whole write timeout, however long the connection was idle.
+      last_progress_ = last_activity_ = srv_.loop().now();
       session_->shutdown();
       step();
     } else {
@@ -171,6 +174,7 @@ private:
       // Requests or responses moved (not only PINGs and window updates).
       seen_activity_ = session_->activity();
       last_progress_ = last_activity_ = srv_.loop().now();
+      progress_mark_ = bytes_out_ + output_pending(); // all produced so far
     }
     if (!dead_) {
       bool want_read =
@@ -364,10 +368,13 @@ private:
         sent += static_cast<size_t>(n);
       }
       want_write_ = false;
-      if (sent) {
-        progressed = true;
-        if (!session_->counts_activity()) last_progress_ = last_activity_ = srv_.loop().now();
+      // Bytes of a request's answer reaching the client are progress (a
+      // slow reader draining what was produced); those of PING or SETTINGS
+      // answers produced since are not.
+      if (sent && (!session_->counts_activity() || bytes_out_ - sent < progress_mark_)) {
+        last_progress_ = last_activity_ = srv_.loop().now();
       }
+      if (sent) progressed = true;
     }
     return progressed;
   }
@@ -433,6 +440,7 @@ private:
   uint64_t accepted_at_, last_activity_, last_progress_;
   bool session_timed_ = false; // the last update_timer() left the session its own deadlines
   uint64_t seen_activity_ = 0;  // session_->activity() when last_activity_ was set from it
+  uint64_t progress_mark_ = 0;  // output offset up to which sending it is progress (activity)
   bool want_write_ = false;
   bool peer_closed_ = false;
   bool input_ended_ = false; // the session was told

@@ -309,6 +309,64 @@ class AttackTest(TimedTestCase):
         self.assertGreaterEqual(stats["tcp_timeouts_write"], 1, stats)
         self.assertGreaterEqual(stats["tcp_timeouts_idle"], 1, stats)
 
+    def test_a_slow_reader_and_a_goodbye_are_not_cut_by_the_write_deadline(self):
+        # The other side of counting only requests and responses: a client
+        # that reads an answer slowly, after its last frame was produced,
+        # is making progress as what was produced reaches it; and a
+        # graceful goodbye (GOAWAY, PING, the last GOAWAY) to a connection
+        # idle longer than the write timeout gets its round trip.
+        self.finish()
+        n = 600_000
+        with Server("--tcp-write-timeout", "1000", "--tcp-idle-timeout", "20000") as srv:
+            s = tls_socket(srv)
+            c = h2.connection.H2Connection(h2.config.H2Configuration(
+                client_side=True, header_encoding="utf-8"))
+            c.initiate_connection()
+            c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16 << 20})
+            c.increment_flow_control_window(16 << 20)
+            c.send_headers(1, [(":method", "GET"), (":scheme", "https"), (":authority", "x"),
+                               (":path", f"/bytes/{n}")], end_stream=True)
+            s.sendall(c.data_to_send())
+            got, ended = 0, False
+            s.settimeout(5)
+            while not ended:
+                data = s.recv(32 << 10)  # about 128 KiB/s: 4 s for the answer
+                if not data:
+                    break
+                for ev in c.receive_data(data):
+                    if isinstance(ev, h2.events.DataReceived):
+                        got += len(ev.data)
+                    elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                        ended = isinstance(ev, h2.events.StreamEnded)
+                s.sendall(c.data_to_send())
+                time.sleep(0.25)
+            self.assertEqual((got, ended), (n, True))
+            # Idle past the write timeout, then a drain: both GOAWAYs come.
+            time.sleep(1.5)
+            rc, _, err = xdpqctl(srv, "drain")
+            self.assertEqual(rc, 0, err)
+            # Raw frames from here: python-h2 stops answering PINGs once it
+            # has seen a GOAWAY.
+            goaways, buf = [], b""
+            while True:
+                try:
+                    data = s.recv(65536)
+                except (socket.timeout, ssl.SSLError, OSError):
+                    break
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                    length, ftype, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+                    payload, buf = buf[9:9 + length], buf[9 + length:]
+                    if ftype == 7:
+                        goaways.append(int.from_bytes(payload[:4], "big") & 0x7fffffff)
+                    elif ftype == 6 and not flags & 1:
+                        s.sendall(frame(6, 1, 0, payload))  # the PING's answer
+            self.assertEqual(goaways, [2**31 - 1, 1])
+            stats = srv.stop()
+        self.assertEqual(stats["tcp_timeouts_write"], 0, stats)
+
     def test_a_small_window_holds_no_file_data(self):
         # Regression: each HTTP/2 stream of a large file read a 64 KiB block
         # and kept it while the client's window let out a byte at a time:
