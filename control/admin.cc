@@ -207,8 +207,14 @@ void AdminServer::accept_all(Listener &l) {
     const size_t same_kind = l.http ? http_clients_ : clients_.size() - http_clients_;
     if (same_kind >= (l.http ? MAX_METRICS_CLIENTS : MAX_CONTROL_CLIENTS)) {
       stats_.refused_busy += 1;
-      static constexpr char BUSY[] = "error: too many admin clients, try again\n";
-      [[maybe_unused]] auto n = send(fd, BUSY, sizeof(BUSY) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      // A scraper speaks HTTP: it gets an HTTP answer it can report.
+      static constexpr std::string_view BUSY = "error: too many admin clients, try again\n";
+      static constexpr std::string_view HTTP_BUSY =
+          "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
+          "connection: close\r\nretry-after: 1\r\ncontent-length: 36\r\n\r\n"
+          "too many metrics clients, try again\n";
+      const std::string_view busy = l.http ? HTTP_BUSY : BUSY;
+      [[maybe_unused]] auto n = send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       close(fd);
       continue;
     }

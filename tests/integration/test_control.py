@@ -153,6 +153,24 @@ class ControlTest(TimedTestCase):
             self.assertFalse(xdpqctl(srv, "stats")[1].startswith("warning"))
             self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
 
+    def test_a_metrics_client_over_the_limit_gets_503(self):
+        # Regression: the metrics port refused a client over its limit
+        # with the control socket's plain-text line, which a Prometheus
+        # scraper reports as a malformed answer, not as a busy server.
+        mport = free_udp_port()
+        with Server("--metrics", f"127.0.0.1:{mport}"):
+            held = [socket.create_connection(("127.0.0.1", mport), timeout=5)
+                    for _ in range(32)]  # the limit, each silent
+            time.sleep(0.3)
+            extra = socket.create_connection(("127.0.0.1", mport), timeout=5)
+            answer = extra.recv(4096)
+            extra.close()
+            for h in held:
+                h.close()
+            self.assertTrue(answer.startswith(b"HTTP/1.1 503 "), answer)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            self.assertIn(b"content-length: %d" % len(body), head)
+
     def test_capture_is_readable_pcap_with_quic(self):
         with Server() as srv:
             cap = os.path.join(self.tmp, "cap.pcap")
