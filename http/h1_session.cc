@@ -710,7 +710,6 @@ private:
   bool http10() const { return parser_.http_major == 1 && parser_.http_minor == 0; }
   bool switch_asked() const { return parser_.upgrade && !in_message_; }
 
-
   void finish_log(Queued &q) {
     if (!q.logged) return;
     // Status 0: its head never left (the connection ended before it).
