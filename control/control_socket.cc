@@ -364,14 +364,16 @@ std::string Server::conns_text(bool json) {
         t << (first ? "" : ",") << "{\"worker\":" << s.id << ",\"proto\":\"h3\",\"peer\":\""
           << c.peer << "\",\"state\":\"" << c.state << "\",\"age_ms\":" << c.age_ms
           << ",\"rtt_us\":" << c.rtt_us << ",\"bytes_in\":" << c.bytes_in
-          << ",\"bytes_out\":" << c.bytes_out << ",\"streams\":" << c.streams << "}";
+          << ",\"bytes_out\":" << c.bytes_out << ",\"streams\":" << c.streams
+          << ",\"out_buffer\":null}";
         first = false;
       }
       for (const auto &c : s.tcp_conns) {
         t << (first ? "" : ",") << "{\"worker\":" << s.id << ",\"proto\":\"" << c.proto
           << "\",\"peer\":\"" << c.peer << "\",\"state\":\"" << (c.busy ? "busy" : "idle")
           << "\",\"age_ms\":" << c.age_ms << ",\"rtt_us\":null,\"bytes_in\":" << c.bytes_in
-          << ",\"bytes_out\":" << c.bytes_out << ",\"streams\":null}";
+          << ",\"bytes_out\":" << c.bytes_out << ",\"streams\":null,\"out_buffer\":" << c.out_buffer
+          << "}";
         first = false;
       }
     }

@@ -66,6 +66,7 @@ public:
     ci.age_ms = (srv_.loop().now() - accepted_at_) / 1'000'000;
     ci.bytes_in = bytes_in_;
     ci.bytes_out = bytes_out_;
+    ci.out_buffer = out_.capacity();
     ci.busy = busy();
     return ci;
   }
@@ -115,6 +116,9 @@ private:
       return;
     auto &st = srv_.mutable_stats();
     switch (deadline_kind_) {
+    case Deadline::trim:
+      update_timer(); // gives the buffer back, then times the idle deadline
+      return;
     case Deadline::handshake:
       st.timeouts_handshake += 1;
       break;
@@ -379,7 +383,8 @@ private:
     return progressed;
   }
 
-  enum class Deadline { handshake, headers, write, idle };
+  // trim: not a deadline; when an idle connection gives back its buffer.
+  enum class Deadline { handshake, headers, write, idle, trim };
 
   void update_timer() {
     const auto &cfg = srv_.config();
@@ -408,6 +413,20 @@ private:
     } else {
       deadline_kind_ = Deadline::idle;
       at = last_activity_ + cfg.idle_timeout;
+      // A download grew the buffer up to the output limit and a frame: a
+      // keep-alive connection quiet for a second gives that back instead
+      // of holding it until it closes (and one between back-to-back
+      // downloads keeps it).
+      if (out_.capacity() > KEEP_IDLE_OUTPUT) {
+        const uint64_t trim_at = last_activity_ + TRIM_IDLE_OUTPUT_NS;
+        if (srv_.loop().now() >= trim_at) {
+          std::vector<uint8_t>().swap(out_);
+          out_off_ = 0;
+        } else if (trim_at < at) {
+          deadline_kind_ = Deadline::trim;
+          at = trim_at;
+        }
+      }
     }
     srv_.loop().timers().schedule(timer_, at);
   }
@@ -433,6 +452,8 @@ private:
   SSL *ssl_ = nullptr;
   State state_;
   std::unique_ptr<TcpSession> session_;
+  static constexpr size_t KEEP_IDLE_OUTPUT = 64 * 1024;
+  static constexpr uint64_t TRIM_IDLE_OUTPUT_NS = 1'000'000'000;
   std::vector<uint8_t> out_;
   size_t out_off_ = 0;
   dataplane::Timer timer_;

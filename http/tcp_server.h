@@ -49,6 +49,7 @@ struct TcpConnInfo {
   uint64_t age_ms = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
+  size_t out_buffer = 0; // bytes the output buffer holds allocated
   bool busy = false;
 };
 

@@ -43,6 +43,41 @@ def tls_socket(srv, alpn="h2"):
     return ctx.wrap_socket(raw)
 
 
+def wide_open_h2(srv):
+    """A TLS socket and an HTTP/2 client with 16 MiB windows."""
+    s = tls_socket(srv)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(
+        client_side=True, header_encoding="utf-8"))
+    c.initiate_connection()
+    c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16 << 20})
+    c.increment_flow_control_window(16 << 20)
+    return s, c
+
+
+def h2_get(s, c, sid, path, chunk, after_read=None):
+    """GETs path on stream sid, reading at most chunk bytes at a time and
+    calling after_read(bytes so far) after each read: (bytes, ended whole)."""
+    c.send_headers(sid, [(":method", "GET"), (":scheme", "https"), (":authority", "x"),
+                         (":path", path)], end_stream=True)
+    s.sendall(c.data_to_send())
+    got, ended = 0, False
+    s.settimeout(5)
+    while not ended:
+        data = s.recv(chunk)
+        if not data:
+            break
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
+                got += len(ev.data)
+            elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)) and \
+                    ev.stream_id == sid:
+                ended = isinstance(ev, h2.events.StreamEnded)
+        s.sendall(c.data_to_send())
+        if after_read:
+            after_read(got)
+    return got, ended
+
+
 def frame(ftype, flags, stream, payload=b""):
     return struct.pack("!I", len(payload))[1:] + bytes([ftype, flags]) + \
         struct.pack("!I", stream) + payload
@@ -318,28 +353,9 @@ class AttackTest(TimedTestCase):
         self.finish()
         n = 600_000
         with Server("--tcp-write-timeout", "1000", "--tcp-idle-timeout", "20000") as srv:
-            s = tls_socket(srv)
-            c = h2.connection.H2Connection(h2.config.H2Configuration(
-                client_side=True, header_encoding="utf-8"))
-            c.initiate_connection()
-            c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16 << 20})
-            c.increment_flow_control_window(16 << 20)
-            c.send_headers(1, [(":method", "GET"), (":scheme", "https"), (":authority", "x"),
-                               (":path", f"/bytes/{n}")], end_stream=True)
-            s.sendall(c.data_to_send())
-            got, ended = 0, False
-            s.settimeout(5)
-            while not ended:
-                data = s.recv(32 << 10)  # about 128 KiB/s: 4 s for the answer
-                if not data:
-                    break
-                for ev in c.receive_data(data):
-                    if isinstance(ev, h2.events.DataReceived):
-                        got += len(ev.data)
-                    elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
-                        ended = isinstance(ev, h2.events.StreamEnded)
-                s.sendall(c.data_to_send())
-                time.sleep(0.25)
+            s, c = wide_open_h2(srv)
+            # About 128 KiB/s: 4 s for the answer.
+            got, ended = h2_get(s, c, 1, f"/bytes/{n}", 32 << 10, lambda got: time.sleep(0.25))
             self.assertEqual((got, ended), (n, True))
             # Idle past the write timeout, then a drain: both GOAWAYs come.
             time.sleep(1.5)
@@ -366,6 +382,42 @@ class AttackTest(TimedTestCase):
             self.assertEqual(goaways, [2**31 - 1, 1])
             stats = srv.stop()
         self.assertEqual(stats["tcp_timeouts_write"], 0, stats)
+
+    def test_an_idle_connection_gives_back_its_output_buffer(self):
+        # Regression: a download grew the connection's output buffer to the
+        # output limit and a frame (about 512 KiB allocated), and an idle
+        # keep-alive connection held that until it closed: ten thousand
+        # such connections, 5 GiB.
+        self.finish()
+        with Server() as srv:
+            s, c = wide_open_h2(srv)
+            n, largest = 4 << 20, [0]
+
+            def look(got):
+                if got < n // 2:
+                    # Slowly at first, so that the server's buffer fills.
+                    time.sleep(0.01)
+                    conns = json.loads(xdpqctl(srv, "conns", json_out=True)[1])["connections"]
+                    largest[0] = max(largest + [x["out_buffer"] for x in conns
+                                                if x["proto"] == "h2"])
+            got, ended = h2_get(s, c, 1, f"/bytes/{n}", 1 << 20, look)
+            self.assertEqual((got, ended), (n, True))
+            largest = largest[0]
+            self.assertGreater(largest, 128 << 10, "the download never filled the buffer")
+            held = None
+            for _ in range(50):
+                conns = json.loads(xdpqctl(srv, "conns", json_out=True)[1])["connections"]
+                h2c = [x for x in conns if x["proto"] == "h2"]
+                self.assertEqual(len(h2c), 1, conns)
+                self.assertEqual(h2c[0]["state"], "idle", conns)
+                held = h2c[0]["out_buffer"]
+                if held <= 64 << 10:
+                    break
+                time.sleep(0.1)
+            self.assertLessEqual(held, 64 << 10, "the idle connection kept its download's buffer")
+            # And it still serves.
+            self.assertEqual(h2_get(s, c, 3, "/bytes/100000", 1 << 20), (100000, True))
+            s.close()
 
     def test_a_small_window_holds_no_file_data(self):
         # Regression: each HTTP/2 stream of a large file read a 64 KiB block
