@@ -14,8 +14,6 @@
 
 namespace xdpq::http {
 
-namespace {
-
 // Non-blocking: opening a FIFO for reading would otherwise wait for a
 // writer, in the worker's thread.
 int open_beneath(int dirfd, const char *rel) {
@@ -24,6 +22,8 @@ int open_beneath(int dirfd, const char *rel) {
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   return static_cast<int>(syscall(SYS_openat2, dirfd, *rel ? rel : ".", &how, sizeof(how)));
 }
+
+namespace {
 
 uint64_t ns_of(const struct timespec &t) {
   return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
@@ -40,6 +40,10 @@ FileCache::Status status_for_errno(int err) {
   case EPERM:
   case EXDEV:
   case ELOOP:
+  // A socket file (ENXIO) or a device without a driver (ENODEV): not
+  // something to serve, and not a fault of the server to retry.
+  case ENXIO:
+  case ENODEV:
     return FileCache::Status::forbidden;
   default:
     return FileCache::Status::unavailable; // EMFILE, ENOMEM, EIO...
@@ -82,7 +86,8 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
     return status_for_errno(err);
   }
   std::string_view type_path = rel;
-  if (S_ISDIR(st.st_mode)) {
+  const bool directory = S_ISDIR(st.st_mode);
+  if (directory) {
     // Beneath the root, not the directory: an index.html that links to
     // elsewhere in the docroot is served as its own path would be.
     close(fd);
@@ -103,6 +108,7 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
   }
   auto e = std::make_shared<FileEntry>();
   e->fd = fd;
+  e->directory = directory;
   e->size = static_cast<uint64_t>(st.st_size);
   e->ino = st.st_ino;
   e->dev = st.st_dev;
@@ -184,6 +190,16 @@ FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
     stats_.revalidations += 1;
     std::shared_ptr<const FileEntry> fresh;
     Status st = open_entry(rel, fresh);
+    if (st == Status::unavailable && !slot.entry->stale) {
+      // Out of descriptors or memory, or the file is being rewritten: the
+      // entry we hold is whole (in memory, or its own descriptor), so it
+      // is served for another interval rather than turned into 503s.
+      stats_.hits += 1;
+      slot.checked_ns = now_ns;
+      lru_.splice(lru_.begin(), lru_, slot.lru);
+      out = slot.entry;
+      return Status::ok;
+    }
     if (st != Status::ok) {
       erase(it);
       return st;

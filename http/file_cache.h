@@ -52,6 +52,7 @@ struct FileEntry {
   std::string_view content_type;
   std::string bytes; // the whole file when it is small; else empty
   bool in_memory = false;
+  bool directory = false; // the path names a directory; this is its index.html
   // A read found the file shorter than this entry says: the next lookup
   // revalidates at once instead of waiting for the interval.
   mutable bool stale = false;
@@ -121,5 +122,9 @@ private:
 
 // True when a path segment starts with '.' (other than ".well-known").
 bool has_hidden_segment(std::string_view rel);
+
+// rel ("" for the directory itself) opened read-only and non-blocking,
+// never resolving outside dirfd (openat2 RESOLVE_BENEATH); -1 and errno.
+int open_beneath(int dirfd, const char *rel);
 
 } // namespace xdpq::http

@@ -4,12 +4,15 @@
 #include "base/small_alloc.h"
 #include "http/file_cache.h"
 #include "http/handlers.h"
+#include "http/router.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -278,7 +281,8 @@ int parse_range(std::string_view header, uint64_t size, uint64_t &first, uint64_
   uint64_t x = 0, y = 0;
   if (a.empty()) { // suffix: last y bytes
     if (!parse(b, y)) return 0;
-    if (y == 0 || size == 0) return -1;
+    if (y == 0) return -1;
+    if (size == 0) return 0; // satisfiable, by the whole (empty) file (RFC 9110 14.1.1)
     first = y >= size ? 0 : size - y;
     last = size - 1;
     return 1;
@@ -312,6 +316,20 @@ StaticFiles::StaticFiles(const std::string &docroot, const FileCacheLimits &limi
   if (root_fd_ < 0) {
     throw std::runtime_error("document root " + docroot + ": " + std::strerror(errno));
   }
+  // Every file is opened with openat2 (RESOLVE_BENEATH): where a seccomp
+  // filter or an old kernel refuses it, say so now rather than answer
+  // every request with an error.
+  int probe = open_beneath(root_fd_, "");
+  if (probe < 0) {
+    const int err = errno;
+    close(root_fd_);
+    root_fd_ = -1;
+    throw std::runtime_error("document root " + docroot + ": openat2: " + std::strerror(err) +
+                             (err == ENOSYS || err == EPERM
+                                  ? " (a seccomp filter or a kernel before 5.6 refuses it)"
+                                  : ""));
+  }
+  close(probe);
 }
 
 StaticFiles::~StaticFiles() {
@@ -342,6 +360,39 @@ void StaticFiles::serve_embedded(const Request &, Response &resp, std::string_vi
   }
 }
 
+namespace {
+
+// A directory named without its trailing slash: 301 to the slash, so that
+// the index's relative links resolve inside it. The location is built from
+// the normalized path, never the client's bytes ("//host/dir" must not
+// become a redirect to another site); the query goes along when it is
+// plain visible ASCII.
+void redirect_to_directory(const Request &req, Response &resp, std::string_view rel) {
+  static constexpr std::string_view KEEP = "-._~!$&'()*+,;=:@/";
+  static constexpr char HEX[] = "0123456789ABCDEF";
+  std::string location = "/";
+  for (unsigned char c : rel) {
+    if (std::isalnum(c) || KEEP.find(static_cast<char>(c)) != std::string_view::npos) {
+      location += static_cast<char>(c);
+    } else {
+      location += '%';
+      location += HEX[c >> 4];
+      location += HEX[c & 15];
+    }
+  }
+  location += '/';
+  const auto q = req.path.find('?');
+  if (q != std::string::npos) {
+    std::string_view query = std::string_view(req.path).substr(q);
+    if (std::all_of(query.begin(), query.end(), [](char c) { return c > 0x20 && c < 0x7f; }))
+      location += query;
+  }
+  make_error(resp, 301, req.method == "HEAD");
+  resp.add_header("location", std::move(location));
+}
+
+} // namespace
+
 void StaticFiles::handle(const Request &req, Response &resp) const {
   if (!allow_get_head(req, resp)) {
     return;
@@ -367,6 +418,10 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
     return;
   case FileCache::Status::unavailable:
     make_error(resp, 503);
+    return;
+  }
+  if (e->directory && !path_only(req.path).ends_with('/')) {
+    redirect_to_directory(req, resp, rel);
     return;
   }
   const std::string *inm = req.find("if-none-match");

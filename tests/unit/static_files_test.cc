@@ -5,9 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace xdpq::http;
@@ -78,7 +87,10 @@ TEST_F(StaticFilesTest, ServesFilesWithTypeLengthEtag) {
   ASSERT_NE(header(r, "etag"), nullptr);
   EXPECT_EQ(body_of(get("/")), "<h1>home</h1>");
   EXPECT_EQ(body_of(get("/sub/")), "sub index");
-  EXPECT_EQ(body_of(get("/sub")), "sub index");
+  auto moved = get("/sub"); // the index's relative links need the slash
+  EXPECT_EQ(moved.status, 301);
+  ASSERT_NE(header(moved, "location"), nullptr);
+  EXPECT_EQ(*header(moved, "location"), "/sub/");
   EXPECT_EQ(body_of(get("/%61.txt")), "0123456789");
   EXPECT_EQ(get("/missing").status, 404);
 }
@@ -352,4 +364,110 @@ TEST_F(StaticFilesTest, DotfilesAreHiddenUnlessAllowed) {
   l.allow_dotfiles = true;
   with_limits(l);
   EXPECT_EQ(body_of(get("/.env")), "DB_PASSWORD=hunter2");
+}
+
+// Regression: a directory named without its slash was served its index
+// at that path, so the index's relative links pointed one level up.
+TEST_F(StaticFilesTest, ADirectoryWithoutItsSlashIsRedirectedToIt) {
+  fs::create_directories(base_ / "root" / "two words");
+  write(base_ / "root" / "two words" / "index.html", "spaced");
+  auto location = [&](const std::string &path) {
+    auto r = get(path);
+    EXPECT_EQ(r.status, 301) << path;
+    const std::string *l = header(r, "location");
+    return l ? *l : std::string("(none)");
+  };
+  EXPECT_EQ(location("/sub?page=2"), "/sub/?page=2");
+  EXPECT_EQ(location("/two%20words"), "/two%20words/");
+  // Built from the normalized path: never a redirect to another host.
+  EXPECT_EQ(location("//sub"), "/sub/");
+  EXPECT_EQ(location("/./sub"), "/sub/");
+  EXPECT_EQ(body_of(get("/sub/")), "sub index");
+  EXPECT_EQ(body_of(get("/two%20words/")), "spaced");
+  EXPECT_EQ(body_of(get("/sub/index.html")), "sub index");
+}
+
+// Regression: a Unix socket in the document root gave 503 (opening it
+// fails with ENXIO before the type check), which asks clients to retry.
+TEST_F(StaticFilesTest, ASocketFileIsRefused) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string path = (base_ / "root" / "app.sock").string();
+  ASSERT_LT(path.size(), sizeof(a.sun_path));
+  std::memcpy(a.sun_path, path.c_str(), path.size());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+  EXPECT_EQ(get("/app.sock").status, 403);
+  close(fd);
+}
+
+// Regression: RFC 9110 14.1.1 makes a suffix range satisfiable on an empty
+// file; it got a 416.
+TEST_F(StaticFilesTest, ASuffixRangeOfAnEmptyFileGetsTheWholeFile) {
+  write(base_ / "root" / "empty.txt", "");
+  auto r = get("/empty.txt", {{"range", "bytes=-5"}});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_length, 0u);
+  EXPECT_EQ(get("/empty.txt", {{"range", "bytes=0-"}}).status, 416);
+  EXPECT_EQ(get("/empty.txt", {{"range", "bytes=-0"}}).status, 416);
+}
+
+// Regression: a cached file due for its check was dropped when reopening
+// it failed for want of descriptors, and every request for it got 503
+// until descriptors were free again, though its bytes were in memory.
+TEST_F(StaticFilesTest, ACachedFileIsServedWhileDescriptorsRunOut) {
+  FileCacheLimits l;
+  l.revalidate_ns = 0; // check every time
+  with_limits(l);
+  ASSERT_EQ(body_of(get("/a.txt")), "0123456789");
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> held;
+  for (int fd; (fd = dup(0)) >= 0;) held.push_back(fd);
+  const int err = errno;
+  auto r = get("/a.txt");
+  auto missing = get("/sub/"); // not cached: nothing to serve it from
+  for (int fd : held) close(fd);
+  setrlimit(RLIMIT_NOFILE, &old);
+  ASSERT_EQ(err, EMFILE);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(body_of(r), "0123456789");
+  EXPECT_EQ(missing.status, 503);
+  // Descriptors back: the file is checked again, and a change is seen.
+  write(base_ / "root" / "a.txt", "new");
+  EXPECT_EQ(body_of(get("/a.txt")), "new");
+}
+
+// Where openat2 is refused (a seccomp filter, an old kernel) every static
+// request would fail; the handler refuses to start instead, and says why.
+TEST(StaticFilesCtor, ARefusedOpenat2IsReportedAtStart) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0), // seccomp_data.nr
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat2, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof(f) / sizeof(f[0])), f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+      _exit(3);
+    }
+    try {
+      StaticFiles s("/");
+    } catch (const std::runtime_error &e) {
+      _exit(std::string(e.what()).find("openat2") != std::string::npos ? 0 : 2);
+    }
+    _exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: no error at start; 3: seccomp unavailable";
 }
