@@ -117,6 +117,11 @@ int cb_decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
     // ngtcp2 drops what fails to decrypt and still returns success from
     // read_pkt: this is how we know something in the datagram was genuine.
     c->decrypted = true;
+    // It also decrypts a duplicate before it drops it: a replay of a
+    // genuine packet decrypts too. A short-header packet numbered above
+    // every one before it is not a replay (the AAD is the unprotected
+    // header, ending in the truncated packet number).
+    if (aadlen > 0 && !(aad[0] & 0x80)) c->saw_1rtt_packet(aad, aadlen);
     // A packet that opens with the next generation's key: the peer updated.
     if (c->next_rx_key && aead_ctx->native_handle == c->next_rx_key) {
       c->next_rx_key = nullptr;
@@ -126,9 +131,11 @@ int cb_decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
   return rv;
 }
 
-int cb_path_validation(ngtcp2_conn *, uint32_t, const ngtcp2_path *, const ngtcp2_path *,
+int cb_path_validation(ngtcp2_conn *, uint32_t, const ngtcp2_path *path, const ngtcp2_path *,
                        ngtcp2_path_validation_result res, void *ud) {
-  guarded_void([&] { self(ud).on_path_validation(res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS); });
+  guarded_void([&] {
+    self(ud).on_path_validation(res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS, path);
+  });
   return 0;
 }
 
@@ -291,6 +298,7 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
   t_reading = this;
   decrypted = false;
   const uint64_t ts = ep_.clock().now();
+  newest_1rtt = false;
   int rv = settle_pacer(ts);
   if (rv == 0) rv = ngtcp2_conn_read_pkt(conn_, &np, &pi, data, len, ts);
   t_reading = nullptr;
@@ -318,16 +326,23 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
       return;
     }
   }
-  // Authenticated: the dataplane may learn where this peer is. 1-RTT
-  // packets (after the handshake) prove the sender holds the connection's
-  // keys; handshake packets only fill in a peer nobody knows yet.
-  bool strong = handshake_done_;
-  if (decrypted && dg.link != 0 && (dg.link != verified_link_ || strong != verified_strong_ ||
-                       !(path.remote == verified_remote_))) {
-    ep_.tx().peer_verified(path, dg.link, strong);
-    verified_link_ = dg.link;
-    verified_remote_ = path.remote;
-    verified_strong_ = strong;
+  // Authenticated: the dataplane may learn where this peer is. A new 1-RTT
+  // packet (after the handshake) from an address the connection validated
+  // proves the sender holds the keys there. Handshake packets, replays of
+  // a genuine packet (from another link: anyone on it can capture one),
+  // and packets from an address not yet validated (a client with the keys
+  // can write any source address) only fill in a peer nobody knows yet.
+  // Told once per change: a weak packet after a strong one from the same
+  // link and address says nothing new.
+  const bool changed = dg.link != verified_link_ || !(path.remote == verified_remote_);
+  if (decrypted && dg.link != 0 && (changed || !verified_strong_)) {
+    const bool strong = handshake_done_ && newest_1rtt && path.remote == validated_remote_;
+    if (changed || strong) {
+      ep_.tx().peer_verified(path, dg.link, strong);
+      verified_link_ = dg.link;
+      verified_remote_ = path.remote;
+      verified_strong_ = strong;
+    }
   }
   if (hold_ack(ts)) return;
   ep_.want_write(this);
@@ -843,6 +858,8 @@ int Connection::on_handshake_completed() {
   }
   uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
   const ngtcp2_path *path = ngtcp2_conn_get_path(conn_);
+  // The handshake validated this address (RFC 9000 8.1).
+  validated_remote_ = dataplane::Address::from(path->remote.addr, path->remote.addrlen);
   auto n = ngtcp2_crypto_generate_regular_token(
       token, ep_.secrets().token_key.data(), ep_.secrets().token_key.size(), path->remote.addr,
       path->remote.addrlen, ep_.clock().wall());
@@ -869,10 +886,31 @@ int Connection::on_remove_cid(const ngtcp2_cid *cid) {
 
 void Connection::on_key_update() { ep_.mutable_stats().key_updates += 1; }
 
-void Connection::on_path_validation(bool ok) {
+void Connection::saw_1rtt_packet(const uint8_t *header, size_t len) {
+  const size_t pn_len = (header[0] & 3u) + 1;
+  if (len < 1 + pn_len) return;
+  uint64_t truncated = 0;
+  for (size_t i = len - pn_len; i < len; ++i) truncated = truncated << 8 | header[i];
+  // RFC 9000 A.3: the number closest to the next one expected.
+  const uint64_t win = 1ull << (8 * pn_len), hwin = win / 2;
+  const uint64_t expected = static_cast<uint64_t>(largest_1rtt_pn_ + 1);
+  uint64_t pn = (expected & ~(win - 1)) | truncated;
+  if (pn + hwin <= expected && pn < (1ull << 62) - win) {
+    pn += win;
+  } else if (pn > expected + hwin && pn >= win) {
+    pn -= win;
+  }
+  if (static_cast<int64_t>(pn) > largest_1rtt_pn_) {
+    largest_1rtt_pn_ = static_cast<int64_t>(pn);
+    newest_1rtt = true;
+  }
+}
+
+void Connection::on_path_validation(bool ok, const ngtcp2_path *path) {
   auto &st = ep_.mutable_stats();
   if (ok) {
     st.path_validations_ok += 1;
+    validated_remote_ = dataplane::Address::from(path->remote.addr, path->remote.addrlen);
   } else {
     st.path_validations_failed += 1;
   }

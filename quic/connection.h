@@ -84,7 +84,11 @@ public:
   void *next_rx_key = nullptr;
   // Something in the datagram being read decrypted (set by the callback).
   bool decrypted = false;
-  void on_path_validation(bool ok);
+  // ...and it held a 1-RTT packet numbered above every earlier one.
+  bool newest_1rtt = false;
+  void on_path_validation(bool ok, const ngtcp2_path *path);
+  // A 1-RTT packet decrypted; header: its unprotected header (the AAD).
+  void saw_1rtt_packet(const uint8_t *header, size_t len);
 
   // AppTransport
   void app_consume(int64_t stream_id, uint64_t n) override;
@@ -142,6 +146,9 @@ private:
   uint64_t verified_link_ = 0;
   dataplane::Address verified_remote_{};
   bool verified_strong_ = false;
+  // The peer address the handshake or the last path validation proved.
+  dataplane::Address validated_remote_{};
+  int64_t largest_1rtt_pn_ = -1; // of the 1-RTT packets decrypted
   uint64_t bytes_out_ = 0;
   // Request streams finished but not yet granted back. A grant alone is an
   // ack-eliciting packet (and the client's ACK of it): most streams finish

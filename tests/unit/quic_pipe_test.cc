@@ -899,6 +899,64 @@ TEST_F(QuicPipe, LinkAddressIsLearnedOnlyFromAuthenticatedPackets) {
   for (const auto &r : v) EXPECT_EQ(r.link, CLIENT_LINK);
 }
 
+// Regression: ngtcp2 decrypts a packet before it drops a duplicate, so an
+// exact copy of a client's datagram replayed from another link (anyone on
+// the segment can capture one) moved the client's link for good, and its
+// replies went to whoever replayed it.
+TEST_F(QuicPipe, AReplayedPacketFromAnotherLinkTeachesNothing) {
+  start();
+  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
+  auto &v = server_->sink.verified;
+  ASSERT_TRUE(v.back().strong);
+  const int64_t sid = client_->request("GET", "/healthz");
+  ASSERT_GE(sid, 0);
+  clock_.set(clock_.now() + 1'000'000);
+  auto dgs = client_->write();
+  ASSERT_FALSE(dgs.empty());
+  for (auto &d : dgs) {
+    for (auto &back : server_->deliver(d)) client_->read(back);
+  }
+  for (auto d : dgs) {
+    d.link = 0x0666;
+    server_->deliver(d);
+  }
+  ASSERT_TRUE(run([&] { return client_->responses[sid].done; }));
+  EXPECT_EQ(client_->responses[sid].status, 200);
+  for (const auto &r : v) {
+    EXPECT_TRUE(r.link == CLIENT_LINK || !r.strong) << "a replay taught link " << std::hex
+                                                     << r.link;
+  }
+}
+
+// Regression: a client holding a connection's keys can write any source
+// address; its genuine packet with a victim's address bound the victim's
+// address to the client's link before that address was validated. Until
+// it is, such a packet only fills in a peer nobody knows.
+TEST_F(QuicPipe, AGenuinePacketFromAnUnvalidatedAddressTeachesOnlyAGap) {
+  start();
+  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
+  auto &v = server_->sink.verified;
+  const size_t before = v.size();
+  ASSERT_GE(client_->request("GET", "/healthz"), 0);
+  clock_.set(clock_.now() + 1'000'000);
+  auto dgs = client_->write();
+  ASSERT_FALSE(dgs.empty());
+  const auto victim = *dataplane::parse_address("10.0.0.99:50000");
+  for (auto d : dgs) {
+    d.path.remote = victim;
+    d.link = 0x0666;
+    server_->deliver(d);
+  }
+  bool reported = false;
+  for (size_t i = before; i < v.size(); ++i) {
+    if (v[i].path.remote == victim) {
+      reported = true;
+      EXPECT_FALSE(v[i].strong) << "an unvalidated address was bound to the sender's link";
+    }
+  }
+  EXPECT_TRUE(reported) << "a peer nobody knows is still filled in";
+}
+
 // ngtcp2's buffers are counted per connection and per worker: a peer that
 // fills its receive window with out-of-order bytes (8 KiB held per byte
 // sent) could make a worker hold the window of every connection it opens.
