@@ -332,6 +332,9 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
   // a genuine packet (from another link: anyone on it can capture one),
   // and packets from an address not yet validated (a client with the keys
   // can write any source address) only fill in a peer nobody knows yet.
+  // A connection whose HTTP/3 session began after the drain did (its
+  // ClientHello took more than one datagram) is told now.
+  if (!drain_told_ && app_ && ep_.draining()) shutdown_notice();
   // Told once per change: a weak packet after a strong one from the same
   // link and address says nothing new.
   const bool changed = dg.link != verified_link_ || !(path.remote == verified_remote_);
@@ -520,7 +523,8 @@ int Connection::settle_pacer(uint64_t now) {
 void Connection::shutdown_notice() {
   if (state_ != State::active || !app_)
     return;
-  if (goaway_pending()) return;
+  if (goaway_pending() || drain_told_) return;
+  drain_told_ = true;
   // HTTP/3: the two-step GOAWAY (RFC 9114 5.2); streams in flight complete.
   // The final one waits a probe timeout (about a round trip), so requests
   // the peer sent before it saw the first one are served, not refused.

@@ -161,6 +161,7 @@ private:
   uint64_t client_streams_granted_ = 0; // the limit it was last sent
   uint64_t credit_deadline_ = UINT64_MAX;
   uint64_t goaway_at_ = UINT64_MAX; // when the final GOAWAY goes (after shutdown_notice)
+  bool drain_told_ = false;         // shutdown_notice() has run
   uint64_t app_wake_at_ = UINT64_MAX; // the application's (app_wake_at())
   // ngtcp2's and the application's (nghttp3's) memory for this
   // connection, counted (Endpoint::max_memory).

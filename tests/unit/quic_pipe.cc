@@ -50,7 +50,8 @@ ngtcp2_path to_np(const dataplane::Path &p) {
 } // namespace
 
 TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
-                       uint64_t fixed_window, bool shut_streams, size_t qpack_table_capacity)
+                       uint64_t fixed_window, bool shut_streams, size_t qpack_table_capacity,
+                       size_t hello_padding)
     : clock_(clock), path_(path) {
   gnutls_certificate_allocate_credentials(&cred_);
   http::H3ClientConn::Options o;
@@ -70,6 +71,27 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
   } catch (...) {
     gnutls_certificate_free_credentials(cred_);
     throw;
+  }
+  if (hello_padding) pad_client_hello(hello_padding);
+}
+
+namespace {
+thread_local size_t t_hello_padding = 0;
+}
+
+void TestClient::pad_client_hello(size_t n) {
+  auto *tls = static_cast<gnutls_session_t>(ngtcp2_conn_get_tls_native_handle(conn()));
+  t_hello_padding = n;
+  auto send = [](gnutls_session_t, gnutls_buffer_t out) -> int {
+    std::vector<uint8_t> junk(t_hello_padding, 0x5a);
+    if (gnutls_buffer_append_data(out, junk.data(), junk.size()) != 0) return -1;
+    return static_cast<int>(junk.size());
+  };
+  auto recv = [](gnutls_session_t, const unsigned char *, size_t) -> int { return 0; };
+  if (gnutls_session_ext_register(tls, "xdpq-test-padding", 65000, GNUTLS_EXT_TLS, recv, send,
+                                  nullptr, nullptr, nullptr,
+                                  GNUTLS_EXT_FLAG_CLIENT_HELLO | GNUTLS_EXT_FLAG_TLS) != 0) {
+    throw std::runtime_error("cannot pad the ClientHello");
   }
 }
 

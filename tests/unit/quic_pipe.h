@@ -70,8 +70,12 @@ public:
   // A stream_window other than 0 is each response stream's flow-control
   // window; with shut_streams, 0 (nothing can be sent on them).
   // qpack_table_capacity: the QPACK dynamic table offered to the server.
+  // hello_padding: bytes of an unknown extension added to the ClientHello,
+  // so that it takes more than one datagram (as post-quantum key shares
+  // make browsers' do).
   TestClient(quic::ManualClock &clock, const dataplane::Path &path, uint64_t fixed_window = 0,
-             bool shut_streams = false, size_t qpack_table_capacity = 0);
+             bool shut_streams = false, size_t qpack_table_capacity = 0,
+             size_t hello_padding = 0);
   ~TestClient();
   TestClient(const TestClient &) = delete;
   TestClient &operator=(const TestClient &) = delete;
@@ -107,9 +111,11 @@ public:
   ngtcp2_conn *conn() const { return h3c_->conn(); }
   uint64_t server_uni_bytes() const { return h3c_->server_uni_bytes(); }
   std::map<int64_t, Response> responses;
+  int64_t goaway_id = -1; // the last GOAWAY's stream id (-1: none came)
 
 private:
   // H3ClientConn::Events
+  void on_goaway(int64_t id) override { goaway_id = id; }
   int on_header(int64_t sid, std::string_view name, std::string_view value) override;
   int on_body(int64_t sid, const uint8_t *data, size_t len) override;
   int on_end_stream(int64_t sid) override;
@@ -117,6 +123,7 @@ private:
   nghttp3_ssize read_body(int64_t sid, nghttp3_vec *vec, size_t veccnt, uint32_t *flags) override;
 
   quic::ManualClock &clock_;
+  void pad_client_hello(size_t n);
   dataplane::Path path_;
   gnutls_certificate_credentials_t cred_ = nullptr;
   std::unique_ptr<http::H3ClientConn> h3c_;

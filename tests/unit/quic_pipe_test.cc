@@ -1345,6 +1345,26 @@ TEST_F(QuicPipe, ARequestInFlightWhenTheDrainStartsIsServed) {
   EXPECT_FALSE(client_->closed());
 }
 
+// Regression: the drain told only connections whose HTTP/3 session
+// existed; one whose ClientHello (more than one datagram) was not whole
+// when the drain began finished its handshake and was served without a
+// GOAWAY, and kept a draining worker (a binary upgrade's old one) to its
+// deadline.
+TEST_F(QuicPipe, AConnectionStillInItsHandshakeWhenTheDrainStartsGetsAGoaway) {
+  start();
+  TestClient late(clock_, make_test_path(50001), 0, false, 0, /*hello_padding=*/2000);
+  auto hello = late.write();
+  ASSERT_GE(hello.size(), 2u) << "the ClientHello fits one datagram";
+  for (auto &back : server_->deliver(hello[0])) late.read(back);
+  server_->endpoint->start_drain();
+  for (size_t i = 1; i < hello.size(); ++i) {
+    for (auto &back : server_->deliver(hello[i])) late.read(back);
+  }
+  EXPECT_TRUE(run_until(late, *server_, clock_,
+                        [&] { return late.handshake_completed() && late.goaway_id >= 0; }))
+      << "handshake " << late.handshake_completed() << ", no GOAWAY";
+}
+
 namespace {
 constexpr uint8_t LB_KEY[16] = {0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80,
                                 0x25, 0x69, 0x34, 0xe5, 0x0c, 0x66, 0x20, 0x7f};
