@@ -240,7 +240,9 @@ int xdpq_steer(struct xdp_md *ctx)
 		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
 	proto = eth->h_proto;
 	l3 = eth + 1;
-	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
+	/* One 802.1Q tag. An 802.1ad (S-tag) frame goes to the kernel: the
+	 * user-space path would answer it with an 802.1Q tag. */
+	if (proto == bpf_htons(ETH_P_8021Q)) {
 		struct vlan_hdr *vh = l3;
 
 		if ((void *)(vh + 1) > end)

@@ -118,7 +118,8 @@ ParseStatus parse_frame(const uint8_t *f, size_t len, ParsedFrame &out) {
   uint16_t proto = rd16(f + 12);
   size_t off = ETH_LEN;
   out.vlan_tci = 0;
-  if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+  // One 802.1Q tag, as the XDP program steers (a reply carries the same).
+  if (proto == ETH_P_8021Q) {
     if (len < off + VLAN_LEN) return ParseStatus::truncated;
     out.vlan_tci = rd16(f + off);
     proto = rd16(f + off + 2);

@@ -14,6 +14,7 @@ namespace xdpq::testing {
 struct FrameSpec {
   bool ipv6 = false;
   bool vlan = false;
+  uint16_t vlan_tpid = 0x8100; // 0x88a8: an 802.1ad S-tag
   uint8_t proto = 17; // UDP
   std::string src = "10.0.0.2";
   std::string dst = "10.0.0.1";
@@ -35,7 +36,7 @@ inline void put16(std::vector<uint8_t> &v, uint16_t x) {
 inline std::vector<uint8_t> make_frame(const FrameSpec &s) {
   std::vector<uint8_t> f = {0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2};
   if (s.vlan) {
-    put16(f, 0x8100);
+    put16(f, s.vlan_tpid);
     put16(f, 42);
   }
   put16(f, s.ipv6 ? 0x86dd : 0x0800);

@@ -38,6 +38,10 @@ TEST(Packet, ParsesIpv6AndVlan) {
   EXPECT_EQ(pf.path.remote.to_string(), "[fd00::2]:40000");
   EXPECT_EQ(pf.vlan_tci, 42);
   EXPECT_EQ(pf.ecn, 1);
+  // An 802.1ad S-tag is not ours to answer (a reply would carry 802.1Q).
+  s.vlan_tpid = 0x88a8;
+  f = make_frame(s);
+  EXPECT_EQ(parse_frame(f.data(), f.size(), pf), ParseStatus::not_ip);
 }
 
 TEST(Packet, RejectsMalformedWithReason) {

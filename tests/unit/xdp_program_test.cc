@@ -134,6 +134,10 @@ TEST_F(XdpProgramTest, Ipv6AndVlan) {
   FrameSpec tagged = served_v4(quic_short(60));
   tagged.vlan = true;
   expect(make_frame(tagged), XDP_PASS, "pass_no_socket");
+  // Regression: an 802.1ad S-tag was steered like an 802.1Q tag, and the
+  // user-space path answered it with an 802.1Q tag. It is the kernel's.
+  tagged.vlan_tpid = 0x88a8;
+  expect(make_frame(tagged), XDP_PASS, "pass_not_ip");
 }
 
 TEST_F(XdpProgramTest, JunkAimedAtServedPortIsDropped) {
