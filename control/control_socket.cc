@@ -75,6 +75,35 @@ std::string control_socket_path(const Options &o) {
   return o.control_socket.empty() ? default_control_path() : o.control_socket;
 }
 
+void check_control_path(const std::string &path) {
+  const auto fail = [&](const std::string &why) {
+    throw UsageError("--control-socket " + path + ": " + why);
+  };
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    fail("path too long (at most " + std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
+         " bytes)");
+  }
+  // Only a socket is ever replaced: a path set by mistake to a file must
+  // not cost that file.
+  struct stat st{};
+  if (lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    fail("exists and is not a socket (left as it is)");
+  }
+  // Its directory is made if missing (one level), so that one's parent
+  // must take it.
+  const auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (stat(dir.c_str(), &st) != 0) {
+    const auto up = dir.rfind('/');
+    dir = up == std::string::npos ? "." : up == 0 ? "/" : dir.substr(0, up);
+  } else if (!S_ISDIR(st.st_mode)) {
+    fail(dir + " is not a directory");
+  }
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    fail("cannot create it in " + dir + " (" + strerror(errno) + ")");
+  }
+}
+
 namespace {
 
 // The control socket at path, created 0600; a stale one from a crashed run
@@ -84,11 +113,9 @@ int bind_control_socket(const std::string &path) {
   if (slash != std::string::npos && slash > 0) {
     mkdir(path.substr(0, slash).c_str(), 0700); // may exist
   }
+  check_control_path(path);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    throw UsageError("--control-socket " + path + ": path too long");
-  }
   std::memcpy(addr.sun_path, path.c_str(), path.size());
   int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (connect(probe, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0) {
@@ -97,15 +124,8 @@ int bind_control_socket(const std::string &path) {
                      ": another xdpqd is listening there (use another path)");
   }
   close(probe);
-  // Only a socket is removed: a path set by mistake to a file must not
-  // cost that file.
   struct stat st{};
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      throw UsageError("--control-socket " + path + ": exists and is not a socket (left as it is)");
-    }
-    unlink(path.c_str());
-  }
+  if (lstat(path.c_str(), &st) == 0) unlink(path.c_str()); // a socket: a stale one
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   mode_t old = umask(0177); // the socket file is created 0600: owner only
   int rv = bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));

@@ -273,7 +273,8 @@ Operation:
                           combined format with the request time; reopened
                           on SIGHUP (logrotate). Default: no access log.
   --check-config [FILE]   Validate the options and FILE (files readable,
-                          addresses valid), print the result and exit.
+                          addresses valid, the control socket's path
+                          usable), print the result and exit.
   --help                  This text.
   --version               Version.
 

@@ -260,7 +260,10 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
                      "): the running connections could not be routed; change [quic_lb] with a "
                      "restart (drain, then start), not an upgrade");
   }
-  if (opts_.check_config) return;
+  if (opts_.check_config) {
+    check_control_path(control_socket_path(opts_));
+    return;
+  }
 
   int nworkers = opts_.workers;
   if (nworkers == 0) {

@@ -184,6 +184,9 @@ void report_upgrade_failure(int upgrade_fd, const std::string &why);
 
 // The control socket path for these options (the default when unset).
 std::string control_socket_path(const Options &o);
+// Throws UsageError when the control socket could not be made at path
+// (too long, a file other than a socket there, a directory not writable).
+void check_control_path(const std::string &path);
 
 // Blocks the signals the server handles in the calling thread (and in every
 // thread it creates afterwards); call first thing in main.
