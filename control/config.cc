@@ -25,6 +25,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace xdpq::control {
@@ -418,6 +419,61 @@ void route_flags(const std::string &path, const toml::table &t, int line,
 }
 
 } // namespace
+
+namespace {
+
+// Flag -> its values, in the order given (a flag without a value, one
+// such as --busy-poll, maps to none).
+std::map<std::string, std::vector<std::string>> by_flag(const std::vector<std::string> &flags) {
+  std::map<std::string, std::vector<std::string>> m;
+  std::vector<std::string> *cur = nullptr;
+  for (const auto &f : flags) {
+    if (f.starts_with("--")) {
+      cur = &m[f];
+    } else if (cur) {
+      cur->push_back(f);
+    }
+  }
+  return m;
+}
+
+std::string key_of_flag(const std::string &flag) {
+  for (const auto &k : KEYS) {
+    if (flag == k.flag) return std::string(k.section) + "." + k.name;
+  }
+  return flag == "--proxy" ? "[[proxy]]" : flag;
+}
+
+} // namespace
+
+std::vector<std::string> changed_config_keys(const std::vector<std::string> &before,
+                                             const std::vector<std::string> &after,
+                                             const std::vector<std::string_view> &except) {
+  const auto a = by_flag(before), b = by_flag(after);
+  std::vector<std::string> keys;
+  auto excepted = [&](std::string_view key) {
+    for (auto e : except) {
+      if (key == e || (e.ends_with(".*") && key.starts_with(e.substr(0, e.size() - 1)))) {
+        return true;
+      }
+    }
+    return false;
+  };
+  auto note = [&](const std::string &flag) {
+    const auto x = a.find(flag), y = b.find(flag);
+    if (x != a.end() && y != b.end() && x->second == y->second) return;
+    std::string k = key_of_flag(flag);
+    if (excepted(k) || std::find(keys.begin(), keys.end(), k) != keys.end()) return;
+    keys.push_back(std::move(k));
+  };
+  for (const auto &f : after) {
+    if (f.starts_with("--")) note(f);
+  }
+  for (const auto &f : before) {
+    if (f.starts_with("--")) note(f); // a key the file no longer has
+  }
+  return keys;
+}
 
 std::vector<std::string> config_file_flags(const std::string &path) {
   std::string text;

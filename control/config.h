@@ -18,4 +18,11 @@ std::vector<std::string> config_file_flags(const std::string &path);
 // The documented default configuration (every key, with its default).
 const char *default_config_text();
 
+// The keys ("section.name", "[[proxy]]") whose values differ between two
+// config_file_flags() results, in file order, but for those in except
+// (keys, or "section.*" for a whole section).
+std::vector<std::string> changed_config_keys(const std::vector<std::string> &before,
+                                             const std::vector<std::string> &after,
+                                             const std::vector<std::string_view> &except);
+
 } // namespace xdpq::control

@@ -41,12 +41,6 @@ namespace xdpq::control {
 namespace {
 // How long a reload may take to check the new configuration.
 constexpr std::chrono::seconds RELOAD_CHECK_LIMIT{30};
-
-bool same_fields(const std::vector<http::Header> &a, const std::vector<http::Header> &b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto &x, const auto &y) {
-    return x.name == y.name && x.value == y.value;
-  });
-}
 } // namespace
 
 std::string Server::reload() {
@@ -68,11 +62,12 @@ std::string Server::reload() {
     std::string log_level, cert_file, key_file;
     std::shared_ptr<quic::TlsConfig> cfg;
     std::string result;
+    std::string kept; // "; kept the running value of ..." or empty
   };
   // Everything the check reads is copied in: if it outlives the reload (a
   // resolver that never answers), it touches nothing of ours.
   auto stage = [opts_ = opts_, argv_ = argv_, tls_cfg_ = tls_cfg_, secrets_ = secrets_] {
-    Staged st{nullptr, opts_.log_level, opts_.cert_file, opts_.key_file, nullptr, {}};
+    Staged st{nullptr, opts_.log_level, opts_.cert_file, opts_.key_file, nullptr, {}, {}};
     // Re-read the configuration file for what can change without a
     // restart; the command line's flags still override it.
     if (!opts_.config_file.empty()) {
@@ -89,12 +84,20 @@ std::string Server::reload() {
         st.cert_file = fresh.cert_file;
         st.key_file = fresh.key_file;
       }
-      if (fresh.listen != opts_.listen || fresh.dataplane != opts_.dataplane ||
-          fresh.workers != opts_.workers || fresh.queues != opts_.queues ||
-          fresh.docroot != opts_.docroot || fresh.access_log != opts_.access_log ||
-          !same_fields(fresh.response_headers, opts_.response_headers)) {
-        LOG_WARN("reload: listen addresses, dataplane, workers, queues, docroot, access log path "
-                 "and response header changes need a restart; kept the running ones");
+      // What else the file changed keeps its running value: named, so
+      // that nobody takes it for applied.
+      const auto kept = changed_config_keys(
+          opts_.file_flags, fresh.file_flags,
+          {"server.log_level", "tls.cert", "tls.key", "proxy_defaults.*", "[[proxy]]"});
+      if (!kept.empty()) {
+        std::string names;
+        for (const auto &k : kept) names += (names.empty() ? "" : ", ") + k;
+        st.kept = "; kept the running value of " + names +
+                  " (xdpqctl upgrade, or a restart, applies " +
+                  (kept.size() > 1 ? "them)" : "it)");
+        LOG_WARN("reload: changed in the file but not applied: %s (xdpqctl upgrade, or a "
+                 "restart, applies %s)",
+                 names.c_str(), kept.size() > 1 ? "them" : "it");
       }
     }
     if (st.cert_file.empty()) {
@@ -183,6 +186,7 @@ std::string Server::reload() {
                " routes); " + result;
     }
     LOG_INFO("reload: %s", result.c_str());
+    result += st.kept;
   } catch (const std::exception &e) {
     result = std::string("error: ") + e.what();
     LOG_ERROR("reload failed, nothing changed: %s", e.what());

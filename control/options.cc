@@ -629,7 +629,8 @@ Options parse_options(int argc, const char *const *argv) {
   Options o;
   if (!config.empty()) {
     o.config_file = config;
-    apply_flags(o, config_file_flags(config));
+    o.file_flags = config_file_flags(config);
+    apply_flags(o, o.file_flags);
   }
   apply_flags(o, cli);
   // An error about settings that a file gave says where: the first of

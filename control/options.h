@@ -24,6 +24,9 @@ struct Options {
   // Where a flag's value came from when a configuration file set it
   // ("FILE:LINE: section.key"), for errors that involve several settings.
   std::map<std::string, std::string> flag_origins;
+  // The flags the configuration file gave, in its order (config_file_flags):
+  // a reload compares the file's new ones with these.
+  std::vector<std::string> file_flags;
   std::vector<dataplane::Address> listen; // default: 0.0.0.0:4433 and [::]:4433
   std::string dataplane = "socket";
   // AF_XDP dataplane.

@@ -119,6 +119,36 @@ class ControlTest(TimedTestCase):
             self.assertIn('xdpq_request_duration_seconds_bucket{proto="h3",le="+Inf"}', metrics)
             self.assertRegex(metrics, r"xdpq_quic_handshake_duration_seconds_count\{\} [1-9]")
 
+    def test_a_reload_names_what_it_did_not_apply(self):
+        # Regression: a reload applies the certificate, the log level and
+        # the proxy routes; any other change in the file was kept at its
+        # running value without a word (a few named ones got a vague line
+        # in the log only), so "systemctl reload" looked like it took it.
+        port = free_udp_port()
+        sock = os.path.join(self.tmp, "reload.sock")
+        cfg = os.path.join(self.tmp, "reload.toml")
+
+        def write(streams, idle, level):
+            with open(cfg, "w") as f:
+                f.write(f'[server]\nlisten = ["127.0.0.1:{port}"]\nworkers = 1\n'
+                        f'control_socket = "{sock}"\nlog_level = "{level}"\n'
+                        f'[quic]\nmax_streams = {streams}\nidle_timeout_ms = {idle}\n')
+        write(64, 30000, "info")
+        with Server("--config", cfg, listen=[], port=port, workers=0) as srv:
+            srv.control_socket = sock
+            rc, out, _ = xdpqctl(srv, "reload")
+            self.assertEqual(rc, 0, out)
+            self.assertNotIn("kept the running value", out)
+            write(32, 20000, "debug")
+            rc, out, _ = xdpqctl(srv, "reload")
+            self.assertEqual(rc, 0, out)
+            self.assertIn("kept the running value of quic.max_streams, quic.idle_timeout_ms "
+                          "(xdpqctl upgrade, or a restart, applies them)", out)
+            self.assertNotIn("log_level", out)  # applied
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+        self.assertIn("changed in the file but not applied: quic.max_streams, "
+                      "quic.idle_timeout_ms", srv.output())
+
     def test_a_worker_that_does_not_answer_is_named(self):
         # One worker's thread stopped: status, stats, conns and the metrics
         # page name it (they wait 500 ms for each worker) instead of leaving
