@@ -192,7 +192,10 @@ void AdminServer::stop_listening() {
 void AdminServer::resume_listening() {
   if (listening_) return;
   listening_ = true;
-  for (auto &l : listeners_) loop_.watch(l->fd, l.get());
+  for (auto &l : listeners_) {
+    l->backoff->restart();
+    loop_.watch(l->fd, l.get());
+  }
 }
 
 void AdminServer::accept_all(Listener &l) {

@@ -39,10 +39,18 @@ public:
   }
   // After a successful accept: the next pause starts short again.
   void on_success() { delay_ = MIN_NS; }
-  // Stops for good (shutdown): no resume.
+  // Stops (shutdown, or a binary upgrade handing the listener over): no
+  // resume until restart(). The caller unwatches the listener.
   void stop() {
     loop_.timers().cancel(timer_);
     stopped_ = true;
+    paused_ = false;
+  }
+  // Listening again after stop() (the new process of an upgrade died): the
+  // caller watches the listener; later errors back off as before.
+  void restart() {
+    stopped_ = false;
+    delay_ = MIN_NS;
   }
   bool paused() const { return paused_; }
 

@@ -210,7 +210,10 @@ void TcpServer::stop_accepting() {
 void TcpServer::resume_accepting() {
   if (!shutting_down_) return;
   shutting_down_ = false;
-  for (auto &l : listeners_) loop_.watch(l->fd, l.get());
+  for (auto &l : listeners_) {
+    l->backoff->restart();
+    loop_.watch(l->fd, l.get());
+  }
 }
 
 void TcpServer::shutdown() {

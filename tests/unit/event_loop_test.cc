@@ -1,4 +1,6 @@
+#include "dataplane/accept_backoff.h"
 #include "dataplane/event_loop.h"
+#include "loop_steps.h"
 
 #include <gtest/gtest.h>
 
@@ -141,4 +143,33 @@ TEST(EventLoop, TellsTheHandlerAfterEachDescriptorsEvent) {
   EXPECT_EQ(std::vector<int>(h.trace.begin(), h.trace.begin() + 3), (std::vector<int>{1, 2, -1}));
   for (size_t i = 3; i < h.trace.size(); ++i) EXPECT_EQ(h.trace[i], -1);
   for (int fd : {a[0], a[1], b[0], b[1]}) close(fd);
+}
+
+// Regression: after a binary upgrade's new process died, the old one
+// listened again, but its backoff still thought itself stopped: the first
+// EMFILE took the listener out of the loop for good (and one already
+// paused when stopped made every later EMFILE spin).
+TEST(AcceptBackoff, ListensAgainAfterAStopAndARestart) {
+  EventLoop loop;
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  PipeReader listener(p[0]); // stands for a listening socket
+  AcceptBackoff backoff(loop, p[0], &listener);
+  loop.watch(p[0], &listener);
+  backoff.stop(); // the upgrade's new process took the listener
+  loop.unwatch(p[0]);
+  backoff.restart(); // it died: taken back
+  loop.watch(p[0], &listener);
+  EXPECT_TRUE(backoff.on_error(EMFILE)); // out of descriptors
+  EXPECT_TRUE(backoff.paused());
+  ASSERT_EQ(write(p[1], "x", 1), 1);
+  xdpq::testing::Steps steps(loop, {{[&] { return listener.reads.load() > 0; }, nullptr}});
+  EXPECT_EQ(steps.run(), 1u) << "the listener never came back after its pause";
+  // Stopped while paused: not paused any more, so a later error backs
+  // off again instead of being taken for one already handled.
+  EXPECT_TRUE(backoff.on_error(EMFILE));
+  backoff.stop();
+  EXPECT_FALSE(backoff.paused());
+  close(p[0]);
+  close(p[1]);
 }
