@@ -240,7 +240,10 @@ void Worker::on_wake() {
     // clients close them (or the deadline): no GOAWAY, which some
     // clients answer by giving up on the requests they had not sent.
     // HTTP/3 clients get GOAWAY and move to the new process.
-    if (tcp_ && !handed_over_) tcp_->shutdown(); // GOAWAY / close after the current response
+    if (tcp_ && !handed_over_) {
+      tcp_->shutdown(); // GOAWAY / close after the current response
+      tcp_->close_listeners(); // nobody takes them over: refuse new clients now
+    }
   }
   if (stop_requested_.load(std::memory_order_acquire)) finish();
 }

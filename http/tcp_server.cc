@@ -102,9 +102,16 @@ TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
 TcpServer::~TcpServer() {
   conns_.clear();
   dead_.clear();
+  close_listeners();
+}
+
+void TcpServer::close_listeners() {
   for (auto &l : listeners_) {
+    if (l->fd < 0) continue;
+    l->backoff->stop();
     loop_.unwatch(l->fd);
     close(l->fd);
+    l->fd = -1;
   }
 }
 
@@ -211,6 +218,7 @@ void TcpServer::resume_accepting() {
   if (!shutting_down_) return;
   shutting_down_ = false;
   for (auto &l : listeners_) {
+    if (l->fd < 0) continue;
     l->backoff->restart();
     loop_.watch(l->fd, l.get());
   }

@@ -66,6 +66,10 @@ public:
   void end_of_pass();
   // Stops accepting; asks every session to finish (GOAWAY / close).
   void shutdown();
+  // Closes the listening sockets (a drain that hands them to nobody): new
+  // clients are refused at once instead of waiting in the backlog for the
+  // drain's end. Never after stop_accepting() for an upgrade.
+  void close_listeners();
   // Stops accepting; the connections go on (a binary upgrade: the new
   // process accepts from the same listeners).
   void stop_accepting();

@@ -264,6 +264,40 @@ class TcpTest(TimedTestCase):
         self.assertEqual(stats["tcp_expectation_failures"], 1, stats)
         self.assertEqual(stats["tcp_body_limit_rejects"], 1, stats)
 
+    def test_a_drain_refuses_new_clients_at_once(self):
+        # Regression: a drain only stopped accepting. The listening sockets
+        # stayed open, so the kernel went on completing handshakes into
+        # their backlog: a new client sent its ClientHello and waited, for
+        # the whole drain, for a reset. Nobody takes them over in a drain
+        # (an upgrade hands them on instead): they close, and a new client
+        # is refused at once.
+        import signal
+        with self.serve("--drain-timeout", "20000") as srv:
+            busy = self.tls_http1(srv)  # a download the drain waits for
+            busy.sendall(b"GET /bytes/60000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertIn(b"200 OK", busy.recv(4096))
+            srv.proc.send_signal(signal.SIGTERM)
+            refused = False
+            for _ in range(40):
+                try:
+                    socket.create_connection((srv.host, srv.port), timeout=2).close()
+                except ConnectionRefusedError:
+                    refused = True
+                    break
+                time.sleep(0.05)
+            self.assertTrue(refused, "still accepting connections during the drain")
+            self.assertIsNone(srv.proc.poll(), "the drain did not wait for the download")
+            got = 0
+            busy.settimeout(10)
+            while True:
+                chunk = busy.recv(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+            busy.close()
+            self.assertGreater(got, 50_000_000, "the download was cut")
+            self.assertEqual(srv.proc.wait(timeout=20), 0)
+
     def test_h2load_small_bodies(self):
         with self.serve() as srv:
             r = subprocess.run(["h2load", "-n", "20000", "-c", "100", "-m", "32",
