@@ -143,9 +143,10 @@ int cb_end_stream(nghttp3_conn *, int64_t, void *ud, void *sud) {
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
 
-int cb_stream_close(nghttp3_conn *, int64_t, uint64_t, void *ud, void *sud) {
+int cb_stream_close(nghttp3_conn *, int64_t stream_id, uint64_t, void *ud, void *sud) {
   return guarded(
       [&]() -> int {
+        session_of(ud).stream_freed(stream_id);
         // Streams without user data never began a request (control and
         // QPACK streams, or reset before their headers).
         if (sud)
@@ -158,6 +159,7 @@ int cb_stream_close(nghttp3_conn *, int64_t, uint64_t, void *ud, void *sud) {
 int cb_stop_sending(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void *ud, void *) {
   return guarded(
       [&]() -> int {
+        if (session_of(ud).transport_gone(stream_id)) return 0;
         session_of(ud).transport().app_stop_reading(stream_id, app_error);
         return 0;
       },
@@ -168,6 +170,7 @@ int cb_reset_stream(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void 
   return guarded(
       [&]() -> int {
         if (sud) session_of(ud).abandoned(*static_cast<H3Session::Stream *>(sud));
+        if (session_of(ud).transport_gone(stream_id)) return 0;
         session_of(ud).transport().app_reset_writing(stream_id, app_error);
         return 0;
       },
@@ -509,7 +512,11 @@ int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
       break;
     }
   }
+  closing_ = stream_id;
+  freed_ = false;
   int rv = nghttp3_conn_close_stream(conn_, stream_id, app_error);
+  closing_ = -1;
+  if (rv == 0 && !freed_) gone_.push_back(stream_id); // kept: until nghttp3 frees it
   return rv == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : rv; // a stream nghttp3 never saw
 }
 
@@ -612,7 +619,7 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
 
 int H3Session::on_end_headers(Stream &s, bool fin) {
   if (s.heading) stop_heading(s);
-  if (s.refused) return 0; // timed out already
+  if (s.refused || gone(s.id)) return 0; // timed out already, or closed
   stats_.requests += 1;
   s.started_ns = monotonic_ns();
   s.begun_ns = s.started_ns;
@@ -672,7 +679,7 @@ void H3Session::dispatch(Stream &s, bool body_follows) {
 
 void H3Session::proxy_progress(void *tag) {
   auto &s = *static_cast<Stream *>(tag);
-  if (s.aborted) return;
+  if (s.aborted || gone(s.id)) return;
   credit(s);
   if (!s.responded) {
     if (s.exchange->head_ready()) respond(s);
@@ -787,6 +794,7 @@ void H3Session::refuse(Stream &s) {
 }
 
 int H3Session::on_end_stream(Stream &s) {
+  if (gone(s.id)) return 0; // unblocked after its close: nothing can answer it
   if (s.exchange) {
     if (s.aborted) return 0;
     if (!s.exchange->end_body()) return abort_request(s), 0; // short of its content-length
@@ -833,6 +841,8 @@ void H3Session::on_stream_close(Stream &s) {
 
 void H3Session::respond(Stream &s) {
   s.responded = true;
+  // nghttp3 would queue the answer of a stream it is about to free.
+  if (gone(s.id)) return;
   settle(s);
   // A connection holding an ACK for a proxied answer writes this one now.
   if (awaiting_) transport_.app_want_write();

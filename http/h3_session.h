@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <list>
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -151,6 +152,13 @@ public:
   void peer_reset(int64_t stream_id) override;
   bool answered(int64_t stream_id) const override;
   int close_stream(int64_t stream_id, uint64_t app_error) override;
+  // nghttp3 freed the stream (its stream_close callback).
+  void stream_freed(int64_t stream_id) {
+    freed_ |= stream_id == closing_;
+    if (!gone_.empty()) std::erase(gone_, stream_id);
+  }
+  // The transport closed the stream while nghttp3 kept it (see gone_).
+  bool transport_gone(int64_t stream_id) const { return gone(stream_id); }
   void set_max_client_streams_bidi(uint64_t n) override;
   // GOAWAY with the largest id, then the final one; streams in flight finish.
   void shutdown_notice() override;
@@ -205,6 +213,15 @@ private:
   void log_request(Stream &s); // to the access log, once
   Stream *acquire(int64_t stream_id);
   Stream *find(int64_t stream_id) const; // an open stream of ours, or null (a scan)
+  // Streams the transport closed while nghttp3 keeps them, waiting for
+  // QPACK insertions (at most its blocked-stream limit): whatever nghttp3
+  // still delivers for them is not answered, as nothing can be sent.
+  std::vector<int64_t> gone_;
+  int64_t closing_ = -1; // close_stream() asks nghttp3 to free it...
+  bool freed_ = false;   // ...and it did
+  bool gone(int64_t stream_id) const {
+    return !gone_.empty() && std::find(gone_.begin(), gone_.end(), stream_id) != gone_.end();
+  }
   // Request streams whose header section began and is not whole yet, in
   // the order they began (head_since, stamped at the first write after).
   std::vector<Stream *> heading_;

@@ -459,6 +459,7 @@ bool Connection::write() {
         app_->block_stream(stream_id);
         continue;
       case NGTCP2_ERR_STREAM_SHUT_WR:
+      case NGTCP2_ERR_STREAM_NOT_FOUND: // closed at the transport already
         app_->shutdown_stream_write(stream_id);
         continue;
       case NGTCP2_ERR_WRITE_MORE:
