@@ -221,15 +221,28 @@ private:
     return true;
   }
 
+  // Cleartext: HTTP/2 prior knowledge ("PRI " begins its preface) or
+  // HTTP/1.1. The first bytes are taken, not peeked: while they are a part
+  // of "PRI " (a client sending "PR" and stopping) a peek would leave them
+  // readable and wake the loop at once, again and again.
   bool detect_protocol() {
-    char buf[4];
-    size_t n = peek(buf, sizeof(buf));
-    if (n == 0)
+    ssize_t n = recv(fd_, detect_buf_ + detected_, sizeof(detect_buf_) - detected_, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      finish();
       return false;
-    if (n < 4 && std::string_view(buf, n) == std::string_view("PRI ", n)) {
+    }
+    if (n < 0)
+      return false;
+    detected_ += static_cast<size_t>(n);
+    const std::string_view got(detect_buf_, detected_);
+    if (detected_ < sizeof(detect_buf_) && got == std::string_view("PRI ", detected_)) {
       return false; // wait for enough bytes to tell h2c from HTTP/1.1
     }
-    open_session(std::string_view(buf, n) == "PRI ");
+    open_session(got == "PRI ");
+    bytes_in_ += detected_;
+    srv_.mutable_stats().bytes_in += detected_;
+    session_->on_input(reinterpret_cast<const uint8_t *>(detect_buf_), detected_,
+                       srv_.loop().now());
     return true;
   }
 
@@ -455,6 +468,8 @@ private:
   static constexpr size_t KEEP_IDLE_OUTPUT = 64 * 1024;
   static constexpr uint64_t TRIM_IDLE_OUTPUT_NS = 1'000'000'000;
   std::vector<uint8_t> out_;
+  char detect_buf_[4];  // the first bytes of a cleartext connection
+  size_t detected_ = 0;
   size_t out_off_ = 0;
   dataplane::Timer timer_;
   Deadline deadline_kind_ = Deadline::handshake;

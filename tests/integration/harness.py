@@ -33,6 +33,23 @@ def require_tools():
         raise AssertionError("gtlsclient is missing: run scripts/setup.sh (package ngtcp2-client)")
 
 
+def read_to_end(s):
+    """Everything the socket s sends until it closes."""
+    got = bytearray()
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            return bytes(got)
+        got += b
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pattern(n):
     """The body of /bytes/N: byte i is 'a' + i % 26."""
     period = bytes(range(97, 97 + 26))

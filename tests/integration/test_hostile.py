@@ -19,16 +19,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase,  # noqa: E402
-                     check_burst_of_handshakes, gtlsclient, pattern, read_pcap, require_tools,
-                     xdpqctl)
+                     check_burst_of_handshakes, cpu_seconds, gtlsclient, pattern, read_pcap,
+                     read_to_end, require_tools, xdpqctl)
 
-
-
-def cpu_seconds(pid):
-    """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def curl_status(srv, path="/healthz", timeout=5):
@@ -350,12 +343,7 @@ class HostileTcpTest(TimedTestCase):
             time.sleep(0.3)
             m = socket.create_connection(("127.0.0.1", mport), timeout=5)
             m.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-            page = b""
-            while True:
-                chunk = m.recv(65536)
-                if not chunk:
-                    break
-                page += chunk
+            page = read_to_end(m)
             m.close()
             self.assertIn(b"xdpq_handshakes_started_total", page)
             # SIGTERM completes within the drain timeout (2 s) + 1 s.

@@ -23,7 +23,7 @@ from http import HTTPStatus
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (H3LOAD, Server, TimedTestCase, free_udp_port, gtlsclient,  # noqa: E402
-                     require_tools, sha256, xdpqctl)
+                     read_to_end, require_tools, sha256, xdpqctl)
 from upstream_app import App, UnixApp, pattern  # noqa: E402
 
 H3_INTERNAL_ERROR = 0x102
@@ -317,16 +317,6 @@ def read_head(s):
             break
         head += b
     return head
-
-
-def read_to_end(s):
-    """Everything s sends until it closes."""
-    got = bytearray()
-    while True:
-        b = s.recv(1 << 20)
-        if not b:
-            return bytes(got)
-        got += b
 
 
 class RawTunnelUpstream:

@@ -12,8 +12,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (Server, TimedTestCase, free_udp_port, gtlsclient, pattern,  # noqa: E402
-                     require_tools, sha256)
+from harness import (Server, TimedTestCase, cpu_seconds, free_udp_port, gtlsclient,  # noqa: E402
+                     pattern, read_to_end, require_tools, sha256)
 
 
 def curl(srv, path, *args, http="--http2", timeout=60):
@@ -320,6 +320,37 @@ class TcpTest(TimedTestCase):
             self.assertEqual(r.stdout, pattern(7))
         with self.serve() as srv:
             self.assertNotIn("cleartext", srv.output())
+
+    def test_a_partial_h2c_preface_costs_no_cpu(self):
+        # Regression: the cleartext port peeked at the first bytes and
+        # waited while they were a part of "PRI " (the HTTP/2 preface): the
+        # bytes stayed readable, so the loop woke again at once. One client
+        # sending "PR" and stopping kept a core busy until the handshake
+        # deadline, and could reconnect to do it again.
+        port = free_udp_port()
+        with self.serve("--h2c-listen", f"127.0.0.1:{port}") as srv:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(b"PR")
+                time.sleep(0.2)
+                before = cpu_seconds(srv.proc.pid)
+                time.sleep(2)
+                spent = cpu_seconds(srv.proc.pid) - before
+                self.assertLess(spent, 0.5, f"{spent:.2f} s of CPU in 2 s for two bytes")
+                # The rest of the preface, slowly: served as HTTP/2.
+                s.sendall(b"I * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                s.sendall(bytes.fromhex("000000040000000000"))  # SETTINGS
+                data = s.recv(65536)
+                self.assertEqual(data[3], 4, data[:16])  # the server's SETTINGS
+            for first in (b"P", b"G"):  # and HTTP/1.1 after a pause
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                    s.sendall(first)
+                    time.sleep(0.1)
+                    s.sendall(b"OST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                              b"Connection: close\r\n\r\nhi" if first == b"P" else
+                              b"ET /bytes/5 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    got = read_to_end(s)
+                    self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:100])
+                    self.assertTrue(got.endswith(b"hi" if first == b"P" else pattern(5)), got)
 
     def test_plaintext_to_tls_port(self):
         with self.serve() as srv:
