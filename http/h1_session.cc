@@ -149,6 +149,12 @@ public:
   }
 
   void produce(std::vector<uint8_t> &out, size_t limit) override {
+    const size_t before = out.size();
+    produce_queued(out, limit);
+    if (out.size() != before) activity_ += 1; // a response moved
+  }
+
+  void produce_queued(std::vector<uint8_t> &out, size_t limit) {
     while (out.size() < limit && !queue_.empty()) {
       Queued &q = queue_.front();
       if (q.ex && q.head.empty()) {
@@ -249,6 +255,10 @@ public:
   }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
   bool busy() const override { return in_message_ || !queue_.empty(); }
+  // Requests, their bodies, responses and tunnelled bytes: the empty lines
+  // a client may send between requests (RFC 9112 2.2) keep nothing alive.
+  bool counts_activity() const override { return true; }
+  uint64_t activity() const override { return activity_; }
   // A switched tunnel with nothing queued before it: the exchange's own
   // deadlines (--proxy-tunnel-timeout, --proxy-client-timeout) bound it.
   bool timed_by_session() const override {
@@ -278,6 +288,7 @@ private:
     in_message_ = true;
     in_headers_ = true;
     started_ = now_;
+    activity_ += 1;
     return 0;
   }
 
@@ -521,6 +532,7 @@ private:
   // A tunnel's client bytes, as they are, as far as the upstream takes
   // them (input_paused() holds the socket meanwhile).
   void tunnel_input(const uint8_t *data, size_t len) {
+    activity_ += len > 0;
     if (closing_ || !body_ex_) {
       buffered_.clear(); // the tunnel ended: nowhere to go
       return;
@@ -556,6 +568,7 @@ private:
   }
 
   int body(const char *at, size_t n) {
+    activity_ += n > 0;
     if (proxied_) {
       if (!body_ex_ || closing_) return 0;
       if (!body_ex_->put_body(reinterpret_cast<const uint8_t *>(at), n)) {
@@ -750,6 +763,7 @@ private:
   std::deque<Queued> queue_;
   std::string buffered_;
   bool eof_ = false; // the client's input ended (read side closed)
+  uint64_t activity_ = 0; // counts_activity()
   bool proxied_ = false;             // the request being parsed went to the proxy
   bool tunnel_ = false;              // ... asking to switch: the connection's last request
   ProxyExchange *body_ex_ = nullptr; // ... and its body is being received (in queue_)

@@ -344,6 +344,38 @@ class AttackTest(TimedTestCase):
         self.assertGreaterEqual(stats["tcp_timeouts_write"], 1, stats)
         self.assertGreaterEqual(stats["tcp_timeouts_idle"], 1, stats)
 
+    def test_empty_lines_keep_no_http1_connection_alive(self):
+        # Regression: over HTTP/1.1 any byte moved the idle deadline, and
+        # the empty lines a client may send between requests (the parser
+        # skips them, so no header deadline starts either) kept a
+        # connection that made no request open for good: a slot, a
+        # descriptor, a TLS session each.
+        self.finish()
+        with Server("--tcp-idle-timeout", "1000") as srv:
+            s = tls_socket(srv, alpn="http/1.1")
+            s.sendall(b"GET /bytes/10 HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertIn(b"200 OK", s.recv(65536))
+            start = time.time()
+            s.settimeout(0.2)
+            closed_after = None
+            while time.time() - start < 6:
+                try:
+                    s.sendall(b"\r\n")
+                    data = s.recv(65536)
+                    if not data:
+                        closed_after = time.time() - start
+                        break
+                except socket.timeout:
+                    pass
+                except (ssl.SSLError, OSError):
+                    closed_after = time.time() - start
+                    break
+                time.sleep(0.3)
+            self.assertIsNotNone(closed_after, "still open after 6 s of empty lines")
+            s.close()
+            stats = srv.stop()
+        self.assertGreaterEqual(stats["tcp_timeouts_idle"], 1, stats)
+
     def test_a_slow_reader_and_a_goodbye_are_not_cut_by_the_write_deadline(self):
         # The other side of counting only requests and responses: a client
         # that reads an answer slowly, after its last frame was produced,
