@@ -87,6 +87,10 @@ public:
   void parse_input(const uint8_t *data, size_t len, uint64_t now_ns) {
     now_ = now_ns;
     if (closing_) return;
+    if (last_) {
+      buffered_.clear(); // after a request that asked to close: dropped
+      return;
+    }
     // Bytes that arrived while paused (pipelining backpressure) are kept
     // and parsed first.
     if (!buffered_.empty() || input_paused()) {
@@ -116,7 +120,9 @@ public:
       n += k;
       // A request that asked to switch ends the HTTP/1.1 input once it is
       // whole (its body, if any, parsed as usual).
-      if (k < ok || HTTP_PARSER_ERRNO(&parser_) != HPE_OK || switch_asked() || closing_) break;
+      if (k < ok || HTTP_PARSER_ERRNO(&parser_) != HPE_OK || switch_asked() || closing_ ||
+          last_)
+        break;
     }
     flush_body(nullptr);
     if (!buffered_.empty()) {
@@ -629,6 +635,9 @@ private:
       http_parser_pause(&parser_, 1); // let the responses drain first
       paused_ = true;
     }
+    // "Connection: close": no request after this one is processed (RFC
+    // 9112 9.6); what follows is read and dropped.
+    if (!keep_alive_ && !parser_.upgrade) last_ = true;
     return 0;
   }
 
@@ -752,6 +761,7 @@ private:
   bool discard_body_ = false; // its handler reads no body: skipped as it arrives
   uint64_t discarded_ = 0;     // ... so far (max_request_body still bounds it)
   bool keep_alive_ = true;
+  bool last_ = false; // the request asked to close: nothing after it is parsed
   bool in_message_ = false;
   bool in_headers_ = false;
   bool paused_ = false;

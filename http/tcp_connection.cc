@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <sys/epoll.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -48,6 +50,8 @@ public:
   void on_io(uint32_t events) override {
     if (dead_)
       return;
+    if (lingering_)
+      return linger_read();
     if (events & (EPOLLERR | EPOLLHUP)) {
       if (!(events & EPOLLIN))
         return finish();
@@ -74,7 +78,7 @@ public:
 
   void resume() override {
     wake_pending_ = false;
-    if (!dead_)
+    if (!dead_ && !lingering_)
       step();
   }
 
@@ -91,7 +95,7 @@ public:
   bool session_tls() const override { return tls_; }
 
   void shutdown() override {
-    if (dead_)
+    if (dead_ || lingering_)
       return;
     if (session_) {
       // The goodbye's round trip (HTTP/2: GOAWAY, PING, the last GOAWAY)
@@ -114,6 +118,17 @@ private:
   void timed_out() {
     if (dead_)
       return;
+    if (lingering_) {
+      // Still sending what was written before the FIN: wait on while it
+      // moves, up to the write timeout each time.
+      const int unsent = unacked_output();
+      if (unsent > 0 && unsent < linger_unsent_) {
+        linger_unsent_ = unsent;
+        srv_.loop().timers().schedule(timer_, srv_.loop().now() + srv_.config().write_timeout);
+        return;
+      }
+      return finish();
+    }
     auto &st = srv_.mutable_stats();
     switch (deadline_kind_) {
     case Deadline::trim:
@@ -167,7 +182,7 @@ private:
       if (dead_)
         return;
       if (session_->finished() && output_pending() == 0)
-        return finish();
+        return peer_closed_ ? finish() : linger();
       if (peer_closed_ && output_pending() == 0 && !session_->busy())
         return finish();
       if (!progressed)
@@ -444,12 +459,57 @@ private:
     srv_.loop().timers().schedule(timer_, at);
   }
 
+  // The session ended the connection with the client still able to send
+  // (HTTP/1.1 after "Connection: close" or an error, HTTP/2 after its
+  // GOAWAY). Closing a socket with unread input sends a reset, and a reset
+  // throws away what the kernel has not sent yet: the end of the last
+  // response. So the close_notify and a FIN go after the response, and
+  // what the client still sends is read and dropped until it closes, its
+  // data stops moving for the write timeout, or 1 MiB of it came.
+  void linger() {
+    if (ssl_ && state_ == State::open) {
+      ERR_clear_error();
+      SSL_shutdown(ssl_);
+      ERR_clear_error();
+    }
+    if (::shutdown(fd_, SHUT_WR) != 0)
+      return finish();
+    notified_ = true;
+    lingering_ = true;
+    linger_unsent_ = unacked_output();
+    srv_.loop().set_interest(fd_, this, true, false);
+    srv_.loop().timers().schedule(timer_, srv_.loop().now() + srv_.config().write_timeout);
+    linger_read();
+  }
+
+  void linger_read() {
+    char junk[16384];
+    for (;;) {
+      ssize_t n = recv(fd_, junk, sizeof(junk), MSG_DONTWAIT);
+      if (n > 0) {
+        lingered_ += static_cast<size_t>(n);
+        if (lingered_ > MAX_LINGER_INPUT)
+          return finish();
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+      return finish(); // the client closed (or the connection broke)
+    }
+  }
+
+  // Bytes written that the client has not acknowledged yet.
+  int unacked_output() const {
+    int n = 0;
+    return ioctl(fd_, SIOCOUTQ, &n) == 0 ? n : 0;
+  }
+
   void finish() {
     if (dead_)
       return;
     dead_ = true;
     srv_.loop().timers().cancel(timer_);
-    if (ssl_ && state_ == State::open) {
+    if (ssl_ && state_ == State::open && !notified_) {
       ERR_clear_error();
       SSL_shutdown(ssl_); // best effort close_notify
       ERR_clear_error();
@@ -466,6 +526,11 @@ private:
   State state_;
   std::unique_ptr<TcpSession> session_;
   static constexpr size_t KEEP_IDLE_OUTPUT = 64 * 1024;
+  static constexpr size_t MAX_LINGER_INPUT = 1 << 20;
+  bool lingering_ = false;  // linger(): output done, reading what still comes
+  bool notified_ = false;   // close_notify sent
+  int linger_unsent_ = 0;   // unacknowledged output at the last look
+  size_t lingered_ = 0;     // bytes read and dropped while lingering
   static constexpr uint64_t TRIM_IDLE_OUTPUT_NS = 1'000'000'000;
   std::vector<uint8_t> out_;
   char detect_buf_[4];  // the first bytes of a cleartext connection

@@ -321,6 +321,45 @@ class TcpTest(TimedTestCase):
         with self.serve() as srv:
             self.assertNotIn("cleartext", srv.output())
 
+    def test_input_after_a_closing_request_loses_no_response(self):
+        # Regression: the server closed its socket as soon as the last
+        # response was written to it. With input it had not read (what a
+        # client sent after "Connection: close", or the rest of an upload
+        # it refused), the kernel then sent a reset and threw away what it
+        # had not sent yet: the end of the response, which the client saw
+        # as a truncated body. And the bytes after that request were parsed
+        # as another request and answered with a 400 (RFC 9112 9.6: no
+        # request after a "close" is processed). Now the server sends its
+        # close_notify and FIN after the response and reads and drops what
+        # still comes until the client closes.
+        n = 4_000_000
+        with self.serve() as srv:
+            raw = socket.socket()
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+            raw.connect((srv.host, srv.port))
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            ctx.set_alpn_protocols(["http/1.1"])
+            s = ctx.wrap_socket(raw)
+            s.sendall(b"GET /bytes/%d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % n +
+                      b"X" * 100_000)
+            s.settimeout(10)
+            got = bytearray()
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+                time.sleep(0.002)  # a slow reader: the response is still queued at the end
+            s.close()
+            stats = srv.stop()
+        head, _, body = bytes(got).partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:100])
+        self.assertEqual(len(body), n, "the response was cut (or more followed it)")
+        self.assertEqual(body, pattern(n))
+        self.assertEqual(stats["tcp_responses_4xx"], 0, stats)
+
     def test_a_partial_h2c_preface_costs_no_cpu(self):
         # Regression: the cleartext port peeked at the first bytes and
         # waited while they were a part of "PRI " (the HTTP/2 preface): the
