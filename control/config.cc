@@ -430,7 +430,7 @@ std::map<std::string, std::vector<std::string>> by_flag(const std::vector<std::s
   for (const auto &f : flags) {
     if (f.starts_with("--")) {
       cur = &m[f];
-    } else if (cur) {
+    } else if (cur && !f.starts_with('\x01')) { // not an origin marker (FILE:LINE)
       cur->push_back(f);
     }
   }

@@ -146,7 +146,7 @@ public:
         // 400 or is cut, and the upstream connection is closed.
         env_.stats->bad_requests += 1;
         abort_proxy_body();
-      } else if (!closing_) {
+      } else if (!closing_ && !last_) {
         fail(400);
       }
       return;
@@ -279,7 +279,9 @@ private:
   static H1Session &me(http_parser *p) { return *static_cast<H1Session *>(p->data); }
 
   int message_begin() {
-    if (closing_) return 1; // a request after the one we failed: stop here
+    // A request after the one we failed, or after one that asked to close:
+    // stop here.
+    if (closing_ || last_) return 1;
     req_.reset();
     field_.clear();
     value_.clear();

@@ -319,17 +319,17 @@ StaticFiles::StaticFiles(const std::string &docroot, const FileCacheLimits &limi
   // Every file is opened with openat2 (RESOLVE_BENEATH): where a seccomp
   // filter or an old kernel refuses it, say so now rather than answer
   // every request with an error.
+  // (A root the server may search but not list, EACCES here, still serves
+  // its files.)
   int probe = open_beneath(root_fd_, "");
-  if (probe < 0) {
+  if (probe < 0 && (errno == ENOSYS || errno == EPERM)) {
     const int err = errno;
     close(root_fd_);
     root_fd_ = -1;
     throw std::runtime_error("document root " + docroot + ": openat2: " + std::strerror(err) +
-                             (err == ENOSYS || err == EPERM
-                                  ? " (a seccomp filter or a kernel before 5.6 refuses it)"
-                                  : ""));
+                             " (a seccomp filter or a kernel before 5.6 refuses it)");
   }
-  close(probe);
+  if (probe >= 0) close(probe);
 }
 
 StaticFiles::~StaticFiles() {
@@ -380,7 +380,7 @@ void redirect_to_directory(const Request &req, Response &resp, std::string_view 
       location += HEX[c & 15];
     }
   }
-  location += '/';
+  if (!rel.empty()) location += '/'; // "/." names the root: "/"
   const auto q = req.path.find('?');
   if (q != std::string::npos) {
     std::string_view query = std::string_view(req.path).substr(q);

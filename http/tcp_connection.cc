@@ -74,7 +74,11 @@ public:
     ci.busy = busy();
     return ci;
   }
-  bool busy() const override { return session_ && (session_->busy() || output_pending() > 0); }
+  // Lingering too: a drain waits for the end of the last response to be
+  // taken (bounded by the linger's own limits and the drain's deadline).
+  bool busy() const override {
+    return lingering_ || (session_ && (session_->busy() || output_pending() > 0));
+  }
 
   void resume() override {
     wake_pending_ = false;
@@ -119,15 +123,20 @@ private:
     if (dead_)
       return;
     if (lingering_) {
-      // Still sending what was written before the FIN: wait on while it
-      // moves, up to the write timeout each time.
+      // While what was written before the FIN moves, the client gets the
+      // write timeout between moves; once it has all of it, a moment more
+      // to close first; and never more than twice the write timeout.
+      const uint64_t now = srv_.loop().now();
       const int unsent = unacked_output();
-      if (unsent > 0 && unsent < linger_unsent_) {
+      if (unsent < linger_unsent_) {
         linger_unsent_ = unsent;
-        srv_.loop().timers().schedule(timer_, srv_.loop().now() + srv_.config().write_timeout);
-        return;
+        linger_moved_ = now;
       }
-      return finish();
+      const uint64_t wait = unsent == 0 ? LINGER_GRACE_NS : srv_.config().write_timeout;
+      if (now - linger_moved_ >= wait || now - linger_started_ >= 2 * srv_.config().write_timeout)
+        return finish();
+      srv_.loop().timers().schedule(timer_, now + LINGER_TICK_NS);
+      return;
     }
     auto &st = srv_.mutable_stats();
     switch (deadline_kind_) {
@@ -464,8 +473,8 @@ private:
   // GOAWAY). Closing a socket with unread input sends a reset, and a reset
   // throws away what the kernel has not sent yet: the end of the last
   // response. So the close_notify and a FIN go after the response, and
-  // what the client still sends is read and dropped until it closes, its
-  // data stops moving for the write timeout, or 1 MiB of it came.
+  // what the client still sends is read and dropped until it closes, 1 MiB
+  // of it came, or the time runs out (see timed_out()).
   void linger() {
     if (ssl_ && state_ == State::open) {
       ERR_clear_error();
@@ -477,8 +486,9 @@ private:
     notified_ = true;
     lingering_ = true;
     linger_unsent_ = unacked_output();
+    linger_started_ = linger_moved_ = srv_.loop().now();
     srv_.loop().set_interest(fd_, this, true, false);
-    srv_.loop().timers().schedule(timer_, srv_.loop().now() + srv_.config().write_timeout);
+    srv_.loop().timers().schedule(timer_, linger_started_ + LINGER_TICK_NS);
     linger_read();
   }
 
@@ -530,6 +540,10 @@ private:
   bool lingering_ = false;  // linger(): output done, reading what still comes
   bool notified_ = false;   // close_notify sent
   int linger_unsent_ = 0;   // unacknowledged output at the last look
+  uint64_t linger_started_ = 0;
+  uint64_t linger_moved_ = 0; // when the unacknowledged output last shrank
+  static constexpr uint64_t LINGER_TICK_NS = 250'000'000;
+  static constexpr uint64_t LINGER_GRACE_NS = 1'000'000'000;
   size_t lingered_ = 0;     // bytes read and dropped while lingering
   static constexpr uint64_t TRIM_IDLE_OUTPUT_NS = 1'000'000'000;
   std::vector<uint8_t> out_;

@@ -128,14 +128,19 @@ class ControlTest(TimedTestCase):
         sock = os.path.join(self.tmp, "reload.sock")
         cfg = os.path.join(self.tmp, "reload.toml")
 
-        def write(streams, idle, level):
+        def write(streams, idle, level, comment=""):
             with open(cfg, "w") as f:
-                f.write(f'[server]\nlisten = ["127.0.0.1:{port}"]\nworkers = 1\n'
+                f.write(f'{comment}[server]\nlisten = ["127.0.0.1:{port}"]\nworkers = 1\n'
                         f'control_socket = "{sock}"\nlog_level = "{level}"\n'
                         f'[quic]\nmax_streams = {streams}\nidle_timeout_ms = {idle}\n')
         write(64, 30000, "info")
         with Server("--config", cfg, listen=[], port=port, workers=0) as srv:
             srv.control_socket = sock
+            rc, out, _ = xdpqctl(srv, "reload")
+            self.assertEqual(rc, 0, out)
+            self.assertNotIn("kept the running value", out)
+            # Lines moved (a comment) and an applied key changed: nothing kept.
+            write(64, 30000, "warn", comment="# moved down a line\n")
             rc, out, _ = xdpqctl(srv, "reload")
             self.assertEqual(rc, 0, out)
             self.assertNotIn("kept the running value", out)

@@ -3,6 +3,7 @@
 h2load; same bytes as over HTTP/3; Alt-Svc; HEAD, Range, chunked POST."""
 
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -271,7 +272,6 @@ class TcpTest(TimedTestCase):
         # the whole drain, for a reset. Nobody takes them over in a drain
         # (an upgrade hands them on instead): they close, and a new client
         # is refused at once.
-        import signal
         with self.serve("--drain-timeout", "20000") as srv:
             busy = self.tls_http1(srv)  # a download the drain waits for
             busy.sendall(b"GET /bytes/60000000 HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -346,19 +346,44 @@ class TcpTest(TimedTestCase):
                       b"X" * 100_000)
             s.settimeout(10)
             got = bytearray()
+            drained = False
             while True:
                 chunk = s.recv(65536)
                 if not chunk:
                     break
                 got += chunk
+                if len(got) > n // 2 and not drained:
+                    # A drain now waits for the rest (and its linger) too.
+                    srv.proc.send_signal(signal.SIGTERM)
+                    drained = True
+                if drained:
+                    s.sendall(b"X")  # still sending: a closed socket would answer with a reset
                 time.sleep(0.002)  # a slow reader: the response is still queued at the end
             s.close()
+            self.assertEqual(srv.proc.wait(timeout=20), 0)
             stats = srv.stop()
         head, _, body = bytes(got).partition(b"\r\n\r\n")
         self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:100])
         self.assertEqual(len(body), n, "the response was cut (or more followed it)")
         self.assertEqual(body, pattern(n))
         self.assertEqual(stats["tcp_responses_4xx"], 0, stats)
+
+    def test_no_request_after_one_that_asked_to_close_is_served(self):
+        # RFC 9112 9.6: after a request with "Connection: close" the server
+        # processes no further request on the connection, whatever framing
+        # the first had (here a body, after which the parser would go on).
+        with self.serve() as srv:
+            s = self.tls_http1(srv)
+            s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                      b"Connection: close\r\n\r\nhi"
+                      b"GET /bytes/7 HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = read_to_end(s)
+            s.close()
+            stats = srv.stop()
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:100])
+        self.assertTrue(got.endswith(b"\r\n\r\nhi"), got)
+        self.assertEqual(got.count(b"HTTP/1.1 "), 1, got)
+        self.assertEqual(stats["tcp_requests"], 1, stats)
 
     def test_a_partial_h2c_preface_costs_no_cpu(self):
         # Regression: the cleartext port peeked at the first bytes and

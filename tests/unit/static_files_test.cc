@@ -382,6 +382,7 @@ TEST_F(StaticFilesTest, ADirectoryWithoutItsSlashIsRedirectedToIt) {
   // Built from the normalized path: never a redirect to another host.
   EXPECT_EQ(location("//sub"), "/sub/");
   EXPECT_EQ(location("/./sub"), "/sub/");
+  EXPECT_EQ(location("/."), "/"); // the root itself
   EXPECT_EQ(body_of(get("/sub/")), "sub index");
   EXPECT_EQ(body_of(get("/two%20words/")), "spaced");
   EXPECT_EQ(body_of(get("/sub/index.html")), "sub index");
