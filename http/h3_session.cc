@@ -363,8 +363,32 @@ void H3Session::wake_at(uint64_t at, uint64_t now) {
   }
 }
 
+void H3Session::stream_opened(int64_t stream_id) { opening_.push_back({stream_id, 0}); }
+
+void H3Session::stop_opening(int64_t stream_id) {
+  // Mostly the oldest: streams begin their HEADERS in the order they open.
+  auto it = std::find_if(opening_.begin(), opening_.end(),
+                         [&](const Opening &o) { return o.id == stream_id; });
+  if (it != opening_.end()) opening_.erase(it);
+}
+
 void H3Session::time_heads() {
   const uint64_t now = transport_.app_now();
+  // Streams that never began a HEADERS frame: reset both ways, like heads
+  // not whole in time.
+  size_t gone_by = 0;
+  for (auto &o : opening_) {
+    if (o.since == 0) o.since = now;
+    if (limits_.header_timeout == 0 || now - o.since < limits_.header_timeout) break;
+    ++gone_by;
+  }
+  for (size_t i = 0; i < gone_by; ++i) {
+    stats_.header_timeouts += 1;
+    transport_.app_stop_reading(opening_[i].id, NGHTTP3_H3_REQUEST_INCOMPLETE);
+    transport_.app_reset_writing(opening_[i].id, NGHTTP3_H3_REQUEST_INCOMPLETE);
+  }
+  opening_.erase(opening_.begin(), opening_.begin() + static_cast<ptrdiff_t>(gone_by));
+  for (auto &o : opening_) o.since = o.since ? o.since : now;
   size_t expired = 0;
   for (Stream *s : heading_) {
     if (s->head_since == 0) s->head_since = now; // began since the last write
@@ -383,8 +407,10 @@ void H3Session::time_heads() {
   // Those begun since the last write are at the back, unstamped.
   for (auto it = heading_.rbegin(); it != heading_.rend() && (*it)->head_since == 0; ++it)
     (*it)->head_since = now;
-  if (!heading_.empty() && limits_.header_timeout != 0)
-    wake_at(heading_.front()->head_since + limits_.header_timeout, now);
+  if (limits_.header_timeout != 0) {
+    if (!heading_.empty()) wake_at(heading_.front()->head_since + limits_.header_timeout, now);
+    if (!opening_.empty()) wake_at(opening_.front().since + limits_.header_timeout, now);
+  }
 }
 
 void H3Session::abandoned(Stream &s) {
@@ -503,6 +529,7 @@ void H3Session::shutdown_stream_write(int64_t stream_id) {
 }
 
 int H3Session::close_stream(int64_t stream_id, uint64_t app_error) {
+  if (!opening_.empty()) stop_opening(stream_id);
   // nghttp3 keeps a stream whose header section waits for QPACK insertions
   // (it closes it once they come, or with the connection): the transport's
   // stream is gone, so its head is timed no more.
@@ -579,6 +606,7 @@ H3Session::Stream *H3Session::acquire(int64_t stream_id) {
 }
 
 int H3Session::on_begin_headers(int64_t stream_id) {
+  if (!opening_.empty()) stop_opening(stream_id);
   Stream *s = acquire(stream_id);
   s->early = reading_early_;
   int rv = nghttp3_conn_set_stream_user_data(conn_, stream_id, s);

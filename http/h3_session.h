@@ -116,7 +116,7 @@ public:
                       bool early) override;
   int64_t writev_stream(int64_t &stream_id, int &fin, ngtcp2_vec *vec, size_t veccnt) override;
   int64_t before_write() override {
-    if (!heading_.empty()) time_heads();
+    if (!heading_.empty() || !opening_.empty()) time_heads();
     if (read_ahead_held_ > 0 && ra_pool_) {
       if (!others_wait_for_pool()) {
         stall_since_ = 0; // timed afresh when others wait again
@@ -151,6 +151,7 @@ public:
   // our side is abandoned too (H3_REQUEST_INCOMPLETE, RFC 9114 4.1.2).
   void peer_reset(int64_t stream_id) override;
   bool answered(int64_t stream_id) const override;
+  void stream_opened(int64_t stream_id) override;
   int close_stream(int64_t stream_id, uint64_t app_error) override;
   // nghttp3 freed the stream (its stream_close callback).
   void stream_freed(int64_t stream_id) {
@@ -225,6 +226,16 @@ private:
   // Request streams whose header section began and is not whole yet, in
   // the order they began (head_since, stamped at the first write after).
   std::vector<Stream *> heading_;
+  // Request streams opened whose HEADERS frame has not begun (nghttp3
+  // knows nothing of them yet: a lone frame-type byte, reserved frames),
+  // with when (0: not stamped yet), in the order they opened. Timed as
+  // heads are.
+  struct Opening {
+    int64_t id;
+    uint64_t since;
+  };
+  std::vector<Opening> opening_;
+  void stop_opening(int64_t stream_id);
   void stop_heading(Stream &s);
   // Abandons the heads past limits_.header_timeout; a wake for the next.
   void time_heads();

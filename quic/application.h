@@ -99,6 +99,8 @@ public:
     (void)stream_id;
     return false;
   }
+  // The peer opened a request stream (before any byte of it is read).
+  virtual void stream_opened(int64_t stream_id) { (void)stream_id; }
   // The stream is gone (app_error: the code it closed with).
   virtual int close_stream(int64_t stream_id, uint64_t app_error) = 0;
   virtual void set_max_client_streams_bidi(uint64_t n) = 0;

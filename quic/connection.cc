@@ -733,10 +733,12 @@ int Connection::on_stream_close(uint32_t flags, int64_t stream_id, uint64_t app_
     auto seen = std::find(resets_seen_.begin(), resets_seen_.end(), stream_id);
     const bool accounted = seen != resets_seen_.end();
     if (accounted) resets_seen_.erase(seen);
-    // Reset, by nobody we know of: the peer's STOP_SENDING had ngtcp2
-    // reset our side. A cancel like a RESET_STREAM, limited alike, unless
-    // our whole answer was handed over already (ngtcp2 sets the code then
-    // too, while it is not all acknowledged).
+    // Reset, and neither by us nor by a RESET_STREAM charged already: the
+    // peer's STOP_SENDING had ngtcp2 reset our side (also on a request we
+    // had stopped reading: one left without its end). A cancel like a
+    // RESET_STREAM, limited alike, unless our whole answer was handed over
+    // already (ngtcp2 sets the code then too, while it is not all
+    // acknowledged).
     if (reset && !accounted && !(app_ && app_->answered(stream_id)) && !take_reset_token()) {
       ep_.mutable_stats().stream_reset_closes += 1;
       ngtcp2_ccerr_set_application_error(&last_error_, ep_.app_factory().excessive_load_code(),
@@ -785,7 +787,8 @@ int Connection::on_stream_reset(int64_t stream_id) {
   auto asked = std::find(stopped_reading_.begin(), stopped_reading_.end(), stream_id);
   const bool answer = asked != stopped_reading_.end();
   if (answer) stopped_reading_.erase(asked);
-  if (request_stream(stream_id)) reset_seen(stream_id);
+  // Charged here (once per stream): the close does not charge it again.
+  if (!answer && request_stream(stream_id)) reset_seen(stream_id);
   if (!answer && request_stream(stream_id) && !take_reset_token()) {
     ep_.mutable_stats().stream_reset_closes += 1;
     ngtcp2_ccerr_set_application_error(&last_error_, ep_.app_factory().excessive_load_code(),
@@ -835,9 +838,11 @@ int Connection::on_extend_max_stream_data(int64_t stream_id) {
 
 int Connection::on_stream_open(int64_t stream_id) {
   // A client's request stream; opening one opens every lower one too.
-  if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1))
+  if (ngtcp2_is_bidi_stream(stream_id) && !(stream_id & 1)) {
     client_streams_opened_ =
         std::max(client_streams_opened_, static_cast<uint64_t>(stream_id) / 4 + 1);
+    if (app_) app_->stream_opened(stream_id);
+  }
   return 0;
 }
 
@@ -927,8 +932,9 @@ void Connection::app_consume(int64_t stream_id, uint64_t n) {
 }
 
 void Connection::app_stop_reading(int64_t stream_id, uint64_t app_error) {
-  // The stream's error code is then ours (ngtcp2 reports it at the close).
-  if (request_stream(stream_id)) reset_seen(stream_id);
+  // Not marked as seen: the RESET_STREAM that answers it is no cancel (see
+  // on_stream_reset), but a STOP_SENDING the client adds to cut our answer
+  // short is one (see on_stream_close).
   ngtcp2_conn_shutdown_stream_read(conn_, 0, stream_id, app_error);
 }
 
