@@ -74,10 +74,12 @@ public:
     ci.busy = busy();
     return ci;
   }
-  // Lingering too: a drain waits for the end of the last response to be
-  // taken (bounded by the linger's own limits and the drain's deadline).
+  // Lingering with output the client has not acknowledged too: a drain
+  // waits for the end of the last response to be taken (until its
+  // deadline), not for idle clients to close.
   bool busy() const override {
-    return lingering_ || (session_ && (session_->busy() || output_pending() > 0));
+    if (lingering_) return unacked_output() > 0;
+    return session_ && (session_->busy() || output_pending() > 0);
   }
 
   void resume() override {
