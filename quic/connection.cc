@@ -326,15 +326,15 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
       return;
     }
   }
+  // A connection whose HTTP/3 session began after the drain did (its
+  // ClientHello took more than one datagram) is told now.
+  if (!drain_told_ && app_ && ep_.draining()) shutdown_notice();
   // Authenticated: the dataplane may learn where this peer is. A new 1-RTT
   // packet (after the handshake) from an address the connection validated
   // proves the sender holds the keys there. Handshake packets, replays of
   // a genuine packet (from another link: anyone on it can capture one),
   // and packets from an address not yet validated (a client with the keys
   // can write any source address) only fill in a peer nobody knows yet.
-  // A connection whose HTTP/3 session began after the drain did (its
-  // ClientHello took more than one datagram) is told now.
-  if (!drain_told_ && app_ && ep_.draining()) shutdown_notice();
   // Told once per change: a weak packet after a strong one from the same
   // link and address says nothing new.
   const bool changed = dg.link != verified_link_ || !(path.remote == verified_remote_);
