@@ -221,10 +221,24 @@ void AdminServer::accept_all(Listener &l) {
       close(fd);
       continue;
     }
+    // No memory for this client, or epoll refuses its socket: it alone is
+    // refused.
+    Client *c = nullptr;
+    bool built = false;
+    try {
+      auto owned = std::make_unique<Client>(*this, fd, l.http);
+      built = true; // from here on, destroying it closes fd
+      c = owned.get();
+      clients_.emplace(c, std::move(owned));
+    } catch (const std::exception &e) {
+      if (!built) close(fd);
+      stats_.refused_no_resources += 1;
+      // The control socket's clients are few and local: worth a line each.
+      if (l.http) LOG_DEBUG("metrics port: client refused: %s", e.what());
+      else LOG_WARN("control socket: client refused: %s", e.what());
+      continue;
+    }
     stats_.clients += 1;
-    auto owned = std::make_unique<Client>(*this, fd, l.http);
-    Client *c = owned.get();
-    clients_.emplace(c, std::move(owned));
     http_clients_ += l.http;
     if (!l.http) {
       ucred cred{};

@@ -34,6 +34,7 @@ struct AdminStats {
   uint64_t timeouts = 0;         // deadline passed before the exchange finished
   uint64_t bad_requests = 0;     // too long or malformed
   uint64_t accept_paused = 0;    // out of descriptors: listener paused
+  uint64_t refused_no_resources = 0; // no memory or epoll space for the client
 };
 
 class AdminServer {

@@ -30,16 +30,19 @@ EventLoop::~EventLoop() {
 }
 
 void EventLoop::watch(int fd, FdHandler *h, bool want_write) {
+  if (!try_watch(fd, h, want_write)) {
+    throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
+  }
+}
+
+bool EventLoop::try_watch(int fd, FdHandler *h, bool want_write) {
   epoll_event ev{};
   ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
   ev.data.ptr = h;
-  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
-  }
-  if (fd >= 0) {
-    if (static_cast<size_t>(fd) >= registered_.size()) registered_.resize(fd + 64);
-    registered_[fd] = {h, ev.events};
-  }
+  if (fd >= 0 && static_cast<size_t>(fd) >= registered_.size()) registered_.resize(fd + 64);
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return false;
+  if (fd >= 0) registered_[fd] = {h, ev.events};
+  return true;
 }
 
 void EventLoop::modify(int fd, FdHandler *h, uint32_t events) {

@@ -61,6 +61,10 @@ public:
   // Watch fd for readability, and for writability while want_write is set.
   // Throws std::runtime_error if epoll refuses.
   void watch(int fd, FdHandler *h, bool want_write = false);
+  // The same for one client's or upstream's socket, where epoll refusing
+  // (ENOMEM, or ENOSPC past fs.epoll.max_user_watches) costs that socket
+  // only: false with errno set, nothing watched.
+  bool try_watch(int fd, FdHandler *h, bool want_write = false);
   // Change what fd is watched for. Free when nothing changes: the loop
   // remembers what epoll has for each fd and asks the kernel only for a
   // change (connections call this after every event).

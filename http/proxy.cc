@@ -112,14 +112,21 @@ public:
     bool connected = false;
     fd_ = start_connect(up_.addr, connected);
     if (fd_ < 0) return false;
+    if (!proxy_.loop().try_watch(fd_, this, true)) {
+      // Our shortage (errno ENOMEM or ENOSPC), not the upstream's.
+      const int err = errno;
+      ::close(fd_);
+      fd_ = -1;
+      errno = err;
+      return false;
+    }
+    want_read_ = want_write_ = true;
     state_ = connected ? State::sending : State::connecting;
     opened_at_ = proxy_.loop().now();
     if (connected) up_.stats.connect_time.record(0);
     up_.load->conns += 1;
     up_.stats.connects += 1;
     counted_ = true;
-    proxy_.loop().watch(fd_, this, true);
-    want_read_ = want_write_ = true;
     return true;
   }
 

@@ -161,10 +161,22 @@ void TcpServer::accept_all(Listener &l) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // No memory for this client, or epoll refuses its socket: it alone is
+    // refused; the worker and its other clients go on.
+    bool built = false;
+    try {
+      auto c = make_tcp_connection(*this, fd, l.tls, slot, peer);
+      built = true; // from here on, destroying it closes fd
+      TcpConnection *raw = c.get();
+      conns_.emplace(raw, std::move(c));
+    } catch (const std::exception &e) {
+      if (!built) close(fd);
+      sources_.release(slot);
+      stats_.refused_no_resources += 1;
+      LOG_DEBUG("tcp accept: %s; connection refused", e.what());
+      continue;
+    }
     stats_.accepted += 1;
-    auto c = make_tcp_connection(*this, fd, l.tls, slot, peer);
-    TcpConnection *raw = c.get();
-    conns_.emplace(raw, std::move(c));
   }
 }
 

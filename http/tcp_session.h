@@ -38,6 +38,7 @@ struct TcpLimits {
   X(accepted, "TCP connections accepted")                                              \
   X(refused_conn_limit, "TCP connections refused: too many")                           \
   X(accept_paused, "accept() paused: out of descriptors or memory (EMFILE, ENFILE)")   \
+  X(refused_no_resources, "TCP connections refused: no memory or epoll space for them")   \
   X(refused_source_limit, "TCP connections refused: the source holds its connection cap") \
   X(refused_source_rate, "TCP connections refused: the source connects too fast")      \
   X(tls_handshake_failed, "TLS handshakes that failed")                                \

@@ -42,9 +42,11 @@ int start_connect(const UpstreamAddress &a, bool &connected) {
 }
 
 bool local_connect_error(int err) {
-  // What stops an accept() here stops a socket() too; and a connect() may
-  // find no local port left.
-  return dataplane::AcceptBackoff::is_resource_error(err) || err == EADDRNOTAVAIL;
+  // What stops an accept() here stops a socket() too; a connect() may find
+  // no local port left, and epoll may refuse the socket (ENOSPC: past
+  // fs.epoll.max_user_watches).
+  return dataplane::AcceptBackoff::is_resource_error(err) || err == EADDRNOTAVAIL ||
+         err == ENOSPC;
 }
 
 HealthProbe::HealthProbe(dataplane::EventLoop &loop, const UpstreamAddress &addr,
@@ -84,6 +86,12 @@ void HealthProbe::start() {
   parser_.reset(this, false);
   bool connected = false;
   fd_ = start_connect(addr_, connected);
+  if (fd_ >= 0 && !loop_.try_watch(fd_, this, true)) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    errno = err;
+  }
   if (fd_ < 0 && local_connect_error(errno)) {
     // Our shortage says nothing of the upstream: no probe, no verdict this
     // time; the next at the next interval.
@@ -92,7 +100,6 @@ void HealthProbe::start() {
   }
   stats_.probes += 1;
   if (fd_ < 0) return finish(false, "connect failed");
-  loop_.watch(fd_, this, true);
   loop_.timers().schedule(timer_, started_ + timeout_ns_);
   state_ = State::connecting;
   if (connected) {

@@ -28,7 +28,8 @@ struct UpstreamStats;
 // connected is set when it completed at once.
 int start_connect(const UpstreamAddress &a, bool &connected);
 // Whether a failed start_connect()'s errno is this host's shortage
-// (descriptors, memory, buffers, local ports), not the upstream's doing.
+// (descriptors, memory, buffers, local ports, epoll space), not the
+// upstream's doing.
 bool local_connect_error(int err);
 
 // Told after every probe, from the worker's loop.

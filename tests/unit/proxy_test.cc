@@ -8,6 +8,7 @@
 #include "http/proxy_headers.h"
 #include "http/upstream_response.h"
 
+#include "epoll_refusal.h"
 #include "loop_steps.h"
 #include "parse_args.h"
 #include "quic_pipe.h"
@@ -883,6 +884,34 @@ TEST_F(StreamedRequest, AnErrorPageHoldsNoBudget) {
   ex.reset();
   dead.end_of_pass();
   EXPECT_EQ(account_.held(), 0u);
+}
+
+// epoll refusing the upstream socket (no memory for the watch, or
+// fs.epoll.max_user_watches reached) is this host's shortage: a 503 for
+// that request, no upstream blamed, the next request served. Before, the
+// exception stopped the worker.
+TEST_F(StreamedRequest, AnUpstreamSocketEpollRefusesIsALocalError) {
+  xdpq::testing::refuse_socket_watches(1);
+  auto refused = get(*proxy_);
+  EXPECT_EQ(xdpq::testing::socket_watch_refusals_left(), 0);
+  ASSERT_TRUE(refused->head_ready());
+  EXPECT_EQ(refused->head().status, 503);
+  EXPECT_EQ(proxy_->stats().proxy_local_errors, 1u);
+  std::vector<UpstreamStats> up;
+  proxy_->upstream_stats(up);
+  EXPECT_EQ(up.at(0).connect_failures, 0u);
+  EXPECT_EQ(up.at(0).marked_down, 0u);
+  EXPECT_EQ(up.at(0).connects, 0u);
+  // The unix connect had completed before epoll refused the socket: the
+  // upstream sees that connection close unused.
+  bool eof = false;
+  EXPECT_EQ(upstream(&eof), "");
+  EXPECT_TRUE(eof);
+  ::close(up_);
+  up_ = -1;
+  auto served = get(*proxy_);
+  EXPECT_NE(upstream().find("GET /api/up HTTP/1.1\r\n"), std::string::npos);
+  EXPECT_FALSE(served->head_ready());
 }
 
 // Past its connection limit a route's requests wait for a connection

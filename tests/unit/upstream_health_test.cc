@@ -5,6 +5,7 @@
 
 #include "http/proxy.h"
 #include "http/upstream_health.h"
+#include "epoll_refusal.h"
 #include "loop_steps.h"
 
 #include <gtest/gtest.h>
@@ -257,6 +258,27 @@ TEST(HealthProbe, RefusedConnectFails) {
   EXPECT_EQ(s.down, 1u);
   EXPECT_EQ(s.connect_failures, 0u); // the passive counters are the requests'
   ::close(fd);
+}
+
+// epoll refusing the probe's socket (no memory for the watch, or
+// fs.epoll.max_user_watches reached) is this host's shortage: no probe, no
+// verdict, the next at the next interval. Before, the exception stopped
+// the worker.
+TEST(HealthProbe, AProbeSocketEpollRefusesGivesNoVerdict) {
+  FakeUpstream a(FakeUpstream::Mode::status, 200);
+  EventLoop loop;
+  xdpq::testing::refuse_socket_watches(1);
+  Proxy proxy(config({a.url()}, 1000), loop);
+  Steps steps(loop, {{[&] {
+                        return xdpq::testing::socket_watch_refusals_left() == 0 &&
+                               stats_of(proxy, 0).probes >= 2;
+                      },
+                      nullptr}});
+  ASSERT_EQ(steps.run(), 1u);
+  auto s = stats_of(proxy, 0);
+  EXPECT_EQ(s.probe_failures, 0u);
+  EXPECT_EQ(s.down, 0u);
+  EXPECT_EQ(distinct_picks(proxy), 1u);
 }
 
 TEST(HealthProbe, NoChecksUnlessConfigured) {
