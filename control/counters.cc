@@ -24,6 +24,15 @@ std::string fmt_seconds(double s) {
   return b;
 }
 
+// A histogram's sum to the nanosecond: "%g" keeps six digits, so past
+// 10^6 s a rate of the sum moved in steps of 10 s or more.
+std::string fmt_sum_seconds(uint64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%llu.%09llu", static_cast<unsigned long long>(ns / 1'000'000'000),
+                static_cast<unsigned long long>(ns % 1'000'000'000));
+  return b;
+}
+
 // A Prometheus label value: backslash, double quote and newline escaped.
 std::string label_value(std::string_view v) {
   std::string o;
@@ -48,8 +57,7 @@ void write_histogram(std::ostringstream &t, const std::string &name, const std::
     t << name << "_bucket{" << labels << (labels.empty() ? "" : ",") << "le=\"" << le << "\"} "
       << cum << "\n";
   }
-  t << name << "_sum{" << labels << "} " << fmt_seconds(static_cast<double>(h.sum_ns) / 1e9)
-    << "\n";
+  t << name << "_sum{" << labels << "} " << fmt_sum_seconds(h.sum_ns) << "\n";
   t << name << "_count{" << labels << "} " << cum << "\n";
 }
 
@@ -71,7 +79,7 @@ std::string fmt_ms(uint64_t ns) {
 // {"count":N,"sum_s":S,"p50_s":A,"p99_s":B,"buckets":[[le_s,cumulative],...]}
 std::string histogram_json(const dataplane::Log2Histogram &h) {
   std::string j = "{\"count\":" + std::to_string(h.count()) +
-                  ",\"sum_s\":" + fmt_seconds(static_cast<double>(h.sum_ns) / 1e9) +
+                  ",\"sum_s\":" + fmt_sum_seconds(h.sum_ns) +
                   ",\"p50_s\":" + fmt_seconds(static_cast<double>(h.quantile(0.5)) / 1e9) +
                   ",\"p99_s\":" + fmt_seconds(static_cast<double>(h.quantile(0.99)) / 1e9) +
                   ",\"buckets\":[";

@@ -2,6 +2,8 @@
 // mapping in both directions, route and URL parsing, the proxy flags; and
 // a request body streamed to an upstream on a unix socket.
 
+#include "control/counters.h"
+#include "control/worker.h"
 #include "dataplane/histogram.h"
 #include "http/proxy.h"
 #include "http/proxy_config.h"
@@ -1313,4 +1315,24 @@ TEST(Log2Histogram, CountsSumsMergesAndQuantiles) {
   EXPECT_GT(a.quantile(0.99), 65'536'000u); // the 100 ms one: (65.5, 131] ms
   EXPECT_LE(a.quantile(0.99), 131'072'000u);
   EXPECT_EQ(a.quantile(1.0), xdpq::dataplane::Log2Histogram::bound_ns(18)); // +Inf reads as the top
+}
+
+// A histogram's sum goes out to the nanosecond: with six digits, a sum
+// past 10^6 s moved in steps of 10 s or more, and a rate of it stalled.
+TEST(Log2Histogram, SumsGoOutToTheNanosecond) {
+  UpstreamStats u;
+  u.head_latency.record(1'234'567'891'234'567ull); // about 14 days
+  u.head_latency.record(1);
+  const std::string json = xdpq::control::upstream_latency_json(u);
+  EXPECT_NE(json.find("\"sum_s\":1234567.891234568,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"sum_s\":0.000000000,"), std::string::npos) << json; // connect_time
+
+  xdpq::control::WorkerSnapshot snap;
+  snap.upstreams.push_back(u);
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/app=http://127.0.0.1:1");
+  const std::string text = xdpq::control::prometheus_text({snap}, {}, *cfg);
+  EXPECT_NE(text.find("upstream=\"http://127.0.0.1:1\"} 1234567.891234568\n"),
+            std::string::npos)
+      << text;
 }
