@@ -469,9 +469,15 @@ bool AfXdpPort::send_via_kernel(const Path &path, uint8_t ecn, const uint64_t *f
 uint64_t AfXdpPort::resolve_link(const Address &dst) {
   const uint64_t learned = neighbors_.lookup(dst);
   if (!next_hops_) return learned;
-  // The kernel's MAC with the VLAN tag the peer's packets carried.
+  // An on-link or gateway hop is one whose route leaves through this very
+  // interface, not a VLAN device on it: its frames are untagged, whatever
+  // tag a packet with the peer's address carried. (Taking that tag let a
+  // forged Initial tagged with any VLAN make every reply to the peer
+  // vanish, its own Initials being too weak to correct it.) A peer on a
+  // VLAN routes through the VLAN device: elsewhere, and the learned link
+  // with its tag is all there is.
   constexpr uint64_t MAC_BITS = (uint64_t{1} << 48) - 1;
-  auto tagged = [&](uint64_t mac) { return mac ? (mac & MAC_BITS) | (learned & ~MAC_BITS) : 0; };
+  const uint64_t untagged = learned & MAC_BITS;
   auto hop = next_hops_->route(dst);
   switch (hop.kind) {
   case KernelNextHops::Hop::Kind::onlink: {
@@ -481,14 +487,14 @@ uint64_t AfXdpPort::resolve_link(const Address &dst) {
     // the other way round: a handshake packet's keys are anyone's, and one
     // forged with the peer's address and another MAC would otherwise steer
     // the peer's replies away before it has spoken.
-    const uint64_t kernel = tagged(next_hops_->neighbor(dst));
-    return kernel ? kernel : learned;
+    const uint64_t kernel = next_hops_->neighbor(dst);
+    return kernel ? kernel : untagged;
   }
   case KernelNextHops::Hop::Kind::gateway: {
     // Behind a gateway: the route decides, not the router the peer's
     // packets came through (asymmetric paths, ECMP, a new MAC).
-    uint64_t gw = tagged(next_hops_->neighbor(hop.via));
-    return gw ? gw : learned;
+    const uint64_t gw = next_hops_->neighbor(hop.via);
+    return gw ? gw : untagged;
   }
   case KernelNextHops::Hop::Kind::local:
     // This host itself (a client on it, through the kernel's socket): never

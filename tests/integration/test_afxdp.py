@@ -234,6 +234,9 @@ class AfXdpCases:
         # link preferred it to the kernel's neighbour entry, and the
         # client's own Initials (as weak) could not correct it: the client
         # was locked out. Now the kernel's entry wins where it has one.
+        # The forgery also carries an 802.1Q tag: a peer on the link is
+        # answered untagged, or a tag on a forged Initial would make every
+        # reply vanish the same way.
         bogus = "02:66:66:66:66:67"
         # A real client's first Initial, caught by a listener of our own.
         grab = ("import socket, subprocess, sys\n"
@@ -247,8 +250,8 @@ class AfXdpCases:
                 "c.kill()\n")
         initial = sh("/usr/bin/python3", "-c", grab, GTLSCLIENT, ns=self.topo.cli_ns).stdout.strip()
         self.assertGreaterEqual(len(initial), 2400, "no Initial caught")
-        forge = ("from scapy.all import Ether, IP, UDP, Raw, sendp\n"
-                 f"f = Ether(src='{bogus}', dst='02:77:00:00:00:01') / "
+        forge = ("from scapy.all import Dot1Q, Ether, IP, UDP, Raw, sendp\n"
+                 f"f = Ether(src='{bogus}', dst='02:77:00:00:00:01') / Dot1Q(vlan=7) / "
                  f"IP(src='{self.topo.cli_ip}', dst='{self.topo.srv_ip}') / "
                  f"UDP(sport=50001, dport=4433) / Raw(bytes.fromhex('{initial}'))\n"
                  f"sendp(f, iface='{self.topo.cli_if}', verbose=False)\n")
