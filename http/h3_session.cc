@@ -683,6 +683,7 @@ void H3Session::dispatch(Stream &s, bool body_follows) {
       // Proxied at once: the body streams upstream as it arrives.
       Proxy::Client client;
       client.peer = transport_.app_peer();
+      client.peer_proven = transport_.app_peer_proven();
       client.early = s.early;
       auto ex = limits_.proxy->start(route, s.req, body_follows, client, this, &s, &budget_);
       s.exchange = ex.get();

@@ -1209,7 +1209,9 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
         inet_ntop(AF_INET6, &a.u.in6.sin6_addr, ip, sizeof(ip));
       }
     }
-    for (const auto &c : cfg_->trusted) trusted |= c.contains(a);
+    if (client.peer_proven) {
+      for (const auto &c : cfg_->trusted) trusted |= c.contains(a);
+    }
   }
   ForwardContext ctx;
   ctx.client_ip = ip;

@@ -341,6 +341,9 @@ public:
 
   struct Client {
     const dataplane::Address *peer = nullptr; // null: unknown (tests)
+    // The peer's address is proven (TCP's handshake; QUIC's handshake or a
+    // path validation): only a proven one can be a trusted proxy's.
+    bool peer_proven = true;
     bool tls = true;
     // The request came in TLS early data (0-RTT), before the handshake
     // completed: it could be a replay (RFC 8470).

@@ -33,8 +33,13 @@ public:
   // read and write (a proxied response arrived): write at the end of the
   // pass.
   virtual void app_want_write() {}
-  // The peer's current address (X-Forwarded-For), or null if unknown.
+  // The peer's address (X-Forwarded-For, the access log), or null if
+  // unknown: the one the handshake or the latest path validation proved.
+  // Before the handshake completes (0-RTT), where its packets came from,
+  // which nothing has proven (app_peer_proven() false): anyone holding the
+  // connection's keys can write any source address into a datagram.
   virtual const dataplane::Address *app_peer() const { return nullptr; }
+  virtual bool app_peer_proven() const { return false; }
   // Bytes the peer's flow control lets out now: on the stream (the stream's
   // window; raising it calls the application's unblock_stream()), and on
   // the connection (its window: the connection writes when it rises).

@@ -975,6 +975,9 @@ bool Connection::app_awaits_acks() const {
 }
 
 const dataplane::Address *Connection::app_peer() const {
+  // Not ngtcp2's current path: ngtcp2 moves it to a new address at that
+  // address's first 1-RTT packet, before validating it.
+  if (app_peer_proven()) return &validated_remote_;
   const ngtcp2_path *p = ngtcp2_conn_get_path(conn_);
   peer_ = dataplane::Address::from(p->remote.addr, p->remote.addrlen);
   return &peer_;

@@ -97,6 +97,7 @@ public:
   int64_t app_open_uni_stream() override;
   void app_want_write() override;
   const dataplane::Address *app_peer() const override;
+  bool app_peer_proven() const override { return validated_remote_.len != 0; }
   uint64_t app_stream_credit(int64_t stream_id) const override;
   uint64_t app_conn_credit() const override;
   uint64_t app_now() const override;

@@ -14,6 +14,7 @@
 #include "loop_steps.h"
 #include "parse_args.h"
 #include "quic_pipe.h"
+#include "unix_listener.h"
 
 #include <gtest/gtest.h>
 
@@ -647,25 +648,11 @@ protected:
   void SetUp() override {
     static std::atomic<int> n{0};
     path_ = "/tmp/xdpq-proxy-test-" + std::to_string(getpid()) + "-" + std::to_string(n++);
-    listen_ = listen_unix(path_);
+    listen_ = xdpq::testing::listen_unix(path_);
     ASSERT_GE(listen_, 0);
     auto cfg = std::make_shared<ProxyConfig>();
     cfg->add_route("/api=unix:" + path_);
     proxy_ = std::make_unique<Proxy>(cfg, loop_);
-  }
-
-  // A listening unix socket at path (replacing a stale one), or -1.
-  static int listen_unix(const std::string &path) {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un sun{};
-    sun.sun_family = AF_UNIX;
-    std::memcpy(sun.sun_path, path.data(), path.size());
-    ::unlink(path.c_str());
-    if (::bind(fd, reinterpret_cast<sockaddr *>(&sun), sizeof(sun)) != 0 || ::listen(fd, 8) != 0) {
-      ::close(fd);
-      return -1;
-    }
-    return fd;
   }
 
   void TearDown() override {
@@ -1125,7 +1112,7 @@ TEST_F(StreamedRequest, AReloadMovesWaitingRequestsToTheNewUpstreams) {
   ASSERT_EQ(proxy.waiting(), 1u);
 
   const std::string path2 = path_ + "-new";
-  const int listen2 = listen_unix(path2);
+  const int listen2 = xdpq::testing::listen_unix(path2);
   ASSERT_GE(listen2, 0);
   auto cfg2 = std::make_shared<ProxyConfig>();
   cfg2->add_route("/other=unix:" + path_);

@@ -4,13 +4,19 @@
 // its case here, not because any case is.
 
 #include "quic_pipe.h"
+#include "unix_listener.h"
 
 #include "dataplane/handoff_ring.h"
+#include "http/proxy.h"
+#include "http/proxy_config.h"
 #include "http/static_files.h"
 
 #include <nghttp3/nghttp3.h>
 
 #include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -1743,4 +1749,53 @@ TEST_F(QuicPipe, AClosedStreamWhoseTrailersWaitForQpackIsNotAnswered) {
   const int64_t id = other.request("GET", "/healthz");
   ASSERT_TRUE(run_until(other, *server_, clock_, [&] { return other.responses[id].done; }));
   EXPECT_EQ(other.responses[id].status, 200);
+}
+
+// A client holding its connection's keys can write any source address into
+// a datagram, and ngtcp2 moves the connection's path to that address at its
+// first 1-RTT packet, before validating it. The proxy trusts X-Forwarded-*
+// only from a proven address (the handshake's, or one a path validation
+// proved), and names the client by it: before, one datagram "from" a
+// trusted proxy's address made the client's own X-Forwarded-For reach the
+// upstream.
+TEST_F(QuicPipe, AnUnprovenAddressIsNoTrustedProxy) {
+  const std::string path = "/tmp/xdpq-trust-test-" + std::to_string(getpid());
+  const int lfd = listen_unix(path);
+  ASSERT_GE(lfd, 0);
+  auto cfg = std::make_shared<http::ProxyConfig>();
+  cfg->add_route("/api=unix:" + path);
+  cfg->trusted.push_back(http::parse_cidr("10.0.0.99/32"));
+  dataplane::EventLoop loop;
+  {
+    http::Proxy proxy(cfg, loop);
+    http::H3Limits h3;
+    h3.proxy = &proxy;
+    start({}, h3);
+    const auto trusted = *dataplane::parse_address("10.0.0.99:50000");
+    auto send_from_trusted = [&] {
+      clock_.set(clock_.now() + 1'000'000);
+      for (auto d : client_->write()) {
+        d.path.remote = trusted;
+        server_->deliver(d);
+      }
+    };
+    ASSERT_GE(client_->request("GET", "/healthz"), 0);
+    send_from_trusted(); // ngtcp2's path is now the trusted address
+    ASSERT_GE(client_->request("GET", "/api/x", {{"x-forwarded-for", "1.2.3.4"}}), 0);
+    send_from_trusted();
+    int up = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    ASSERT_GE(up, 0) << "the request did not reach the upstream";
+    char buf[4096];
+    ssize_t n = ::recv(up, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0);
+    const std::string head(buf, static_cast<size_t>(n));
+    EXPECT_EQ(head.find("1.2.3.4"), std::string::npos) << head;
+    EXPECT_NE(head.find("x-forwarded-for: 10.0.0.2\r\n"), std::string::npos) << head;
+    ::close(up);
+    client_.reset();
+    server_.reset();
+    proxy.end_of_pass();
+  }
+  ::close(lfd);
+  ::unlink(path.c_str());
 }

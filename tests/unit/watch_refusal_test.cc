@@ -8,6 +8,7 @@
 #include "epoll_refusal.h"
 #include "http/tcp_server.h"
 #include "loop_steps.h"
+#include "unix_listener.h"
 
 #include <gtest/gtest.h>
 
@@ -75,13 +76,9 @@ TEST(WatchRefused, OnlyThatTcpClientIsRefused) {
 
 TEST(WatchRefused, OnlyThatControlClientIsRefused) {
   const std::string path = "/tmp/xdpq-watch-refusal-" + std::to_string(getpid());
-  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   sockaddr_un sun{};
-  sun.sun_family = AF_UNIX;
-  std::memcpy(sun.sun_path, path.data(), path.size());
-  ::unlink(path.c_str());
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr *>(&sun), sizeof(sun)), 0);
-  ASSERT_EQ(::listen(lfd, 8), 0);
+  const int lfd = xdpq::testing::listen_unix(path, &sun);
+  ASSERT_GE(lfd, 0);
   auto dial = [&] {
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr *>(&sun), sizeof(sun)), 0);
