@@ -172,7 +172,8 @@ private:
   // Read what we may, run the protocol, write what it produced; repeat
   // while progress is made. Never blocks.
   void step() {
-    for (int round = 0; round < 8 && !dead_; ++round) {
+    int round = 0;
+    for (; round < 8 && !dead_; ++round) {
       bool progressed = false;
       if (state_ == State::peek && !peek_tls())
         break;
@@ -194,7 +195,10 @@ private:
         return;
       if (session_->finished() && output_pending() == 0)
         return peer_closed_ ? finish() : linger();
-      if (peer_closed_ && output_pending() == 0 && !session_->busy())
+      // Requests still buffered in the session are answered before the
+      // client's FIN ends the connection.
+      if (peer_closed_ && output_pending() == 0 && !session_->busy() &&
+          !session_->has_buffered_input())
         return finish();
       if (!progressed)
         break;
@@ -210,7 +214,11 @@ private:
       bool want_read =
           state_ != State::open || (!session_->input_paused() &&
                                     output_pending() < srv_.config().max_output && !peer_closed_);
-      bool want_write = want_write_ || output_pending() > 0;
+      // Cut short by the round cap with work left (a long pipeline read
+      // at once, buffered in the session): nothing else would wake it, the
+      // socket having nothing more to read, so the socket being writable
+      // brings the next round at once.
+      bool want_write = want_write_ || output_pending() > 0 || round == 8;
       srv_.loop().set_interest(fd_, this, want_read, want_write);
       update_timer();
     }

@@ -204,6 +204,41 @@ class TcpTest(TimedTestCase):
         self.assertLess(i20, i30)
         self.assertIn(b"content-length: 40\r\n", buf)  # HEAD: length, no body
 
+    def test_a_long_pipeline_is_answered_whole(self):
+        # Regression: a connection's step stops after 8 rounds of 32
+        # requests; with the socket read empty and the output written,
+        # nothing woke it again, and requests 257 on waited unanswered for
+        # the idle timeout, which then dropped them.
+        n = 1000
+        req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        with self.serve() as srv:
+            with self.tls_http1(srv) as s:
+                s.sendall(req * n)
+                buf = b""
+                try:
+                    while buf.count(b"HTTP/1.1 200") < n:
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        buf += chunk
+                except socket.timeout:
+                    pass
+        self.assertEqual(buf.count(b"HTTP/1.1 200 OK"), n)
+
+    def test_a_pipeline_then_a_half_close_is_answered_whole(self):
+        # Regression: the FIN read with requests still buffered in the
+        # session closed the connection once the responses so far were
+        # written: requests 65 to 100 were dropped.
+        n = 100
+        req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        port = free_udp_port()
+        with self.serve("--h2c-listen", f"127.0.0.1:{port}"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(req * n)
+                s.shutdown(socket.SHUT_WR)
+                buf = read_to_end(s)
+        self.assertEqual(buf.count(b"HTTP/1.1 200 OK"), n)
+
     def tls_http1(self, srv):
         import socket
         import ssl
