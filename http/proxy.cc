@@ -172,7 +172,25 @@ public:
     close();
   }
 
+  // Nothing behind its last answer: no bytes and no close from the
+  // upstream (the socket asked without taking anything). A read that
+  // ended with the answer says nothing of a FIN right behind it, and a
+  // request handed such a connection would fail before any byte of
+  // answer: a POST, never retried, would get 502.
+  bool quiet() {
+    if (stray_) return false;
+    char c;
+    const ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0) up_.stats.stray_bytes += 1;
+    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  // For a pooled one about to be reused: epoll tells of what came after
+  // it was pooled in an earlier pass (on_io closes it); one pooled in this
+  // pass is asked.
+  bool reusable() { return pooled_at_ != proxy_.loop().now() || quiet(); }
+
   void make_idle(uint64_t idle_timeout) {
+    pooled_at_ = proxy_.loop().now();
     state_ = State::idle;
     up_.idle.push_back(this);
     interest(true, false);
@@ -492,6 +510,7 @@ private:
   State state_ = State::connecting;
   bool counted_ = false;
   ProxyExchange *ex_ = nullptr;
+  uint64_t pooled_at_ = 0; // the loop's time when it last became idle
   UpstreamResponseParser parser_;
   size_t head_off_ = 0;
   char frame_[24];              // a chunk's framing being written
@@ -1303,10 +1322,13 @@ Upstream *Proxy::pick_route(size_t i) {
 
 UpstreamConn *Proxy::connect(Upstream &u, bool fresh_only, bool &reused, bool &pool_full,
                              bool &local_error) {
-  if (!fresh_only && !u.idle.empty()) {
+  while (!fresh_only && !u.idle.empty()) {
     UpstreamConn *c = u.idle.back();
-    reused = true;
-    return c;
+    if (c->reusable()) {
+      reused = true;
+      return c;
+    }
+    c->close(); // out of the idle list
   }
   if (u.load->conns >= u.settings->max_conns_per_upstream) {
     // Pooled ones first make room for a fresh one.
@@ -1346,8 +1368,13 @@ void Proxy::pool(UpstreamConn &c) {
   // unless the upstream fails its health check, which gives it no request
   // (a passive back-off does not hold: this answer just came whole).
   const bool failing = u.probe && u.probe->failing();
-  while (ProxyExchange *ex = failing ? nullptr : ProxyExchange::first_waiting(*u.route)) {
-    if (ex->dequeued(u, &c)) return;
+  if (!failing && ProxyExchange::first_waiting(*u.route)) {
+    // Handed on in the pass its answer ended: nothing may be behind it.
+    // If something is, it closes and the waiting request gets a fresh one.
+    if (!c.quiet()) return c.close();
+    while (ProxyExchange *ex = ProxyExchange::first_waiting(*u.route)) {
+      if (ex->dequeued(u, &c)) return;
+    }
   }
   if (u.gen->retired || u.idle.size() >= u.settings->max_idle_per_upstream) return c.close();
   c.make_idle(u.settings->idle_timeout_ns);

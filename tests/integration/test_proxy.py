@@ -993,6 +993,23 @@ class ProxyTest(TimedTestCase):
                 self.assertNotEqual(got, b"smuggle")
             self.assertEqual(total(stats_json(srv), "upstream0_stray_bytes"), 1)
 
+    def test_a_connection_the_upstream_closed_is_handed_to_no_waiting_request(self):
+        # Regression: an answer without "connection: close" and the
+        # upstream's FIN behind it, read short: the connection went at once
+        # to the request waiting for the one connection allowed. Its write
+        # and read failed before any byte of answer, and a POST, which is
+        # never retried, got 502.
+        with self.serve(f"/app={self.app.url}",
+                        extra=("--proxy-max-connections", "1")) as srv:
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                first = pool.submit(curl, srv, "/app/close-after?s=0.5", "-d", "a")
+                time.sleep(0.2)  # the second waits for the connection
+                second = pool.submit(curl, srv, "/app/close-after", "-d", "b")
+                for r in (first.result(), second.result()):
+                    st, _, got, rc, _ = r
+                    self.assertEqual((st, got, rc), (200, b"ok", 0))
+            self.assertEqual(total(stats_json(srv), "upstream0_resets"), 0)
+
     def test_upstream_reset_mid_body_resets_the_stream(self):
         n = 1_000_000
         with self.serve(f"/app={self.app.url}") as srv:

@@ -117,6 +117,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 pass
             self.close_connection = True
             return
+        if urllib.parse.urlparse(self.path).path.endswith("/close-after"):
+            # Reads the body, waits, answers as if it kept the connection
+            # (no "connection: close"), and closes it: answer and FIN leave
+            # in one segment (corked), so both are there when the proxy
+            # reads the answer.
+            q = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
+            self.body()
+            time.sleep(float(q.get("s", "0")))
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.close_connection = True
+            return
         if self.path.endswith("/head-first"):
             # Its head (a body of 10 promised) before it reads any of the
             # request, then nothing until the proxy gives up on it.
