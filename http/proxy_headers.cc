@@ -38,9 +38,20 @@ bool line_token(std::string_view s) {
   return !s.empty();
 }
 
+// Fields in which a client would claim an address, scheme or host, as
+// applications read them: CGI, WSGI and PHP turn '-' and '_' alike into
+// HTTP_X_FORWARDED_FOR, and applications written for nginx's realip
+// module read X-Real-IP. (Names are lower case here.)
 bool forwarding_field(std::string_view name) {
-  return name == "x-forwarded-for" || name == "x-forwarded-proto" ||
-         name == "x-forwarded-host" || name == "forwarded";
+  static constexpr std::string_view NAMES[] = {"x-forwarded-for", "x-forwarded-proto",
+                                               "x-forwarded-host", "forwarded", "x-real-ip"};
+  for (std::string_view n : NAMES) {
+    if (n.size() != name.size()) continue;
+    size_t i = 0;
+    while (i < n.size() && (name[i] == n[i] || (n[i] == '-' && name[i] == '_'))) ++i;
+    if (i == n.size()) return true;
+  }
+  return false;
 }
 
 // All values of one field, joined as the field's list (cookie: with "; ").

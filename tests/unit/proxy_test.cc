@@ -444,6 +444,22 @@ TEST(ProxyHeaders, ForwardedHeadersReplacedUnlessTrusted) {
   std::string out;
   ASSERT_TRUE(build_upstream_request(req, ctx, out));
   EXPECT_EQ(out.find("6.6.6.6"), std::string::npos) << out;
+  // Look-alikes that applications read as the same fields: CGI, WSGI and
+  // PHP map '_' like '-' (HTTP_X_FORWARDED_FOR); nginx's realip module
+  // reads X-Real-IP. Dropped from an untrusted client too; others pass.
+  Request lookalikes = request("GET", "/", "site",
+                               {{"x_forwarded_for", "7.7.7.7"},
+                                {"x-forwarded_host", "evil2"},
+                                {"x-real-ip", "8.8.8.8"},
+                                {"x_real_ip", "9.9.9.9"},
+                                {"x_custom", "kept"}});
+  std::string out2;
+  ASSERT_TRUE(build_upstream_request(lookalikes, ctx, out2));
+  EXPECT_EQ(out2.find("7.7.7.7"), std::string::npos) << out2;
+  EXPECT_EQ(out2.find("evil2"), std::string::npos) << out2;
+  EXPECT_EQ(out2.find("8.8.8.8"), std::string::npos) << out2;
+  EXPECT_EQ(out2.find("9.9.9.9"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("x_custom: kept\r\n"), std::string::npos) << out2;
   EXPECT_EQ(out.find("gopher"), std::string::npos);
   EXPECT_EQ(out.find("evil"), std::string::npos);
   EXPECT_NE(out.find("x-forwarded-for: 10.1.2.3\r\n"), std::string::npos);
