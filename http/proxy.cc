@@ -1258,6 +1258,8 @@ std::unique_ptr<ProxyExchange> Proxy::start(int route, Request &req, bool body_f
   } else if (body_follows) {
     ctx.framing = RequestFraming::chunked;
   }
+  // A path that leaves its prefix once resolved is not forwarded (400).
+  if (has_dot_segment(path_only(req.path))) framable = false;
   std::string head = take_head();
   if (!framable || !build_upstream_request(req, ctx, head)) head.clear();
   auto ex = std::make_unique<ProxyExchange>(*this, static_cast<size_t>(route), req,

@@ -189,4 +189,35 @@ void copy_response_fields(const HeaderList &upstream, HeaderList &out) {
   }
 }
 
+bool has_dot_segment(std::string_view path) {
+  // One segment at a time: its dots counted, anything else ends the hope.
+  size_t dots = 0;
+  bool only_dots = true;
+  for (size_t i = 0; i <= path.size();) {
+    char c = i < path.size() ? path[i] : '/';
+    size_t len = 1;
+    if (c == '%' && i + 2 < path.size()) {
+      const char hi = path[i + 1], lo = static_cast<char>(path[i + 2] | 0x20);
+      if (hi == '2' && lo == 'e') {
+        c = '.';
+        len = 3;
+      } else if ((hi == '2' && lo == 'f') || (hi == '5' && lo == 'c')) {
+        c = '/';
+        len = 3;
+      }
+    }
+    if (c == '/' || c == '\\') {
+      if (only_dots && (dots == 1 || dots == 2)) return true;
+      dots = 0;
+      only_dots = true;
+    } else if (c == '.') {
+      dots += 1;
+    } else {
+      only_dots = false;
+    }
+    i += len;
+  }
+  return false;
+}
+
 } // namespace xdpq::http

@@ -489,6 +489,18 @@ TEST(ProxyHeaders, ForwardedHeadersReplacedUnlessTrusted) {
   EXPECT_EQ(out.find("10.1.2.3"), std::string::npos) << out;
 }
 
+TEST(ProxyHeaders, DotSegmentsFound) {
+  for (const char *p : {"/app/../admin", "/app/..", "/app/.", "/./x", "/app/%2e%2e/admin",
+                        "/app/%2E./x", "/app/.%2e", "/app/..%2fadmin", "/app/..%5Cadmin",
+                        "/app\\..\\admin", "/app%2f..%2fadmin"}) {
+    EXPECT_TRUE(has_dot_segment(p)) << p;
+  }
+  for (const char *p : {"/", "/app/x", "/app/...", "/app/.hidden", "/app/x..", "/app/..x",
+                        "/a.b/c", "/app/%2ex", "%", "/%2", "/app/%2g"}) {
+    EXPECT_FALSE(has_dot_segment(p)) << p;
+  }
+}
+
 TEST(ProxyHeaders, CookieCrumbsJoinedIntoOneLine) {
   Request req = request("GET", "/", "h",
                         {{"cookie", "a=1"}, {"x-between", "y"}, {"cookie", "b=2; c=3"}});
@@ -860,6 +872,19 @@ TEST_F(StreamedRequest, RequestHeadBuffersAreReused) {
   std::string taken = proxy_->take_head();
   EXPECT_TRUE(taken.empty());
   EXPECT_LT(taken.capacity(), 4096u);
+}
+
+// A path that matched its prefix as written but leaves it once its dot
+// segments are resolved ("/api/../admin") is refused, not forwarded: an
+// upstream that resolves them would serve what the operator never routed.
+TEST_F(StreamedRequest, APathWithDotSegmentsIsRefused) {
+  for (const char *path : {"/api/../admin", "/api/%2e%2e/admin", "/api/./x?q=1"}) {
+    Request req = request("GET", path, "h", {});
+    auto ex = proxy_->start(0, req, false, {}, nullptr, nullptr, &account_);
+    ASSERT_TRUE(ex->head_ready()) << path;
+    EXPECT_EQ(ex->head().status, 400) << path;
+  }
+  EXPECT_EQ(upstream(), "");
 }
 
 TEST_F(StreamedRequest, AnAnnouncedBodyThatCannotFollowIsRefused) {
