@@ -152,7 +152,12 @@ void Worker::start() {
     // the control thread after join().
     read_heap(heap_at_exit_, cached_at_exit_);
     loop_done_ = true;
-    stopped_.store(true, std::memory_order_release);
+    {
+      // Under the lock: a snapshot() waiting on cv_ sees it or is told.
+      std::lock_guard lock(mu_);
+      stopped_.store(true, std::memory_order_release);
+    }
+    cv_.notify_all();
   });
 }
 
@@ -193,7 +198,15 @@ bool Worker::snapshot(WorkerSnapshot &out, bool with_conns, std::chrono::millise
   snap_conns_ = with_conns;
   snap_requested_.store(true, std::memory_order_release);
   loop_.wake();
-  if (!cv_.wait_for(lock, timeout, [this] { return snap_ready_; })) return false;
+  if (!cv_.wait_for(lock, timeout, [this] { return snap_ready_ || stopped(); })) return false;
+  if (!snap_ready_) {
+    // Its loop has ended (a drained worker stops before the others): its
+    // thread touches nothing any more, and its figures are read here, as
+    // after join().
+    lock.unlock();
+    fill_snapshot();
+    lock.lock();
+  }
   out = std::move(snap_);
   return true;
 }

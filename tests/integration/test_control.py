@@ -69,6 +69,30 @@ class ControlTest(TimedTestCase):
         require_tools()
         cls.tmp = tempfile.mkdtemp(prefix="xdpq-control-")
 
+    def test_a_stopped_worker_still_answers_for_its_figures(self):
+        # Regression: in a drain a worker with nothing left stops at once,
+        # and status, stats and /metrics then waited 500 ms on it, one
+        # worker after another on the control thread, and reported it as
+        # not answering. A stopped worker's figures are read directly.
+        with Server("--workers", "2", "--drain-timeout", "20000", workers=0) as srv:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            ctx.set_alpn_protocols(["http/1.1"])
+            raw = socket.create_connection((srv.host, srv.port), timeout=10)
+            with ctx.wrap_socket(raw) as busy:
+                # A download nobody reads: its worker stays in the drain.
+                busy.sendall(b"GET /bytes/60000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.assertIn(b"200 OK", busy.recv(4096))
+                self.assertEqual(xdpqctl(srv, "drain")[0], 0)
+                time.sleep(1)  # the other worker stops meanwhile
+                rc, out, _ = xdpqctl(srv, "status", json_out=True)
+                self.assertEqual(rc, 0, out)
+                st = json.loads(out)
+                self.assertEqual(st["unanswered_workers"], [], out)
+                self.assertEqual(len(st["workers"]), 2, out)
+                self.assertIsNone(srv.proc.poll(), "the drain did not wait for the download")
+
     def test_config_file_status_stats_conns_metrics(self):
         port = free_udp_port()
         mport = free_udp_port()
