@@ -16,6 +16,7 @@ struct AdminServer::Listener final : public dataplane::FdHandler {
   AdminServer *srv = nullptr;
   int fd = -1;
   bool http = false;
+  bool listening = true;
   std::unique_ptr<dataplane::AcceptBackoff> backoff;
   void on_io(uint32_t) override { srv->accept_all(*this); }
 };
@@ -178,28 +179,31 @@ AdminServer::~AdminServer() {
   stop_listening();
 }
 
-void AdminServer::stop_listening() {
+void AdminServer::stop_listening(Which which) {
   // The listeners stay allocated until we are destroyed: this may run from
   // a callback of the same event batch in which a listener is still due.
-  if (!listening_) return;
-  listening_ = false;
   for (auto &l : listeners_) {
+    if (!l->listening || (which == Which::control && l->http) ||
+        (which == Which::metrics && !l->http)) {
+      continue;
+    }
+    l->listening = false;
     l->backoff->stop();
     loop_.unwatch(l->fd);
   }
 }
 
 void AdminServer::resume_listening() {
-  if (listening_) return;
-  listening_ = true;
   for (auto &l : listeners_) {
+    if (l->listening) continue;
+    l->listening = true;
     l->backoff->restart();
     loop_.watch(l->fd, l.get());
   }
 }
 
 void AdminServer::accept_all(Listener &l) {
-  if (!listening_) return; // an event of the batch that handed them over
+  if (!l.listening) return; // an event of the batch that handed it over
   for (int i = 0; i < 64; ++i) {
     int fd = accept4(l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {

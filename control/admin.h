@@ -57,8 +57,11 @@ public:
   // Frees clients finished during this iteration (call at its end).
   void end_of_pass();
   // Stops accepting (binary upgrade: the new process owns the listening
-  // sockets now); clients being served finish.
-  void stop_listening();
+  // sockets now), on both listeners or on the one the new process took
+  // (a changed control socket path or metrics address is bound afresh, and
+  // the old one stays ours); clients being served finish.
+  enum class Which { both, control, metrics };
+  void stop_listening(Which which = Which::both);
   void resume_listening();
   size_t client_count() const { return clients_.size(); }
   const AdminStats &stats() const { return stats_; }
@@ -77,7 +80,6 @@ private:
   dataplane::EventLoop &loop_;
   AdminHandler &handler_;
   std::vector<std::unique_ptr<Listener>> listeners_;
-  bool listening_ = true;
   std::unordered_map<Client *, std::unique_ptr<Client>> clients_;
   size_t http_clients_ = 0; // of clients_, those of the metrics listener
   std::vector<std::unique_ptr<Client>> dead_;

@@ -365,8 +365,8 @@ void Server::feed_watchdog() {
   if (control_) control_->feed_watchdog();
 }
 
-void Server::stop_admin_listening() {
-  if (control_) control_->admin.stop_listening();
+void Server::stop_admin_listening(AdminServer::Which which) {
+  if (control_) control_->admin.stop_listening(which);
 }
 
 void Server::watch_upgrade_channel() {

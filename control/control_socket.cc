@@ -428,6 +428,10 @@ bool Server::metrics_page(std::string_view path, std::string &body) {
           "(their series are missing from it).\n# TYPE xdpq_workers_unanswered gauge\n"
           "xdpq_workers_unanswered " +
           std::to_string(unanswered.size()) + "\n";
+  // Which process answered: after a binary upgrade, the new one.
+  body += "# HELP xdpq_process_id The process ID of the xdpqd that answered this scrape.\n"
+          "# TYPE xdpq_process_id gauge\nxdpq_process_id " +
+          std::to_string(getpid()) + "\n";
   return true;
 }
 

@@ -97,7 +97,7 @@ private:
   void close_unadopted();
   // control_plane.cc: the admin listeners went to the new process; the
   // channel to the other process is watched for its end.
-  void stop_admin_listening();
+  void stop_admin_listening(AdminServer::Which which);
   void watch_upgrade_channel();
   // Reserves the ports, attaches the XDP program and creates the AF_XDP
   // workers (afxdp_workers(), each on its share of the queues); returns a

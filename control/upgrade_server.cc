@@ -223,12 +223,13 @@ std::string Server::upgrade() {
   // the sockets it took and takes its connections' datagrams from the
   // rings; then all drain.
   std::vector<std::vector<int>> stop(prev);
-  bool control_taken = false;
+  bool control_taken = false, metrics_taken = false;
   for (size_t k : ready.adopted) {
     if (k >= inh.sockets.size()) continue;
     const auto &s = inh.sockets[k];
     if (s.kind == Inheritance::Kind::udp) stop[static_cast<size_t>(s.worker)].push_back(s.fd);
     control_taken |= s.kind == Inheritance::Kind::control;
+    metrics_taken |= s.kind == Inheritance::Kind::metrics;
   }
   // AF_XDP: while the new process took the queues, our workers served on
   // duplicates of the reserved sockets (release_afxdp()), which the new
@@ -243,7 +244,11 @@ std::string Server::upgrade() {
   }
   handed_over_ = control_taken;
   upgrade_child_ = child;
-  if (control_taken) stop_admin_listening();
+  // What the new process took is its alone: two processes accepting on
+  // one metrics socket would answer scrapes in turn.
+  if (control_taken && metrics_taken) stop_admin_listening(AdminServer::Which::both);
+  else if (control_taken) stop_admin_listening(AdminServer::Which::control);
+  else if (metrics_taken) stop_admin_listening(AdminServer::Which::metrics);
   upgrade_channel_ = sv[0];
   watch_upgrade_channel();
   // systemd follows the service to its new main process (sent by us, the

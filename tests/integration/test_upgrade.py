@@ -214,6 +214,47 @@ class Upgrade(TimedTestCase):
             self.assertEqual(json.loads(st.stdout)["pid"], new)
             self.assertFalse(os.path.exists(self.sock), "the old control socket was left")
 
+    def test_only_the_new_process_answers_a_metrics_port_it_took_over(self):
+        # Regression: the old process stopped listening on its admin sockets
+        # only when the new one took over its control socket. With a new
+        # control socket path and the same metrics address, both processes
+        # accepted on the one metrics socket for the whole drain, and
+        # scrapes alternated between them.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            mport = s.getsockname()[1]
+
+        def scrape():
+            with socket.create_connection(("127.0.0.1", mport), timeout=5) as c:
+                c.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+                data = b""
+                while chunk := c.recv(65536):
+                    data += chunk
+            m = re.search(rb"\nxdpq_process_id (\d+)\n", data)
+            self.assertIsNotNone(m, data[-500:])
+            return int(m.group(1))
+
+        sock2 = os.path.join(self.tmp, "ctl-moved.sock")
+        secrets = os.path.join(self.tmp, "secrets")
+        write_config(self.config, self.port, self.h2c[:1], self.sock, secrets,
+                     extra=f'metrics = "127.0.0.1:{mport}"')
+        with Server("--config", self.config, host="127.0.0.1", port=self.port, workers=0,
+                    listen=[]) as srv:
+            keep = self.keep_alive()  # the old process drains meanwhile
+            try:
+                self.assertEqual(scrape(), srv.proc.pid)
+                write_config(self.config, self.port, self.h2c[:1], sock2, secrets,
+                             extra=f'metrics = "127.0.0.1:{mport}"')
+                up = ctl(self.sock, "upgrade")
+                self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+                new = self.new_pid(up.stdout)
+                pids = {scrape() for _ in range(20)}
+                self.assertIsNone(srv.proc.poll(), "the old process stopped draining")
+                self.assertEqual(pids, {new})
+            finally:
+                keep.close()
+            self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
+
     def keep_alive(self):
         """An idle HTTP/1.1 keep-alive connection to the serving process: it
         keeps that process draining after it hands over."""
