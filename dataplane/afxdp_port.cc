@@ -390,7 +390,7 @@ void AfXdpPort::close_train() {
     }
     if (waiting) {
       xdp_stats_.tx_order_flushes += 1;
-      submit_ring();
+      submit_ring(Kick::now);
     }
     via_kernel = send_train_via_kernel();
   }
@@ -525,9 +525,9 @@ void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t l
     const uint16_t l = static_cast<uint16_t>(len);
     // What waits for the ring leaves first: a peer whose link went unknown
     // must not see this datagram overtake its predecessors.
-    if (!pending_.empty()) {
+    if (!pending_.empty() || ring_peer_count_ > 0) {
       xdp_stats_.tx_order_flushes += 1;
-      submit_ring();
+      submit_ring(Kick::now);
     }
     if (send_via_kernel(path, ecn, &f, &l, 1, 0)) {
       xdp_stats_.tx_kernel_no_link += 1;
@@ -562,8 +562,7 @@ bool AfXdpPort::flush() {
   return true;
 }
 
-void AfXdpPort::submit_ring() {
-  ring_peer_count_ = 0;
+void AfXdpPort::submit_ring(Kick kick) {
   reclaim_completions();
   xsk_ring_prod &tx = queues_[0]->tx;
   if (!pending_.empty()) {
@@ -598,10 +597,13 @@ void AfXdpPort::submit_ring() {
       // took it all, and one batch can wait for the poll that the loop's
       // next wait makes of this socket anyway.
       const uint32_t unsent = opts_.ring_size - xsk_prod_nb_free(&tx, opts_.ring_size);
-      if (unsent == 0) return;
-      if (next_wait_polls_ && unsent <= 32) {
-        xdp_stats_.tx_kicks_left_to_wait += 1;
+      if (unsent == 0) {
+        if (pending_.empty()) ring_peer_count_ = 0;
         return;
+      }
+      if (next_wait_polls_ && unsent <= 32 && kick == Kick::may_wait) {
+        xdp_stats_.tx_kicks_left_to_wait += 1;
+        return; // its peers stay remembered
       }
     }
     for (uint32_t k = 0; k < opts_.ring_size / 32 + 1; ++k) {
@@ -610,6 +612,7 @@ void AfXdpPort::submit_ring() {
       if (errno != EAGAIN) break; // EBUSY/ENOBUFS: retry on the next flush
     }
   }
+  if (pending_.empty()) ring_peer_count_ = 0;
 }
 
 void AfXdpStats::count_invalid(ParseStatus st) {

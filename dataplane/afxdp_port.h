@@ -186,8 +186,12 @@ private:
   void commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t len, uint64_t link);
   // Hybrid TX: the open train goes out, through the kernel or the ring.
   void close_train();
-  // Moves pending frames to the TX ring and kicks it.
-  void submit_ring();
+  // Moves pending frames to the TX ring and kicks it. A flush for order
+  // (the kernel is about to send to a peer with frames on the ring) kicks
+  // whatever the ring still holds: a batch left for the loop's next poll
+  // would leave after the kernel's send.
+  enum class Kick { may_wait, now };
+  void submit_ring(Kick kick = Kick::may_wait);
   bool send_train_via_kernel();
   // Sends count frames (payloads at TX_HEADROOM) to path through the
   // kernel's socket holding path.local's port, as one GSO send of segment
@@ -237,8 +241,9 @@ private:
   };
   Train train_;
   uint32_t kernel_train_ = 0; // the policy in force (0: off)
-  // Peers with trains committed to the ring since the last submit_ring()
-  // (a count past RING_PEERS means "too many to track": assume any).
+  // Peers with trains committed to the ring and not yet sent, as far as
+  // we know (a count past RING_PEERS means "too many to track": assume
+  // any). Forgotten once the ring is kicked empty.
   static constexpr size_t RING_PEERS = 8;
   Address ring_peers_[RING_PEERS];
   size_t ring_peer_count_ = 0;
