@@ -271,8 +271,22 @@ public:
     return tunnel_ && queue_.size() == 1 && queue_.front().ex && queue_.front().ex->switched();
   }
   void shutdown() override {
-    if (!busy()) closing_ = true;
-    else close_after_current_ = true;
+    if (!busy()) {
+      closing_ = true;
+      return;
+    }
+    // The answer to the last request read says "connection: close" and the
+    // connection ends after it: a keep-alive answer would have the client
+    // send its next request into the close. Nothing read after it is
+    // served (RFC 9112 9.6).
+    close_after_current_ = true;
+    if (in_message_) {
+      keep_alive_ = false; // its answer says close; nothing after it is read
+      if (proxied_ && !queue_.empty()) announce_close(queue_.back()); // queued at its head
+    } else {
+      last_ = true;
+      if (!queue_.empty()) announce_close(queue_.back());
+    }
   }
 
 private:
@@ -696,6 +710,17 @@ private:
     q.head.reserve(256);
     head_.append_http1(q.head, q.close_after);
     if (q.chunked) q.head.insert(q.head.size() - 2, "transfer-encoding: chunked\r\n");
+  }
+
+  // A queued answer ends the connection, and says so if its head has not
+  // begun to go out (a proxied one's head is written when it comes).
+  static void announce_close(Queued &q) {
+    if (q.close_after) return;
+    q.close_after = true;
+    static constexpr std::string_view CLOSE = "connection: close\r\n";
+    if (!q.head.empty() && q.head_off == 0 && q.head.ends_with("\r\n\r\n")) {
+      q.head.insert(q.head.size() - 2, CLOSE);
+    }
   }
 
   void enqueue(Response &resp, bool close) {
