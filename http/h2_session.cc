@@ -139,7 +139,11 @@ public:
   }
   // Busy too while the graceful shutdown waits for its PING (one round
   // trip): the final GOAWAY must go out before the connection closes.
-  bool busy() const override { return active_ > 0 || (shutdown_ && !final_goaway_); }
+  // (Not once the client has closed its side: no PING ACK can come.)
+  bool busy() const override {
+    return active_ > 0 || (shutdown_ && !final_goaway_ && !input_ended_);
+  }
+  void input_ended() override { input_ended_ = true; }
   bool counts_activity() const override { return true; }
   uint64_t activity() const override { return activity_; }
   void shutdown() override {
@@ -249,6 +253,7 @@ private:
                                   NGHTTP2_NO_ERROR, nullptr, 0);
             return 0;
           }
+          if (f->hd.type == NGHTTP2_RST_STREAM) me.client_reset();
           if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
             return 0;
           if (f->hd.type == NGHTTP2_HEADERS) me.activity_ += 1; // DATA: on_data_chunk
@@ -416,6 +421,32 @@ private:
     budget_.give_back(st.charged);
     st.charged = 0;
     std::string().swap(st.req.body);
+  }
+
+  // The client's RST_STREAMs, limited as nghttp2 is told to limit them (a
+  // burst, then a rate per second), here too: nghttp2 stops counting once
+  // a GOAWAY is submitted, and a graceful shutdown's notice is one, while
+  // new streams are taken until the final GOAWAY, which waits for the
+  // client's PING ACK. A client that withheld it could otherwise open and
+  // reset streams without limit for the whole drain.
+  void client_reset() {
+    const double burst = env_.limits.rst_burst;
+    if (rst_at_ == 0) {
+      rst_tokens_ = burst;
+    } else if (now_ > rst_at_) {
+      rst_tokens_ = std::min(
+          burst, rst_tokens_ + static_cast<double>(now_ - rst_at_) * env_.limits.rst_rate / 1e9);
+    }
+    rst_at_ = now_ ? now_ : 1;
+    if (rst_tokens_ >= 1) {
+      rst_tokens_ -= 1;
+      return;
+    }
+    if (!dead_) {
+      env_.stats->protocol_error_closes += 1;
+      nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
+      dead_ = true;
+    }
   }
 
   void protocol_error() {
@@ -634,6 +665,9 @@ private:
   uint64_t headers_since_ = 0;
   size_t pending_headers_ = 0;
   uint32_t protocol_errors_ = 0;
+  double rst_tokens_ = 0; // client_reset()'s bucket
+  uint64_t rst_at_ = 0;   // and when it was last filled
+  bool input_ended_ = false;
   bool dead_ = false;
   static constexpr uint8_t SHUTDOWN_PING[8] = {'x', 'd', 'p', 'q', 'b', 'y', 'e', 0};
   bool shutdown_ = false;

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -238,6 +239,79 @@ class TcpTest(TimedTestCase):
                 s.shutdown(socket.SHUT_WR)
                 buf = read_to_end(s)
         self.assertEqual(buf.count(b"HTTP/1.1 200 OK"), n)
+
+    def test_rapid_reset_is_limited_while_a_drain_waits_for_its_ping(self):
+        # Regression: nghttp2 stops limiting the client's RST_STREAMs once a
+        # GOAWAY is submitted, and the drain's first GOAWAY (the notice) is
+        # one; new streams are still taken until the final GOAWAY, which
+        # waits for the client's PING ACK. A client that withheld it could
+        # open and reset streams without limit for the whole drain.
+        def frame(ftype, flags, stream, payload=b""):
+            return (struct.pack("!I", len(payload))[1:] + bytes([ftype, flags]) +
+                    struct.pack("!I", stream) + payload)
+
+        # GET https / with :authority x (HPACK: three static indexes, a literal).
+        get = bytes([0x82, 0x87, 0x84, 0x01, 0x01]) + b"x"
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["h2"])
+        with self.serve("--drain-timeout", "20000") as srv:
+            with ctx.wrap_socket(socket.create_connection((srv.host, srv.port), timeout=10)) as s:
+                s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0))
+                s.sendall(frame(1, 5, 1, get))  # a request in flight: the drain waits
+                s.recv(65536)
+                srv.proc.send_signal(signal.SIGTERM)
+                time.sleep(0.3)  # the notice and its PING come; the ACK never goes
+                sid, sent = 3, 0
+                try:
+                    for _ in range(2000):
+                        s.sendall(frame(1, 5, sid, get) + frame(3, 0, sid, struct.pack("!I", 8)))
+                        sid += 2
+                        sent += 1
+                except (ConnectionError, ssl.SSLError, OSError):
+                    pass
+                s.settimeout(0.5)
+                data = b""
+                try:
+                    while len(data) < (64 << 20):
+                        chunk = s.recv(1 << 20)
+                        if not chunk:
+                            break
+                        data += chunk
+                except (socket.timeout, ConnectionError, ssl.SSLError, OSError):
+                    pass
+                codes = []
+                i = 0
+                while i + 9 <= len(data):  # every GOAWAY's error code
+                    length = int.from_bytes(data[i:i + 3], "big")
+                    if data[i + 3] == 7 and i + 17 <= len(data):
+                        codes.append(int.from_bytes(data[i + 13:i + 17], "big"))
+                    i += 9 + length
+            stats = srv.stop()
+        self.assertIn(0xb, codes, f"{sent} open-and-reset pairs, GOAWAY codes {codes}")
+        self.assertGreaterEqual(stats["tcp_protocol_error_closes"], 1, stats)
+
+    def test_a_client_that_closes_ends_the_drains_wait_for_its_ping(self):
+        # Regression: a drain's HTTP/2 connection stays busy until the
+        # client acknowledges the shutdown PING; one that closed its side
+        # instead, which can acknowledge nothing, held the drain until its
+        # deadline (20 s here).
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["h2"])
+        with self.serve("--drain-timeout", "20000") as srv:
+            s = ctx.wrap_socket(socket.create_connection((srv.host, srv.port), timeout=10))
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + bytes([4, 0]) + bytes(4))
+            s.recv(65536)  # the server's SETTINGS
+            srv.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)  # the notice and its PING come; no ACK goes
+            s.shutdown(socket.SHUT_WR)  # a FIN; what came stays unread (no reset)
+            t0 = time.monotonic()
+            self.assertEqual(srv.proc.wait(timeout=15), 0)
+            self.assertLess(time.monotonic() - t0, 10, "the drain waited for a PING ACK")
+            s.close()
 
     def tls_http1(self, srv):
         import socket
