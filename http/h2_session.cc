@@ -10,6 +10,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -371,10 +372,17 @@ private:
         int{NGHTTP2_ERR_CALLBACK_FAILURE});
   }
 
-  static int on_invalid_frame(nghttp2_session *, const nghttp2_frame *, int, void *ud) {
+  static int on_invalid_frame(nghttp2_session *, const nghttp2_frame *f, int, void *ud) {
     return guarded(
         [&]() -> int {
-          self(ud).protocol_error();
+          auto &me = self(ud);
+          me.protocol_error();
+          // On a stream, nghttp2 resets it when it next writes: that
+          // RST_STREAM is this same error, not another. (Past the few
+          // remembered, a reset counts again: the limit only comes sooner.)
+          if (f->hd.stream_id != 0 && me.invalid_streams_.size() < 64) {
+            me.invalid_streams_.push_back(f->hd.stream_id);
+          }
           return 0;
         },
         int{NGHTTP2_ERR_CALLBACK_FAILURE});
@@ -394,7 +402,14 @@ private:
                 static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
             const bool ours =
                 st && (st->refused_by_us || (st->exchange && st->exchange->upstream_failed()));
-            if (!ours) self(ud).protocol_error();
+            auto &me = self(ud);
+            auto seen = std::find(me.invalid_streams_.begin(), me.invalid_streams_.end(),
+                                  f->hd.stream_id);
+            if (seen != me.invalid_streams_.end()) {
+              me.invalid_streams_.erase(seen); // counted when the invalid frame came
+            } else if (!ours) {
+              me.protocol_error();
+            }
           }
           if (f->hd.type == NGHTTP2_HEADERS || (f->hd.type == NGHTTP2_DATA && f->hd.length > 0))
             self(ud).activity_ += 1; // a response moved
@@ -665,6 +680,7 @@ private:
   uint64_t headers_since_ = 0;
   size_t pending_headers_ = 0;
   uint32_t protocol_errors_ = 0;
+  std::vector<int32_t> invalid_streams_; // invalid frames' streams, their RST not yet sent
   double rst_tokens_ = 0; // client_reset()'s bucket
   uint64_t rst_at_ = 0;   // and when it was last filled
   bool input_ended_ = false;

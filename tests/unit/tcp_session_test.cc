@@ -1,5 +1,6 @@
-// HTTP/1.1 sessions driven directly: what a drain's shutdown() makes of
-// the requests already read and of those still coming.
+// HTTP/1.1 and HTTP/2 sessions driven directly, without a socket: what a
+// drain's shutdown() makes of the requests already read and of those still
+// coming, and how client errors are counted.
 
 #include "http/router.h"
 #include "http/tcp_session.h"
@@ -9,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 using namespace xdpq::http;
 
@@ -88,4 +90,71 @@ TEST_F(H1Drain, AnIdleConnectionEndsAtOnce) {
   EXPECT_EQ(count(drain(), "HTTP/1.1 200 OK\r\n"), 1u);
   session_->shutdown();
   EXPECT_TRUE(session_->finished());
+}
+
+namespace {
+
+std::string h2_frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
+  std::string f;
+  const size_t n = payload.size();
+  f += static_cast<char>(n >> 16);
+  f += static_cast<char>(n >> 8);
+  f += static_cast<char>(n);
+  f += static_cast<char>(type);
+  f += static_cast<char>(flags);
+  for (int shift = 24; shift >= 0; shift -= 8) f += static_cast<char>(stream >> shift);
+  f += payload;
+  return f;
+}
+
+// The error codes of the GOAWAY frames in a server's output.
+std::vector<uint32_t> goaway_codes(const std::string &out) {
+  std::vector<uint32_t> codes;
+  for (size_t i = 0; i + 9 <= out.size();) {
+    const size_t len = (static_cast<uint8_t>(out[i]) << 16) | (static_cast<uint8_t>(out[i + 1]) << 8) |
+                       static_cast<uint8_t>(out[i + 2]);
+    if (out[i + 3] == 7 && i + 17 <= out.size()) {
+      uint32_t code = 0;
+      for (size_t k = 13; k < 17; ++k) code = code << 8 | static_cast<uint8_t>(out[i + k]);
+      codes.push_back(code);
+    }
+    i += 9 + len;
+  }
+  return codes;
+}
+
+} // namespace
+
+// A client's error on a stream is counted once against the connection's
+// limit of protocol errors (100): nghttp2 reports the invalid frame and
+// then sends its RST_STREAM, and both were counted, so the connection
+// closed at the 50th.
+TEST(H2Errors, AStreamErrorCountsOnce) {
+  TcpStats stats;
+  MemoryBudget budget(8u << 20);
+  SessionEnv env;
+  env.router = make_default_router(RouterConfig{"", 65536, {}});
+  env.stats = &stats;
+  env.budget = &budget;
+  auto session = make_h2_session(env);
+  std::string in = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, "");
+  // GET https / with :authority x; then a WINDOW_UPDATE that takes that
+  // stream's window past 2^31-1 (a stream error, RFC 9113 6.9.1).
+  const std::string head = std::string("\x82\x87\x84\x01\x01x", 6);
+  for (uint32_t i = 0; i < 60; ++i) {
+    const uint32_t sid = 1 + 2 * i;
+    in += h2_frame(1, 5, sid, head);
+    in += h2_frame(8, 0, sid, std::string("\x7f\xff\xff\xff", 4));
+  }
+  session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
+  std::string out;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<uint8_t> o;
+    session->produce(o, 256 * 1024);
+    if (o.empty()) break;
+    out.append(o.begin(), o.end());
+  }
+  EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{});
+  EXPECT_EQ(stats.protocol_error_closes, 0u);
+  EXPECT_FALSE(session->finished());
 }
