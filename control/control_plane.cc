@@ -86,9 +86,14 @@ std::string Server::reload() {
       }
       // What else the file changed keeps its running value: named, so
       // that nobody takes it for applied.
-      const auto kept = changed_config_keys(
+      auto kept = changed_config_keys(
           opts_.file_flags, fresh.file_flags,
           {"server.log_level", "tls.cert", "tls.key", "proxy_defaults.*", "[[proxy]]"});
+      if (fresh.cert_file.empty() && !opts_.cert_file.empty()) {
+        // Removed: the running pair is reloaded from its files; only a
+        // restart turns to a self-signed certificate.
+        kept.insert(kept.begin(), {"tls.cert", "tls.key"});
+      }
       if (!kept.empty()) {
         std::string names;
         for (const auto &k : kept) names += (names.empty() ? "" : ", ") + k;

@@ -178,6 +178,30 @@ class ControlTest(TimedTestCase):
         self.assertIn("changed in the file but not applied: quic.max_streams, "
                       "quic.idle_timeout_ms", srv.output())
 
+    def test_a_reload_that_removes_the_certificate_says_it_kept_it(self):
+        # Regression: with tls.cert and tls.key gone from the file, a reload
+        # reloaded the running pair and answered "certificate reloaded" as
+        # if the file had asked for it.
+        port = free_udp_port()
+        sock = os.path.join(self.tmp, "cert-removed.sock")
+        cfg = os.path.join(self.tmp, "cert-removed.toml")
+        key, cert, _ = make_cert(self.tmp, "removed.test")
+
+        def write(with_cert):
+            with open(cfg, "w") as f:
+                f.write(f'[server]\nlisten = ["127.0.0.1:{port}"]\nworkers = 1\n'
+                        f'control_socket = "{sock}"\n')
+                if with_cert:
+                    f.write(f'[tls]\ncert = "{cert}"\nkey = "{key}"\n')
+        write(True)
+        with Server("--config", cfg, listen=[], port=port, workers=0) as srv:
+            srv.control_socket = sock
+            write(False)
+            rc, out, _ = xdpqctl(srv, "reload")
+            self.assertEqual(rc, 0, out)
+            self.assertIn("kept the running value of tls.cert, tls.key", out)
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+
     def test_a_worker_that_does_not_answer_is_named(self):
         # One worker's thread stopped: status, stats, conns and the metrics
         # page name it (they wait 500 ms for each worker) instead of leaving
