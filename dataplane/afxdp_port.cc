@@ -292,13 +292,13 @@ size_t AfXdpPort::receive(std::span<RxDatagram> out) {
           xsk_umem__extract_addr(d->addr) & ~static_cast<uint64_t>(opts_.frame_size - 1);
       rx_held_.push_back(base);
       uint8_t *data = frame(addr);
-      stats_.rx_bytes += d->len;
       auto st = parse_frame(data, d->len, pf);
       if (st != ParseStatus::ok) {
         xdp_stats_.count_invalid(st);
         continue;
       }
       stats_.rx_datagrams += 1;
+      stats_.rx_bytes += pf.payload_len; // UDP payload, as on sockets
       out[k++] = RxDatagram{data + pf.payload_offset, pf.payload_len, pf.path, pf.ecn,
                             pack_link(pf.src_mac, pf.vlan_tci)};
     }
@@ -547,7 +547,8 @@ void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t l
   uint16_t vlan;
   unpack_link(link, mac, vlan);
   size_t hlen = build_headers(frame(f) + TX_HEADROOM, len, path, ecn, local_mac_, mac, vlan);
-  pending_.push_back(Pending{f + TX_HEADROOM - hlen, static_cast<uint32_t>(hlen + len)});
+  pending_.push_back(Pending{f + TX_HEADROOM - hlen, static_cast<uint32_t>(hlen + len),
+                            static_cast<uint32_t>(len)});
 }
 
 bool AfXdpPort::flush() {
@@ -575,7 +576,7 @@ void AfXdpPort::submit_ring(Kick kick) {
         d->addr = pending_[i].addr;
         d->len = pending_[i].len;
         d->options = 0;
-        stats_.tx_bytes += pending_[i].len;
+        stats_.tx_bytes += pending_[i].payload;
       }
       xsk_ring_prod__submit(&tx, n);
       outstanding_tx_ += n;

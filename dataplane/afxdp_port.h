@@ -148,7 +148,8 @@ public:
 private:
   struct Pending {
     uint64_t addr;
-    uint32_t len;
+    uint32_t len;     // the frame, headers included
+    uint32_t payload; // the UDP payload (tx_bytes counts these, as on sockets)
   };
 
   // One queue's socket and rings. Held by pointer: libxdp keeps the

@@ -302,6 +302,31 @@ class AfXdpCases:
         self.assertEqual(r.file("70000"), pattern(70000))
         self.assert_served_over_afxdp(stats)
 
+    def test_byte_counters_count_udp_payloads(self):
+        # Regression: rx_bytes and tx_bytes are documented (and counted on
+        # the socket dataplane) as UDP payload bytes; on AF_XDP they added
+        # whole frames, headers included, received frames that failed to
+        # parse too. Short-header packets for no connection of the server's:
+        # each reaches user space, and a stateless reset may answer it.
+        n, size = 20, 100
+        code = ("import socket,os,sys\n"
+                "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                f"a=('{self.topo.srv_ip}', 4433)\n"
+                f"for i in range({n}): s.sendto(bytes([0x40])+os.urandom({size - 1}), a)\n"
+                "s.settimeout(1)\n"
+                "got=0\n"
+                "try:\n"
+                "    while True: got+=len(s.recv(2048))\n"
+                "except socket.timeout:\n"
+                "    pass\n"
+                "print(got)\n")
+        with self.serve() as srv:
+            got = int(sh("/usr/bin/python3", "-c", code, ns=self.topo.cli_ns).stdout.strip())
+            stats = srv.stop()
+        self.assertEqual(stats["rx_datagrams"], n, stats)
+        self.assertEqual(stats["rx_bytes"], n * size, stats)
+        self.assertEqual(stats["tx_bytes"], got, stats)
+
     def test_junk_is_dropped_in_xdp_and_counted(self):
         code = ("import socket,os\n"
                 "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
