@@ -501,6 +501,11 @@ uint64_t AfXdpPort::resolve_link(const Address &dst) {
     // a MAC on the wire, whatever a packet forged with this host's address
     // taught us. The kernel's socket delivers it.
     return 0;
+  case KernelNextHops::Hop::Kind::unreachable:
+    // A route that refuses the peer (an operator's blackhole, prohibit or
+    // unreachable route): the kernel's socket is told, and refuses the
+    // send as the kernel would (counted as tx_no_neighbor, dropped).
+    return 0;
   case KernelNextHops::Hop::Kind::unknown:   // asked; meanwhile what we learned
   case KernelNextHops::Hop::Kind::elsewhere: // not through this interface
     break;

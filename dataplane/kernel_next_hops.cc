@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -165,6 +166,8 @@ KernelNextHops::Hop KernelNextHops::route(const Address &dst) {
     }
   } else if (r.hop.kind == Hop::Kind::elsewhere) {
     stats_.nh_route_elsewhere += 1;
+  } else if (r.hop.kind == Hop::Kind::unreachable) {
+    stats_.nh_route_unreachable += 1;
   }
   return r.hop;
 }
@@ -233,13 +236,37 @@ void KernelNextHops::handle(const nlmsghdr *h) {
     on_neigh(h);
     break;
   case NLMSG_ERROR:
-    // A route query the kernel could not answer (no route: unreachable
-    // from here) stays unknown and is asked again later; a failed
-    // resolution request shows as a neighbour that never resolves.
+    on_error(h);
     break;
   default:
     break;
   }
+}
+
+void KernelNextHops::on_error(const nlmsghdr *h) {
+  // A route query the kernel refused: the route to that destination is a
+  // blackhole (EINVAL), unreachable (EHOSTUNREACH) or prohibit (EACCES),
+  // or there is none (ENETUNREACH). The kernel itself would send nothing
+  // there, and neither do we. The error carries our request, whose
+  // RTA_DST names the destination. (A failed resolution request shows as
+  // a neighbour that never resolves.)
+  if (h->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) return;
+  const auto *e = static_cast<const nlmsgerr *>(NLMSG_DATA(h));
+  if (e->error == 0 || e->msg.nlmsg_type != RTM_GETROUTE) return;
+  const size_t room = h->nlmsg_len - NLMSG_LENGTH(0) - offsetof(nlmsgerr, msg);
+  if (e->msg.nlmsg_len < NLMSG_LENGTH(sizeof(rtmsg)) || e->msg.nlmsg_len > room) return;
+  const auto *rt = static_cast<const rtmsg *>(NLMSG_DATA(&e->msg));
+  Address dst;
+  bool have_dst = false;
+  rtnl::for_each_attr(&e->msg, sizeof(rtmsg), [&](uint16_t type, const void *data, size_t len) {
+    if (type == RTA_DST) have_dst = rtnl::addr_from(rt->rtm_family, data, len, dst);
+  });
+  if (!have_dst) return;
+  auto it = routes_.find(dst);
+  if (it == routes_.end()) return; // flushed since we asked
+  it->second.hop.kind = Hop::Kind::unreachable;
+  it->second.hop.via = dst;
+  ++generation_;
 }
 
 void KernelNextHops::on_route(const nlmsghdr *h) {
@@ -276,6 +303,10 @@ void KernelNextHops::on_route(const nlmsghdr *h) {
   Hop &hop = it->second.hop;
   if (rt->rtm_type == RTN_LOCAL) {
     hop.kind = Hop::Kind::local;
+    hop.via = dst;
+  } else if (rt->rtm_type == RTN_BLACKHOLE || rt->rtm_type == RTN_UNREACHABLE ||
+             rt->rtm_type == RTN_PROHIBIT) {
+    hop.kind = Hop::Kind::unreachable;
     hop.via = dst;
   } else if (rt->rtm_type != RTN_UNICAST || oif != ifindex_) {
     hop.kind = Hop::Kind::elsewhere; // unreachable, or another interface

@@ -33,6 +33,7 @@ namespace xdpq::dataplane {
   X(nh_route_queries, "routes asked of the kernel (rtnetlink RTM_GETROUTE)")                       \
   X(nh_route_misses, "lookups while the route to the destination was not known yet")               \
   X(nh_route_elsewhere, "lookups whose route leaves through another interface")                    \
+  X(nh_route_unreachable, "lookups whose route refuses the destination (blackhole, unreachable, prohibit)") \
   X(nh_neigh_misses, "lookups while the next hop's MAC was not known yet")                         \
   X(nh_solicits, "neighbour resolutions asked of the kernel (NTF_USE)")                            \
   X(nh_neigh_updates, "neighbour entries taken from the kernel (dump or change)")                  \
@@ -47,8 +48,10 @@ struct NextHopStats {
 class KernelNextHops {
 public:
   struct Hop {
-    // local: an address of this host (its packets come through the kernel)
-    enum class Kind : uint8_t { unknown, onlink, gateway, elsewhere, local };
+    // local: an address of this host (its packets come through the kernel);
+    // unreachable: a route that refuses it (blackhole, unreachable,
+    // prohibit: the kernel answers the query with an error)
+    enum class Kind : uint8_t { unknown, onlink, gateway, elsewhere, local, unreachable };
     Kind kind = Kind::unknown;
     Address via; // the gateway (kind gateway), else the destination itself
   };
@@ -97,6 +100,7 @@ private:
   void dump_neighbors();
   void handle(const ::nlmsghdr *h);
   void on_route(const ::nlmsghdr *h);
+  void on_error(const ::nlmsghdr *h);
   void on_neigh(const ::nlmsghdr *h);
   void resync();
 

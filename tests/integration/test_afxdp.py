@@ -360,6 +360,29 @@ class AfXdpRouting(TimedTestCase):
     def setUpClass(cls):
         require_tools()
 
+    def test_a_prohibit_route_to_a_client_stops_the_replies(self):
+        # Regression: the kernel answers a route query for a destination
+        # behind a blackhole, prohibit or unreachable route with an error,
+        # which was ignored: the route stayed unknown and replies went to
+        # the MAC the client's packets came from. An operator's
+        # `ip route add prohibit CLIENT` did not stop them. (What leaves
+        # before the kernel has answered still goes: the first flights.)
+        with Topology() as topo:
+            # The client knows the server's MAC for good: no ARP, which the
+            # server's kernel would no longer answer.
+            sh("ip", "-n", topo.cli_ns, "neigh", "replace", topo.srv_ip, "lladdr",
+               "02:77:00:00:00:01", "dev", topo.cli_if, "nud", "permanent")
+            sh("ip", "-n", topo.srv_ns, "route", "add", "prohibit", f"{topo.cli_ip}/32")
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native", host=topo.srv_ip, netns=topo.srv_ns, workers=0) as srv:
+                r = gtlsclient(srv, ["/bytes/200000"], netns=topo.cli_ns, quiet=True,
+                               idle_timeout="3s", timeout=30)
+                stats = srv.stop()
+        got = r.file("200000") if r.has_file("200000") else b""
+        self.assertLess(len(got), 200000, "the replies went through the prohibit route")
+        self.assertGreater(stats["nh_route_unreachable"], 0, stats)
+        self.assertGreater(stats["afxdp_tx_no_neighbor"], 0, stats)
+
     def test_replies_follow_the_kernel_route_and_neighbour_changes(self):
         # The client's packets arrive through r1, which discards anything
         # addressed to the client; the server's own routes go through r2.
