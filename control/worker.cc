@@ -156,6 +156,7 @@ void Worker::start() {
       // Under the lock: a snapshot() waiting on cv_ sees it or is told.
       std::lock_guard lock(mu_);
       stopped_.store(true, std::memory_order_release);
+      exited_ = true;
     }
     cv_.notify_all();
   });
@@ -198,11 +199,11 @@ bool Worker::snapshot(WorkerSnapshot &out, bool with_conns, std::chrono::millise
   snap_conns_ = with_conns;
   snap_requested_.store(true, std::memory_order_release);
   loop_.wake();
-  if (!cv_.wait_for(lock, timeout, [this] { return snap_ready_ || stopped(); })) return false;
+  if (!cv_.wait_for(lock, timeout, [this] { return snap_ready_ || exited_; })) return false;
   if (!snap_ready_) {
-    // Its loop has ended (a drained worker stops before the others): its
-    // thread touches nothing any more, and its figures are read here, as
-    // after join().
+    // Its thread has finished (a drained worker stops before the others)
+    // and touches nothing any more: its figures are read here, as after
+    // join().
     lock.unlock();
     fill_snapshot();
     lock.lock();

@@ -316,6 +316,7 @@ private:
   std::condition_variable cv_;
   bool snap_ready_ = false;
   bool snap_conns_ = false;
+  bool exited_ = false; // the thread has finished: nothing of it runs any more
   WorkerSnapshot snap_;
   std::shared_ptr<const quic::TlsConfig> reload_cfg_;
   std::shared_ptr<const http::ProxyConfig> reload_proxy_;

@@ -388,7 +388,7 @@ void AfXdpPort::close_train() {
     for (size_t i = 0; i < ring_peer_count_ && i < RING_PEERS && !waiting; ++i) {
       waiting = ring_peers_[i] == t.path.remote;
     }
-    if (waiting) {
+    if (waiting && ring_unsent()) {
       xdp_stats_.tx_order_flushes += 1;
       submit_ring(Kick::now);
     }
@@ -530,7 +530,7 @@ void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t l
     const uint16_t l = static_cast<uint16_t>(len);
     // What waits for the ring leaves first: a peer whose link went unknown
     // must not see this datagram overtake its predecessors.
-    if (!pending_.empty() || ring_peer_count_ > 0) {
+    if (!pending_.empty() || (ring_peer_count_ > 0 && ring_unsent())) {
       xdp_stats_.tx_order_flushes += 1;
       submit_ring(Kick::now);
     }
@@ -557,6 +557,7 @@ void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t l
 }
 
 bool AfXdpPort::flush() {
+  kick_stuck_ = false;
   close_train();
   submit_ring();
   reclaim_completions();
@@ -566,6 +567,11 @@ bool AfXdpPort::flush() {
     return false;
   }
   return true;
+}
+
+bool AfXdpPort::ring_unsent() {
+  return !pending_.empty() ||
+         opts_.ring_size - xsk_prod_nb_free(&queues_[0]->tx, opts_.ring_size) > 0;
 }
 
 void AfXdpPort::submit_ring(Kick kick) {
@@ -612,11 +618,17 @@ void AfXdpPort::submit_ring(Kick kick) {
         return; // its peers stay remembered
       }
     }
-    for (uint32_t k = 0; k < opts_.ring_size / 32 + 1; ++k) {
+    // A queue that would not take the ring's frames this pass is not
+    // kicked again for order until the pass's flush: under congestion that
+    // would be a string of failing sends per train.
+    if (kick == Kick::now && kick_stuck_) return;
+    uint32_t k = 0;
+    for (; k < opts_.ring_size / 32 + 1; ++k) {
       xdp_stats_.tx_kicks += 1;
       if (sendto(fds_[0], nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) break;
       if (errno != EAGAIN) break; // EBUSY/ENOBUFS: retry on the next flush
     }
+    if (k == opts_.ring_size / 32 + 1) kick_stuck_ = true;
   }
   if (pending_.empty()) ring_peer_count_ = 0;
 }

@@ -193,6 +193,8 @@ private:
   // would leave after the kernel's send.
   enum class Kick { may_wait, now };
   void submit_ring(Kick kick = Kick::may_wait);
+  // Frames wait for the ring or sit on it unsent (copy mode).
+  bool ring_unsent();
   bool send_train_via_kernel();
   // Sends count frames (payloads at TX_HEADROOM) to path through the
   // kernel's socket holding path.local's port, as one GSO send of segment
@@ -248,6 +250,7 @@ private:
   static constexpr size_t RING_PEERS = 8;
   Address ring_peers_[RING_PEERS];
   size_t ring_peer_count_ = 0;
+  bool kick_stuck_ = false; // a kick this pass left the ring unsent (see submit_ring)
   bool kernel_gso_ = true;    // off after the kernel said the route cannot GSO
   PortStats stats_;
   AfXdpStats xdp_stats_;

@@ -74,6 +74,9 @@ public:
 
   TimerWheel &timers() { return wheel_; }
   uint64_t now() const { return now_; }
+  // Which pass this is (events, timers and the end of the iteration count
+  // as one; now() may move within a pass).
+  uint64_t pass() const { return stats_.loop_passes; }
 
   // Runs until stop(). Returns when the handler's last iteration ended.
   void run(LoopHandler &handler);

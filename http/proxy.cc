@@ -184,13 +184,15 @@ public:
     if (r > 0) up_.stats.stray_bytes += 1;
     return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
-  // For a pooled one about to be reused: epoll tells of what came after
-  // it was pooled in an earlier pass (on_io closes it); one pooled in this
-  // pass is asked.
-  bool reusable() { return pooled_at_ != proxy_.loop().now() || quiet(); }
+  // For a pooled one about to be reused: epoll told of what came before
+  // this pass's wait (on_io closed it); one pooled in this pass is asked.
+  // (What came after that wait is reported in this pass's events, maybe
+  // after the request that takes it: the race any keep-alive pool has
+  // with an upstream that closes idle connections.)
+  bool reusable() { return pooled_in_ != proxy_.loop().pass() || quiet(); }
 
   void make_idle(uint64_t idle_timeout) {
-    pooled_at_ = proxy_.loop().now();
+    pooled_in_ = proxy_.loop().pass();
     state_ = State::idle;
     up_.idle.push_back(this);
     interest(true, false);
@@ -510,7 +512,7 @@ private:
   State state_ = State::connecting;
   bool counted_ = false;
   ProxyExchange *ex_ = nullptr;
-  uint64_t pooled_at_ = 0; // the loop's time when it last became idle
+  uint64_t pooled_in_ = UINT64_MAX; // the loop's pass in which it last became idle
   UpstreamResponseParser parser_;
   size_t head_off_ = 0;
   char frame_[24];              // a chunk's framing being written

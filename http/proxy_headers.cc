@@ -41,17 +41,25 @@ bool line_token(std::string_view s) {
 // Fields in which a client would claim an address, scheme or host, as
 // applications read them: CGI, WSGI and PHP turn '-' and '_' alike into
 // HTTP_X_FORWARDED_FOR, and applications written for nginx's realip
-// module read X-Real-IP. (Names are lower case here.)
-bool forwarding_field(std::string_view name) {
+// module read X-Real-IP. A spelling with '_' for '-' is a look-alike,
+// which no proxy of ours sends: dropped whoever sends it. (Names are
+// lower case here.)
+enum class Forwarding { none, field, lookalike };
+Forwarding forwarding_field(std::string_view name) {
   static constexpr std::string_view NAMES[] = {"x-forwarded-for", "x-forwarded-proto",
                                                "x-forwarded-host", "forwarded", "x-real-ip"};
   for (std::string_view n : NAMES) {
     if (n.size() != name.size()) continue;
     size_t i = 0;
-    while (i < n.size() && (name[i] == n[i] || (n[i] == '-' && name[i] == '_'))) ++i;
-    if (i == n.size()) return true;
+    bool underscore = false;
+    for (; i < n.size(); ++i) {
+      if (name[i] == n[i]) continue;
+      if (n[i] != '-' || name[i] != '_') break;
+      underscore = true;
+    }
+    if (i == n.size()) return underscore ? Forwarding::lookalike : Forwarding::field;
   }
-  return false;
+  return Forwarding::none;
 }
 
 // All values of one field, joined as the field's list (cookie: with "; ").
@@ -114,7 +122,8 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
       continue;
     }
     // An untrusted client's own are dropped whether or not we add ours.
-    if (!ctx.trusted && forwarding_field(f.name)) continue;
+    const Forwarding fwd = forwarding_field(f.name);
+    if (fwd == Forwarding::lookalike || (fwd == Forwarding::field && !ctx.trusted)) continue;
     if (ctx.forwarded_headers && (f.name == "x-forwarded-for" || f.name == "x-forwarded-proto" ||
                                   f.name == "x-forwarded-host")) {
       continue; // written below, once
@@ -206,7 +215,8 @@ bool has_dot_segment(std::string_view path) {
         len = 3;
       }
     }
-    if (c == '/' || c == '\\') {
+    // ';' too: Tomcat and Spring read "/..;/" as "/../" (path parameters).
+    if (c == '/' || c == '\\' || c == ';') {
       if (only_dots && (dots == 1 || dots == 2)) return true;
       dots = 0;
       only_dots = true;

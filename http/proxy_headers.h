@@ -51,7 +51,8 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
 void copy_response_fields(const HeaderList &upstream, HeaderList &out);
 
 // The path has a "." or ".." segment, plain or percent-encoded (%2e),
-// between "/" or "\\" separators (plain or %2f, %5c). Such a request is not
+// between "/" or "\\" separators (plain or %2f, %5c), or before a ";"
+// (path parameters: "/..;/"). Such a request is not
 // forwarded: it matched its route's prefix as written, and an upstream
 // that resolves the segments would serve a path outside the prefix
 // ("/app/../admin").

@@ -85,7 +85,19 @@ class ControlTest(TimedTestCase):
                 busy.sendall(b"GET /bytes/60000000 HTTP/1.1\r\nHost: x\r\n\r\n")
                 self.assertIn(b"200 OK", busy.recv(4096))
                 self.assertEqual(xdpqctl(srv, "drain")[0], 0)
-                time.sleep(1)  # the other worker stops meanwhile
+                for _ in range(100):  # until the other worker's thread has ended
+                    names = []
+                    for t in os.listdir(f"/proc/{srv.proc.pid}/task"):
+                        try:
+                            with open(f"/proc/{srv.proc.pid}/task/{t}/comm") as f:
+                                names.append(f.read().strip())
+                        except FileNotFoundError:
+                            pass
+                    if sum(n.startswith("xdpq-worker") for n in names) == 1:
+                        break
+                    time.sleep(0.05)
+                else:
+                    self.fail("no worker stopped in the drain")
                 rc, out, _ = xdpqctl(srv, "status", json_out=True)
                 self.assertEqual(rc, 0, out)
                 st = json.loads(out)

@@ -250,6 +250,13 @@ class TcpTest(TimedTestCase):
             return (struct.pack("!I", len(payload))[1:] + bytes([ftype, flags]) +
                     struct.pack("!I", stream) + payload)
 
+        def frame_types(data):
+            types, i = set(), 0
+            while i + 9 <= len(data):
+                types.add(data[i + 3])
+                i += 9 + int.from_bytes(data[i:i + 3], "big")
+            return types
+
         # GET https / with :authority x (HPACK: three static indexes, a literal).
         get = bytes([0x82, 0x87, 0x84, 0x01, 0x01]) + b"x"
         ctx = ssl.create_default_context()
@@ -259,10 +266,17 @@ class TcpTest(TimedTestCase):
         with self.serve("--drain-timeout", "20000") as srv:
             with ctx.wrap_socket(socket.create_connection((srv.host, srv.port), timeout=10)) as s:
                 s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0))
-                s.sendall(frame(1, 5, 1, get))  # a request in flight: the drain waits
-                s.recv(65536)
+                s.sendall(frame(1, 5, 1, get))
+                # SETTINGS, its ACK and the answer's HEADERS: before the drain.
+                before = b""
+                while 1 not in frame_types(before):
+                    before += s.recv(65536)
                 srv.proc.send_signal(signal.SIGTERM)
-                time.sleep(0.3)  # the notice and its PING come; the ACK never goes
+                # The notice (GOAWAY, no error) and its PING; the ACK never goes.
+                seen, deadline = b"", time.monotonic() + 10
+                while 7 not in frame_types(seen) and time.monotonic() < deadline:
+                    seen += s.recv(65536)
+                self.assertIn(7, frame_types(seen), "no GOAWAY notice after SIGTERM")
                 sid, sent = 3, 0
                 try:
                     for _ in range(2000):

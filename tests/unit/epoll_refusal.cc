@@ -28,8 +28,9 @@ bool stream_connection(int fd) {
 
 namespace xdpq::testing {
 
-void refuse_socket_watches(int n) { refusals.store(n); }
-int socket_watch_refusals_left() { return refusals.load(); }
+RefuseSocketWatches::RefuseSocketWatches(int n) { refusals.store(n); }
+RefuseSocketWatches::~RefuseSocketWatches() { refusals.store(0); }
+int RefuseSocketWatches::left() const { return refusals.load(); }
 
 } // namespace xdpq::testing
 
@@ -37,9 +38,13 @@ extern "C" int epoll_ctl(int epfd, int op, int fd, epoll_event *ev) {
   using Real = int (*)(int, int, int, epoll_event *);
   static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "epoll_ctl"));
   if (op == EPOLL_CTL_ADD && refusals.load() > 0 && stream_connection(fd)) {
-    refusals.fetch_sub(1);
-    errno = ENOSPC;
-    return -1;
+    int n = refusals.load();
+    while (n > 0 && !refusals.compare_exchange_weak(n, n - 1)) {
+    }
+    if (n > 0) {
+      errno = ENOSPC;
+      return -1;
+    }
   }
   return real(epfd, op, fd, ev);
 }

@@ -460,6 +460,16 @@ TEST(ProxyHeaders, ForwardedHeadersReplacedUnlessTrusted) {
   EXPECT_EQ(out2.find("8.8.8.8"), std::string::npos) << out2;
   EXPECT_EQ(out2.find("9.9.9.9"), std::string::npos) << out2;
   EXPECT_NE(out2.find("x_custom: kept\r\n"), std::string::npos) << out2;
+  // From a trusted proxy too, which may pass a client's on: no proxy of
+  // ours sends a look-alike. Its X-Real-IP is its own and passes.
+  ctx.trusted = true;
+  out2.clear();
+  ASSERT_TRUE(build_upstream_request(lookalikes, ctx, out2));
+  EXPECT_EQ(out2.find("7.7.7.7"), std::string::npos) << out2;
+  EXPECT_EQ(out2.find("evil2"), std::string::npos) << out2;
+  EXPECT_EQ(out2.find("9.9.9.9"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("x-real-ip: 8.8.8.8\r\n"), std::string::npos) << out2;
+  ctx.trusted = false;
   EXPECT_EQ(out.find("gopher"), std::string::npos);
   EXPECT_EQ(out.find("evil"), std::string::npos);
   EXPECT_NE(out.find("x-forwarded-for: 10.1.2.3\r\n"), std::string::npos);
@@ -492,11 +502,12 @@ TEST(ProxyHeaders, ForwardedHeadersReplacedUnlessTrusted) {
 TEST(ProxyHeaders, DotSegmentsFound) {
   for (const char *p : {"/app/../admin", "/app/..", "/app/.", "/./x", "/app/%2e%2e/admin",
                         "/app/%2E./x", "/app/.%2e", "/app/..%2fadmin", "/app/..%5Cadmin",
-                        "/app\\..\\admin", "/app%2f..%2fadmin"}) {
+                        "/app\\..\\admin", "/app%2f..%2fadmin", "/app/..;/admin",
+                        "/app/.;x/y"}) {
     EXPECT_TRUE(has_dot_segment(p)) << p;
   }
   for (const char *p : {"/", "/app/x", "/app/...", "/app/.hidden", "/app/x..", "/app/..x",
-                        "/a.b/c", "/app/%2ex", "%", "/%2", "/app/%2g"}) {
+                        "/a.b/c", "/app/%2ex", "%", "/%2", "/app/%2g", "/app/x;v=1.2"}) {
     EXPECT_FALSE(has_dot_segment(p)) << p;
   }
 }
@@ -921,9 +932,9 @@ TEST_F(StreamedRequest, AnErrorPageHoldsNoBudget) {
 // that request, no upstream blamed, the next request served. Before, the
 // exception stopped the worker.
 TEST_F(StreamedRequest, AnUpstreamSocketEpollRefusesIsALocalError) {
-  xdpq::testing::refuse_socket_watches(1);
+  xdpq::testing::RefuseSocketWatches refusal(1);
   auto refused = get(*proxy_);
-  EXPECT_EQ(xdpq::testing::socket_watch_refusals_left(), 0);
+  EXPECT_EQ(refusal.left(), 0);
   ASSERT_TRUE(refused->head_ready());
   EXPECT_EQ(refused->head().status, 503);
   EXPECT_EQ(proxy_->stats().proxy_local_errors, 1u);

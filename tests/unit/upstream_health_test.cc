@@ -267,10 +267,10 @@ TEST(HealthProbe, RefusedConnectFails) {
 TEST(HealthProbe, AProbeSocketEpollRefusesGivesNoVerdict) {
   FakeUpstream a(FakeUpstream::Mode::status, 200);
   EventLoop loop;
-  xdpq::testing::refuse_socket_watches(1);
+  xdpq::testing::RefuseSocketWatches refusal(1);
   Proxy proxy(config({a.url()}, 1000), loop);
   Steps steps(loop, {{[&] {
-                        return xdpq::testing::socket_watch_refusals_left() == 0 &&
+                        return refusal.left() == 0 &&
                                stats_of(proxy, 0).probes >= 2;
                       },
                       nullptr}});

@@ -60,13 +60,13 @@ TEST(WatchRefused, OnlyThatTcpClientIsRefused) {
   http::TcpServer srv(cfg, http::SessionEnv{}, nullptr, loop);
   const uint16_t port = srv.bound_addresses().at(0).port();
 
-  xdpq::testing::refuse_socket_watches(1);
+  xdpq::testing::RefuseSocketWatches refusal(1);
   int refused = connect_tcp(port), served = -1;
   Steps steps(loop, {{[&] { return srv.stats().refused_no_resources == 1; },
                       [&] { served = connect_tcp(port); }},
                      {[&] { return srv.connection_count() == 1; }, nullptr}});
   EXPECT_EQ(steps.run(), 2u);
-  EXPECT_EQ(xdpq::testing::socket_watch_refusals_left(), 0);
+  EXPECT_EQ(refusal.left(), 0);
   EXPECT_EQ(srv.stats().accepted, 1u);
   EXPECT_TRUE(closed_by_server(refused));
   srv.end_of_pass();
@@ -89,7 +89,7 @@ TEST(WatchRefused, OnlyThatControlClientIsRefused) {
   NoAdmin handler;
   {
     control::AdminServer admin(loop, handler, lfd, -1);
-    xdpq::testing::refuse_socket_watches(1);
+    xdpq::testing::RefuseSocketWatches refusal(1);
     int refused = dial(), served = -1;
     Steps steps(loop, {{[&] { return admin.stats().refused_no_resources == 1; },
                         [&] {
