@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,10 +18,19 @@ namespace xdpq::http {
 
 namespace {
 
+// A regular file, as --check-config demands: opened without blocking (a
+// FIFO without a reader would hold the start, or the control thread on a
+// reload, for good) and refused when it is anything else.
 int open_log(const std::string &path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+  int fd = ::open(path.c_str(),
+                  O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0640);
   if (fd < 0)
     throw std::runtime_error(path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error(path + ": not a regular file");
+  }
   return fd;
 }
 

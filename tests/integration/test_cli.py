@@ -173,6 +173,25 @@ class CliTest(TimedTestCase):
         os.remove(regular)
         os.rmdir(d)
 
+    def test_an_access_log_that_is_no_regular_file_is_refused_at_start(self):
+        # Regression: --check-config refused an access log that is not a
+        # regular file, but a start opened it anyway, blocking: a FIFO
+        # without a reader (a log shipper that went away) hung the start
+        # before READY, and the same path on a reload hung the control
+        # thread (signals, xdpqctl, the watchdog).
+        d = tempfile.mkdtemp(prefix="xdpq-fifo-")
+        fifo = os.path.join(d, "access.fifo")
+        os.mkfifo(fifo)
+        try:
+            r = run("--listen", f"127.0.0.1:{free_udp_port()}", "--access-log", fifo, timeout=15)
+        except subprocess.TimeoutExpired:
+            self.fail("the start hung opening a FIFO without a reader")
+        finally:
+            os.remove(fifo)
+            os.rmdir(d)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("access.fifo", r.stderr)
+
     def test_xdpqctl_fails_when_the_daemon_closes_without_an_answer(self):
         # Regression: xdpqctl printed nothing and exited 0 when the daemon
         # closed the connection without answering (its deadline for the
