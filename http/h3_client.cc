@@ -59,6 +59,8 @@ H3ClientConn::H3ClientConn(const Options &opts, Events &events)
   // ACK is due and an ACK-only packet follows it (as on the server side).
   s.ack_thresh = 1;
   if (opts.max_window) s.max_window = opts.max_window;
+  s.token = opts.token.data();
+  s.tokenlen = opts.token.size();
   if (opts.max_stream_window) s.max_stream_window = opts.max_stream_window;
   ngtcp2_transport_params p;
   ngtcp2_transport_params_default(&p);

@@ -61,6 +61,7 @@ public:
     uint64_t stream_window = 4 << 20; // each response stream's (0: shut until extended)
     bool grant_data = true;       // false: never extended (a client that stops reading)
     size_t qpack_table_capacity = 0; // the QPACK dynamic table the server's encoder may use
+    std::span<const uint8_t> token;  // a NEW_TOKEN token for the Initials (copied)
   };
 
   // Throws std::runtime_error if ngtcp2 or GnuTLS refuse.

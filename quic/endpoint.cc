@@ -232,6 +232,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   ngtcp2_cid odcid;
   const ngtcp2_cid *podcid = nullptr;
   ngtcp2_vec token{};
+  bool new_token = false; // a valid NEW_TOKEN token (see below)
   const uint64_t wall = clock_.wall();
   if (hd.tokenlen > 0) {
     if (hd.token[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
@@ -250,10 +251,18 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
                    hd.token, hd.tokenlen, secrets_.token_key.data(),
                    secrets_.token_key.size(), &dg.path.remote.u.sa, dg.path.remote.len,
                    cfg_.new_token_lifetime, wall) == 0) {
+      // A NEW_TOKEN token travels in the clear in every Initial, is bound
+      // to the address only and lives an hour: whoever saw it can replay it
+      // in Initials forged with that address (RFC 9000 8.1.3 asks that
+      // replay be prevented or limited). It spares the client a Retry and
+      // nothing more: not passed to ngtcp2, which would lift the 3x limit
+      // for it, and not proof for the per-source limits.
       stats_.new_tokens_accepted += 1;
-      token = {const_cast<uint8_t *>(hd.token), hd.tokenlen};
+      new_token = true;
     }
   }
+  // The address is proven by a Retry token (returned at once, from the
+  // address the Retry went to).
   bool validated = token.len > 0;
   const uint64_t now = clock_.now();
   if (recent_at_ && now > recent_at_) {
@@ -264,7 +273,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
                     (cfg_.retry == RetryMode::automatic &&
                      (handshakes_in_progress_ >= cfg_.retry_threshold ||
                       recent_handshakes_ >= cfg_.retry_rate));
-  if (need_retry && !validated) {
+  if (need_retry && !validated && !new_token) {
     send_retry(dg, hd);
     return;
   }

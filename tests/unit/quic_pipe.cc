@@ -51,7 +51,7 @@ ngtcp2_path to_np(const dataplane::Path &p) {
 
 TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
                        uint64_t fixed_window, bool shut_streams, size_t qpack_table_capacity,
-                       size_t hello_padding)
+                       size_t hello_padding, std::span<const uint8_t> token)
     : clock_(clock), path_(path) {
   gnutls_certificate_allocate_credentials(&cred_);
   http::H3ClientConn::Options o;
@@ -66,6 +66,7 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
   }
   if (shut_streams) o.stream_window = 0;
   o.qpack_table_capacity = qpack_table_capacity;
+  o.token = token;
   try {
     h3c_ = std::make_unique<http::H3ClientConn>(o, *this);
   } catch (...) {

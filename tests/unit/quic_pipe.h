@@ -73,9 +73,10 @@ public:
   // hello_padding: bytes of an unknown extension added to the ClientHello,
   // so that it takes more than one datagram (as post-quantum key shares
   // make browsers' do).
+  // token: a NEW_TOKEN token its Initials carry.
   TestClient(quic::ManualClock &clock, const dataplane::Path &path, uint64_t fixed_window = 0,
              bool shut_streams = false, size_t qpack_table_capacity = 0,
-             size_t hello_padding = 0);
+             size_t hello_padding = 0, std::span<const uint8_t> token = {});
   ~TestClient();
   TestClient(const TestClient &) = delete;
   TestClient &operator=(const TestClient &) = delete;

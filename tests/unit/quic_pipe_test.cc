@@ -1799,3 +1799,48 @@ TEST_F(QuicPipe, AnUnprovenAddressIsNoTrustedProxy) {
   ::close(lfd);
   ::unlink(path.c_str());
 }
+
+// A NEW_TOKEN token travels in the clear in every Initial and is bound to
+// the client's address only, for an hour: whoever saw a client's token can
+// replay it in Initials forged with that address. Such a token spares the
+// client a Retry, nothing more: the server still sends at most three times
+// what it received until the handshake proves the address, and forged
+// handshakes count as unproven, so they cannot fill the source's share of
+// proven connections. Before, a replayed token lifted the 3x limit (every
+// PTO sent more to the victim) and, past the per-source cap, the victim's
+// own connections were refused.
+TEST_F(QuicPipe, AReplayedNewTokenNeitherAmplifiesNorLocksTheSourceOut) {
+  quic::EndpointConfig cfg;
+  cfg.per_source = {2, 0, 0};
+  start(cfg);
+  const auto victim = make_test_path(50001).remote;
+  std::vector<uint8_t> token(NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN);
+  const auto n = ngtcp2_crypto_generate_regular_token(
+      token.data(), secrets_.token_key.data(), secrets_.token_key.size(), &victim.u.sa,
+      victim.len, clock_.wall());
+  ASSERT_GT(n, 0);
+  token.resize(static_cast<size_t>(n));
+  // Two forged handshakes with the token; their answers go nowhere.
+  size_t in = 0, out = 0;
+  auto to_forged = [&](const Datagram &d) {
+    return d.path.remote.port() == 50001 || d.path.remote.port() == 50002 ? d.data.size() : 0;
+  };
+  std::vector<std::unique_ptr<TestClient>> forged;
+  for (uint16_t port : {50001, 50002}) {
+    forged.push_back(std::make_unique<TestClient>(clock_, make_test_path(port), 0, false, 0, 0,
+                                                  token));
+    for (auto &dg : forged.back()->write()) {
+      in += dg.data.size();
+      for (auto &back : server_->deliver(dg)) out += to_forged(back);
+    }
+  }
+  EXPECT_EQ(stats().new_tokens_accepted, 2u);
+  for (int i = 0; i < 6; ++i) { // the server's PTO probes, for a few seconds
+    clock_.set(std::max(clock_.now() + 1'000'000, server_->wheel.next_expiry()));
+    for (auto &back : server_->tick()) out += to_forged(back);
+  }
+  EXPECT_LE(out, 3 * in) << "sent " << out << " bytes for " << in << " received";
+  // The victim itself still connects.
+  TestClient real(clock_, make_test_path(50003));
+  ASSERT_TRUE(run_until(real, *server_, clock_, [&] { return real.handshake_completed(); }, 50));
+}
