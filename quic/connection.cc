@@ -307,8 +307,15 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
     case NGTCP2_ERR_DRAINING:
       enter_draining();
       return;
-    case NGTCP2_ERR_DROP_CONN:
     case NGTCP2_ERR_RETRY:
+      // The first Initial carried only CRYPTO data past the ClientHello's
+      // start (its datagrams reordered): ngtcp2 asks for a Retry, which the
+      // endpoint sends; the client comes back with a token at once instead
+      // of after its retransmission timeout.
+      wants_retry_ = true;
+      retire();
+      return;
+    case NGTCP2_ERR_DROP_CONN:
       retire();
       return;
     case NGTCP2_ERR_CRYPTO:
@@ -622,7 +629,7 @@ void Connection::retire() {
   state_ = State::dead;
   ep_.timers().cancel(timer_);
   if (!handshake_done_) {
-    ep_.mutable_stats().handshakes_failed += 1;
+    if (!wants_retry_) ep_.mutable_stats().handshakes_failed += 1;
     ep_.handshake_done(this);
   }
   ep_.retire(this);

@@ -53,6 +53,8 @@ public:
 
   bool pending_write = false; // queued in the endpoint's write list
   bool retired = false;
+  // ngtcp2 asked for a Retry instead (its first datagram): retired.
+  bool wants_retry() const { return wants_retry_; }
   // Every key the endpoint's CID table routes to this connection (kept by
   // the endpoint; removed with the connection).
   std::vector<CidKey> routes;
@@ -135,6 +137,7 @@ private:
   dataplane::Timer timer_;
   State state_ = State::active;
   bool handshake_done_ = false;
+  bool wants_retry_ = false;
   bool early_counted_ = false;
   ngtcp2_ccerr last_error_{};
   mutable dataplane::Address peer_; // app_peer()'s answer

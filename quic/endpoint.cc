@@ -322,6 +322,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   // The client's DCID routes its further Initials until it switches CIDs.
   add_cid(hd.dcid, c);
   c->on_datagram(dg);
+  if (c->wants_retry()) send_retry(dg, hd);
 }
 
 bool Endpoint::send_stateless(const dataplane::RxDatagram &dg, const uint8_t *data, size_t len) {

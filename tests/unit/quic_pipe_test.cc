@@ -1844,3 +1844,25 @@ TEST_F(QuicPipe, AReplayedNewTokenNeitherAmplifiesNorLocksTheSourceOut) {
   TestClient real(clock_, make_test_path(50003));
   ASSERT_TRUE(run_until(real, *server_, clock_, [&] { return real.handshake_completed(); }, 50));
 }
+
+// A ClientHello in two datagrams (large key shares) whose second arrives
+// first: ngtcp2 cannot start the connection from CRYPTO data that does not
+// begin the ClientHello and asks for a Retry. Before, the connection was
+// dropped without one, counted as a failed handshake, and the client
+// waited for its retransmission timeout; now the Retry goes out and the
+// client comes back with its token at once.
+TEST_F(QuicPipe, AClientHelloWhoseSecondHalfComesFirstGetsARetry) {
+  start();
+  TestClient big(clock_, make_test_path(50001), 0, false, 0, 1500);
+  auto flight = big.write();
+  ASSERT_GE(flight.size(), 2u);
+  const uint64_t before = clock_.now();
+  const uint64_t failed = stats().handshakes_failed;
+  for (size_t i = flight.size(); i-- > 0;) {
+    for (auto &back : server_->deliver(flight[i])) big.read(back);
+  }
+  EXPECT_EQ(stats().retries_sent, 1u);
+  ASSERT_TRUE(run_until(big, *server_, clock_, [&] { return big.handshake_completed(); }));
+  EXPECT_LT(clock_.now() - before, 100'000'000u); // no retransmission timeout waited out
+  EXPECT_EQ(stats().handshakes_failed, failed);
+}
