@@ -6,6 +6,7 @@
 // only once it is complete, so no client can hold the loop that also
 // handles signals and the watchdog.
 
+#include "base/counters.h"
 #include "dataplane/event_loop.h"
 
 #include <cstdint>
@@ -27,14 +28,18 @@ protected:
   ~AdminHandler() = default;
 };
 
+#define XDPQ_ADMIN_COUNTERS(X)                                                                  \
+  X(clients, "control-socket and metrics-port clients accepted")                                \
+  X(refused_busy, "control-socket and metrics-port clients refused: over the client cap")       \
+  X(refused_uid, "control-socket clients refused: another user")                                \
+  X(refused_no_resources, "control-socket and metrics-port clients refused: no memory or epoll space") \
+  X(timeouts, "control-socket and metrics-port clients cut off at their 2 s deadline")          \
+  X(bad_requests, "control-socket and metrics-port requests too long or malformed")             \
+  X(accept_paused, "control-socket and metrics-port accept() paused: out of descriptors")
+
 struct AdminStats {
-  uint64_t clients = 0;          // accepted
-  uint64_t refused_busy = 0;     // over the client cap
-  uint64_t refused_uid = 0;      // control socket: another user
-  uint64_t timeouts = 0;         // deadline passed before the exchange finished
-  uint64_t bad_requests = 0;     // too long or malformed
-  uint64_t accept_paused = 0;    // out of descriptors: listener paused
-  uint64_t refused_no_resources = 0; // no memory or epoll space for the client
+  XDPQ_COUNTER_FIELDS(XDPQ_ADMIN_COUNTERS)
+  template <typename F> void visit(F &&f) const { XDPQ_COUNTER_VISIT(XDPQ_ADMIN_COUNTERS) }
 };
 
 class AdminServer {

@@ -370,6 +370,10 @@ void Server::feed_watchdog() {
   if (control_) control_->feed_watchdog();
 }
 
+const AdminStats *Server::admin_stats() const {
+  return control_ ? &control_->admin.stats() : nullptr;
+}
+
 void Server::stop_admin_listening(AdminServer::Which which) {
   if (control_) control_->admin.stop_listening(which);
 }

@@ -428,6 +428,15 @@ bool Server::metrics_page(std::string_view path, std::string &body) {
           "(their series are missing from it).\n# TYPE xdpq_workers_unanswered gauge\n"
           "xdpq_workers_unanswered " +
           std::to_string(unanswered.size()) + "\n";
+  // The control socket's and metrics port's own clients (read on the
+  // control thread, which counts them).
+  if (const AdminStats *a = admin_stats()) {
+    a->visit([&](const char *name, const char *help, uint64_t v) {
+      const std::string metric = std::string("xdpq_admin_") + name + "_total";
+      body += "# HELP " + metric + " " + help + ".\n# TYPE " + metric + " counter\n" + metric +
+              " " + std::to_string(v) + "\n";
+    });
+  }
   // Which process answered: after a binary upgrade, the new one.
   body += "# HELP xdpq_process_id The process ID of the xdpqd that answered this scrape.\n"
           "# TYPE xdpq_process_id gauge\nxdpq_process_id " +

@@ -62,6 +62,8 @@ public:
   // AdminHandler: requests from the control socket and the metrics port.
   std::string control_request(const std::string &line) override;
   bool metrics_page(std::string_view path, std::string &body) override;
+  // The control thread's admin clients' counters (null outside run()).
+  const AdminStats *admin_stats() const;
 
   // How long a status, stats, conns or metrics request waits for each
   // worker's snapshot.

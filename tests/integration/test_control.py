@@ -265,6 +265,24 @@ class ControlTest(TimedTestCase):
             self.assertTrue(answer.startswith(b"HTTP/1.1 503 "), answer)
             head, _, body = answer.partition(b"\r\n\r\n")
             self.assertIn(b"content-length: %d" % len(body), head)
+            # Counted, and shown: the admin clients' own counters (once the
+            # held clients' places are free again).
+            page = b""
+            for _ in range(50):
+                try:
+                    with socket.create_connection(("127.0.0.1", mport), timeout=5) as c:
+                        c.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+                        page = b""
+                        while chunk := c.recv(65536):
+                            page += chunk
+                except ConnectionError:
+                    page = b""
+                if page.startswith(b"HTTP/1.1 200 "):
+                    break
+                time.sleep(0.1)
+            self.assertIn(b"\nxdpq_admin_refused_busy_total ", page)
+            self.assertRegex(page, rb"\nxdpq_admin_refused_busy_total [1-9]")
+            self.assertIn(b"# TYPE xdpq_admin_clients_total counter\n", page)
 
     def test_capture_is_readable_pcap_with_quic(self):
         with Server() as srv:
