@@ -244,15 +244,17 @@ void KernelNextHops::handle(const nlmsghdr *h) {
 }
 
 void KernelNextHops::on_error(const nlmsghdr *h) {
-  // A route query the kernel refused: the route to that destination is a
-  // blackhole (EINVAL), unreachable (EHOSTUNREACH) or prohibit (EACCES),
-  // or there is none (ENETUNREACH). The kernel itself would send nothing
-  // there, and neither do we. The error carries our request, whose
-  // RTA_DST names the destination. (A failed resolution request shows as
-  // a neighbour that never resolves.)
+  // A route query the kernel refused because the route to that
+  // destination is a blackhole (EINVAL), unreachable (EHOSTUNREACH) or
+  // prohibit (EACCES): the kernel itself would send nothing there, and
+  // neither do we. Any other error (no route at all, a shortage) leaves it
+  // unknown, asked again later, as before. The error carries our request,
+  // whose RTA_DST names the destination. (A failed resolution request
+  // shows as a neighbour that never resolves.)
   if (h->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) return;
   const auto *e = static_cast<const nlmsgerr *>(NLMSG_DATA(h));
-  if (e->error == 0 || e->msg.nlmsg_type != RTM_GETROUTE) return;
+  if (e->msg.nlmsg_type != RTM_GETROUTE) return;
+  if (e->error != -EINVAL && e->error != -EHOSTUNREACH && e->error != -EACCES) return;
   const size_t room = h->nlmsg_len - NLMSG_LENGTH(0) - offsetof(nlmsgerr, msg);
   if (e->msg.nlmsg_len < NLMSG_LENGTH(sizeof(rtmsg)) || e->msg.nlmsg_len > room) return;
   const auto *rt = static_cast<const rtmsg *>(NLMSG_DATA(&e->msg));
