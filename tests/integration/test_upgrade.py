@@ -50,6 +50,16 @@ h2c_listen = [{h2c}]
 """)
 
 
+def metrics(port):
+    """The metrics page on 127.0.0.1:port, as one scrape reads it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+        c.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+    return data
+
+
 def eventfds(pid):
     n = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -184,14 +194,6 @@ class Upgrade(TimedTestCase):
                 s.bind(("127.0.0.1", 0))
                 return s.getsockname()[1]
 
-        def metrics(port):
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
-                c.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-                data = b""
-                while chunk := c.recv(65536):
-                    data += chunk
-            return data
-
         p1, p2 = tcp_port(), tcp_port()
         sock2 = os.path.join(self.tmp, "ctl2.sock")
         secrets = os.path.join(self.tmp, "secrets")
@@ -225,11 +227,7 @@ class Upgrade(TimedTestCase):
             mport = s.getsockname()[1]
 
         def scrape():
-            with socket.create_connection(("127.0.0.1", mport), timeout=5) as c:
-                c.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-                data = b""
-                while chunk := c.recv(65536):
-                    data += chunk
+            data = metrics(mport)
             m = re.search(rb"\nxdpq_process_id (\d+)\n", data)
             self.assertIsNotNone(m, data[-500:])
             return int(m.group(1))

@@ -16,6 +16,18 @@ using namespace xdpq::http;
 
 namespace {
 
+// Everything a session has to write now.
+std::string drain_output(TcpSession &session) {
+  std::string all;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<uint8_t> out;
+    session.produce(out, 256 * 1024);
+    if (out.empty()) break;
+    all.append(out.begin(), out.end());
+  }
+  return all;
+}
+
 class H1Drain : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -31,17 +43,7 @@ protected:
     while (session_->has_buffered_input()) session_->on_input(nullptr, 0, now_);
   }
 
-  // Everything the session has to write now.
-  std::string drain() {
-    std::string all;
-    for (int i = 0; i < 64; ++i) {
-      std::vector<uint8_t> out;
-      session_->produce(out, 256 * 1024);
-      if (out.empty()) break;
-      all.append(out.begin(), out.end());
-    }
-    return all;
-  }
+  std::string drain() { return drain_output(*session_); }
 
   static size_t count(const std::string &s, std::string_view what) {
     size_t n = 0;
@@ -147,13 +149,7 @@ TEST(H2Errors, AStreamErrorCountsOnce) {
     in += h2_frame(8, 0, sid, std::string("\x7f\xff\xff\xff", 4));
   }
   session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
-  std::string out;
-  for (int i = 0; i < 64; ++i) {
-    std::vector<uint8_t> o;
-    session->produce(o, 256 * 1024);
-    if (o.empty()) break;
-    out.append(o.begin(), o.end());
-  }
+  const std::string out = drain_output(*session);
   EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{});
   EXPECT_EQ(stats.protocol_error_closes, 0u);
   EXPECT_FALSE(session->finished());
