@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include <vector>
 
 namespace {
+
+constexpr int CONNECT_WAIT_S = 10;
 
 const char *USAGE = R"(Usage: xdpqctl [--socket PATH] [--json] COMMAND
 
@@ -96,9 +99,19 @@ int main(int argc, char **argv) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
+  // A daemon that stopped accepting (hung, or its backlog full) would make
+  // connect() wait for good: the send timeout bounds that wait, and the
+  // one for our request line.
+  const timeval connect_wait{CONNECT_WAIT_S, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &connect_wait, sizeof(connect_wait));
   if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0) {
-    std::fprintf(stderr, "xdpqctl: %s: %s (is xdpqd running? --socket PATH)\n",
-                 socket_path.c_str(), std::strerror(errno));
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      std::fprintf(stderr, "xdpqctl: %s: xdpqd did not take the connection within %d s "
+                   "(busy or hung)\n", socket_path.c_str(), CONNECT_WAIT_S);
+    } else {
+      std::fprintf(stderr, "xdpqctl: %s: %s (is xdpqd running? --socket PATH)\n",
+                   socket_path.c_str(), std::strerror(errno));
+    }
     return 2;
   }
   // A user's xdpqctl asks and believes only that user's xdpqd: in a

@@ -219,6 +219,31 @@ class CliTest(TimedTestCase):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("without an answer", r.stderr)
 
+    def test_xdpqctl_gives_up_on_a_daemon_that_takes_no_connection(self):
+        # Regression: with the daemon's backlog full (a hung or stopped
+        # control thread), xdpqctl's connect() waited for good, and with it
+        # "systemctl reload".
+        d = tempfile.mkdtemp(prefix="xdpq-ctl-")
+        path = os.path.join(d, "ctl.sock")
+        lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lst.bind(path)
+        lst.listen(0)  # never accepted: one waiting connection fills it
+        filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        filler.connect(path)
+        ctl = os.path.join(os.path.dirname(XDPQD), "xdpqctl")
+        try:
+            r = subprocess.run([ctl, "--socket", path, "status"], capture_output=True,
+                               text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            r = None
+        filler.close()
+        lst.close()
+        os.remove(path)
+        os.rmdir(d)
+        self.assertIsNotNone(r, "xdpqctl still waiting after 60 s")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("did not take the connection", r.stderr)
+
     def test_self_signed_fingerprint_logged_and_sigint_clean(self):
         with Server("--dataplane", "socket") as srv:
             self.assertRegex(srv.output(), r"self-signed certificate, SHA-256 fingerprint "
