@@ -448,9 +448,21 @@ std::string key_of_flag(const std::string &flag) {
 
 std::vector<std::string> changed_config_keys(const std::vector<std::string> &before,
                                              const std::vector<std::string> &after,
-                                             const std::vector<std::string_view> &except) {
+                                             const std::vector<std::string_view> &except,
+                                             const std::vector<std::string> &args,
+                                             std::vector<std::string> *overridden) {
   const auto a = by_flag(before), b = by_flag(after);
   std::vector<std::string> keys;
+  auto on_command_line = [&](const std::string &flag) {
+    // The one flag that adds to the file's list rather than replacing it.
+    if (flag == "--response-header") return false;
+    for (const auto &x : args) {
+      if (x == flag || (x.starts_with(flag) && x.size() > flag.size() && x[flag.size()] == '=')) {
+        return true;
+      }
+    }
+    return false;
+  };
   auto excepted = [&](std::string_view key) {
     for (auto e : except) {
       if (key == e || (e.ends_with(".*") && key.starts_with(e.substr(0, e.size() - 1)))) {
@@ -463,6 +475,11 @@ std::vector<std::string> changed_config_keys(const std::vector<std::string> &bef
     const auto x = a.find(flag), y = b.find(flag);
     if (x != a.end() && y != b.end() && x->second == y->second) return;
     std::string k = key_of_flag(flag);
+    if (on_command_line(flag)) {
+      if (overridden && std::find(overridden->begin(), overridden->end(), k) == overridden->end())
+        overridden->push_back(std::move(k));
+      return;
+    }
     if (excepted(k) || std::find(keys.begin(), keys.end(), k) != keys.end()) return;
     keys.push_back(std::move(k));
   };
@@ -622,6 +639,12 @@ std::vector<std::string> config_file_flags(const std::string &path) {
       break;
     case Kind::strings:
       expect(v.is_array());
+      // No flag at all would leave the built-in addresses, the opposite
+      // of what an empty list says.
+      if (v.as_array()->empty() && std::string_view(key->flag) == "--listen") {
+        fail(path, line, full, "an empty list: give at least one address (an empty list does "
+                               "not mean no QUIC)");
+      }
       for (const auto &item : *v.as_array()) {
         if (!item.is_string()) {
           fail(path, line_of(item.source()), full,

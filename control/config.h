@@ -20,9 +20,13 @@ const char *default_config_text();
 
 // The keys ("section.name", "[[proxy]]") whose values differ between two
 // config_file_flags() results, in file order, but for those in except
-// (keys, or "section.*" for a whole section).
+// (keys, or "section.*" for a whole section) and those whose flag the
+// command line gives (args: the process's arguments), which overrides the
+// file: these go to *overridden, if given, excepted or not.
 std::vector<std::string> changed_config_keys(const std::vector<std::string> &before,
                                              const std::vector<std::string> &after,
-                                             const std::vector<std::string_view> &except);
+                                             const std::vector<std::string_view> &except,
+                                             const std::vector<std::string> &args = {},
+                                             std::vector<std::string> *overridden = nullptr);
 
 } // namespace xdpq::control

@@ -86,9 +86,13 @@ std::string Server::reload() {
       }
       // What else the file changed keeps its running value: named, so
       // that nobody takes it for applied.
+      // What the command line gives it overrides, here as at a start or an
+      // upgrade (which keeps the command line): named too.
+      std::vector<std::string> overridden;
       auto kept = changed_config_keys(
           opts_.file_flags, fresh.file_flags,
-          {"server.log_level", "tls.cert", "tls.key", "proxy_defaults.*", "[[proxy]]"});
+          {"server.log_level", "tls.cert", "tls.key", "proxy_defaults.*", "[[proxy]]"}, argv,
+          &overridden);
       if (fresh.cert_file.empty() && !opts_.cert_file.empty()) {
         // Removed: the running pair is reloaded from its files; only a
         // restart turns to a self-signed certificate.
@@ -103,6 +107,14 @@ std::string Server::reload() {
         LOG_WARN("reload: changed in the file but not applied: %s (xdpqctl upgrade, or a "
                  "restart, applies %s)",
                  names.c_str(), kept.size() > 1 ? "them" : "it");
+      }
+      if (!overridden.empty()) {
+        std::string names;
+        for (const auto &k : overridden) names += (names.empty() ? "" : ", ") + k;
+        st.kept += "; not applied: " + names + " (the command line's flag" +
+                   (overridden.size() > 1 ? "s override" : " overrides") + " the file)";
+        LOG_WARN("reload: changed in the file but overridden by the command line: %s",
+                 names.c_str());
       }
     }
     if (st.cert_file.empty()) {

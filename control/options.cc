@@ -260,7 +260,8 @@ Operation:
   --metrics ADDR:PORT     Serve Prometheus metrics over HTTP there (keep it on
                           loopback or an admin network). Default: off.
   --echo                  Benchmark mode: echo every UDP datagram back on the
-                          chosen dataplane, no QUIC (the bare packet path).
+                          chosen dataplane, no QUIC and no TCP (the bare
+                          packet path); refused with --proxy or --h2c-listen.
   --drain-timeout MS      SIGTERM / 'xdpqctl drain': GOAWAY, let requests in
                           flight finish for up to MS (default 10000), then
                           close everything and detach XDP.
@@ -334,6 +335,13 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       if (i + 1 >= args.size()) throw UsageError(std::string(arg) + ": missing value");
       return args[++i];
     };
+    // An empty path would quietly mean the built-in default (a self-signed
+    // certificate, keys in memory, the embedded page).
+    auto need_path = [&]() -> std::string {
+      std::string v(need());
+      if (v.empty()) throw UsageError(std::string(arg) + ": expected a path, got an empty one");
+      return v;
+    };
     if (arg == "--help" || arg == "-h") {
       o.help = true;
     } else if (arg == "--version") {
@@ -348,7 +356,7 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     } else if (arg == "--print-default-config") {
       o.print_default_config = true;
     } else if (arg == "--control-socket") {
-      o.control_socket = need();
+      o.control_socket = need_path();
     } else if (arg == "--metrics") {
       auto v = need();
       std::string why;
@@ -491,11 +499,11 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     } else if (arg == "--kernel-trains") {
       o.kernel_trains = static_cast<int>(parse_number(arg, need(), 0, 64));
     } else if (arg == "--cert") {
-      o.cert_file = need();
+      o.cert_file = need_path();
     } else if (arg == "--key") {
-      o.key_file = need();
+      o.key_file = need_path();
     } else if (arg == "--docroot") {
-      o.docroot = need();
+      o.docroot = need_path();
     } else if (arg == "--serve-dotfiles") {
       o.serve_dotfiles = true;
     } else if (arg == "--no-test-routes") {
@@ -509,7 +517,7 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     } else if (arg == "--file-cache-revalidate-ms") {
       o.file_cache_revalidate_ms = parse_number(arg, need(), 0, 3600'000);
     } else if (arg == "--secrets") {
-      o.secrets_file = need();
+      o.secrets_file = need_path();
     } else if (arg == "--quic-lb-server-id") {
       auto v = need();
       auto id = parse_hex(v);
@@ -562,8 +570,7 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       std::erase_if(o.response_headers, [&](const http::Header &x) { return x.name == h.name; });
       o.response_headers.push_back(std::move(h));
     } else if (arg == "--access-log") {
-      o.access_log = need();
-      if (o.access_log.empty()) throw UsageError("--access-log: expected a path");
+      o.access_log = need_path();
     } else if (arg == "--log-level") {
       auto v = need();
       if (!log::parse_level(v)) {
@@ -617,14 +624,30 @@ Options parse_options(int argc, const char *const *argv) {
   std::vector<std::string> cli(argv + 1, argv + argc);
   // --config FILE (or --check-config FILE) is read first; flags override it.
   std::string config;
+  bool config_given = false;
   for (size_t i = 0; i < cli.size(); ++i) {
     std::string_view a = cli[i];
-    if (a.starts_with("--config=")) config = std::string(a.substr(9));
-    else if (a == "--config" && i + 1 < cli.size()) config = cli[i + 1];
-    else if (a.starts_with("--check-config=")) config = std::string(a.substr(15));
+    std::optional<std::string> file;
+    if (a.starts_with("--config=")) file = std::string(a.substr(9));
+    else if (a == "--config" && i + 1 < cli.size()) file = cli[++i];
+    else if (a == "--config") throw UsageError("--config: missing value");
+    else if (a.starts_with("--check-config=")) file = std::string(a.substr(15));
     else if (a == "--check-config" && i + 1 < cli.size() && !cli[i + 1].starts_with("--")) {
-      config = cli[i + 1];
+      file = cli[++i];
     }
+    if (!file) continue;
+    // An empty name (an unset variable) would start on the defaults, and
+    // a second file would drop the first: neither without a word.
+    if (file->empty()) {
+      throw UsageError(std::string(a.substr(0, a.find('='))) +
+                       ": expected a path, got an empty one");
+    }
+    if (config_given) {
+      throw UsageError("--config: one configuration file only (got '" + config + "' and '" +
+                       *file + "')");
+    }
+    config_given = true;
+    config = std::move(*file);
   }
   Options o;
   if (!config.empty()) {
@@ -645,7 +668,39 @@ Options parse_options(int argc, const char *const *argv) {
     o.listen.push_back(*dataplane::parse_address("0.0.0.0:4433"));
     o.listen.push_back(*dataplane::parse_address("[::]:4433"));
   }
+  // Checked here, not at the bind, so that --check-config finds them and
+  // names the file's line.
+  auto twice = [](const std::vector<dataplane::Address> &v) -> const dataplane::Address * {
+    for (size_t i = 0; i < v.size(); ++i) {
+      for (size_t j = i + 1; j < v.size(); ++j) {
+        if (v[i] == v[j]) return &v[i];
+      }
+    }
+    return nullptr;
+  };
+  if (auto *d = twice(o.listen)) {
+    throw UsageError(at({"--listen"}) + "--listen: " + d->to_string() + " is listed twice");
+  }
+  if (auto *d = twice(o.h2c_listen)) {
+    throw UsageError(at({"--h2c-listen"}) + "--h2c-listen: " + d->to_string() +
+                     " is listed twice");
+  }
+  if (o.tcp && !o.echo) {
+    for (const auto &a : o.h2c_listen) {
+      if (std::find(o.listen.begin(), o.listen.end(), a) != o.listen.end()) {
+        throw UsageError(at({"--h2c-listen", "--listen"}) + "--h2c-listen " + a.to_string() +
+                         ": TLS over TCP already listens there (a --listen address); use "
+                         "another port, or --no-tcp");
+      }
+    }
+  }
   if (o.dataplane == "afxdp") {
+    for (const auto &a : o.listen) {
+      if (a.port() == 0) {
+        throw UsageError(at({"--listen"}) + "--listen " + a.to_string() +
+                         ": --dataplane afxdp needs an explicit port");
+      }
+    }
     if (o.interface.empty()) {
       throw UsageError(at({"--dataplane"}) + "--dataplane afxdp needs --interface IF");
     }
@@ -673,9 +728,26 @@ Options parse_options(int argc, const char *const *argv) {
       throw UsageError(at({"--queues"}) + "--queues: more than 127 queues need --workers N (at most 127), each "
                        "worker serving several queues");
     }
-  } else if (!o.interface.empty() || !o.queues.empty()) {
-    throw UsageError(at({"--interface", "--queues"}) +
-                     "--interface and --queues go with --dataplane afxdp");
+  } else {
+    // AF_XDP's own settings would be ignored without a word on sockets.
+    const char *given = !o.interface.empty()       ? "--interface"
+                        : !o.queues.empty()        ? "--queues"
+                        : o.xdp_mode != "auto"     ? "--xdp-mode"
+                        : o.zerocopy != "auto"     ? "--zerocopy"
+                        : o.busy_poll              ? "--busy-poll"
+                        : o.xdp_replace            ? "--xdp-replace"
+                        : o.kernel_trains >= 0     ? "--kernel-trains"
+                                                   : nullptr;
+    if (given) {
+      throw UsageError(at({given, "--dataplane"}) + given +
+                       " goes with --dataplane afxdp (the dataplane is " + o.dataplane + ")");
+    }
+  }
+  if (o.echo && (!o.proxy.routes.empty() || !o.h2c_listen.empty())) {
+    // Echo mode serves no HTTP at all.
+    throw UsageError(at({"--echo", "--proxy", "--h2c-listen"}) +
+                     "--echo (UDP echo, no HTTP) cannot go with " +
+                     (o.proxy.routes.empty() ? "--h2c-listen" : "--proxy"));
   }
   if (o.max_body_per_connection < o.max_request_body) {
     throw UsageError(at({"--max-body-per-connection", "--max-request-body"}) +

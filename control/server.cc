@@ -389,14 +389,14 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   }
   if (opts_.echo) {
     for (auto &w : workers_) w->set_echo(true);
-    dataplane_info += ", UDP echo mode (no QUIC)";
+    dataplane_info += ", UDP echo mode (no QUIC, no TCP)";
   } else if (opts_.tcp || !opts_.h2c_listen.empty()) {
     start_tcp(tls_cfg, secrets, router, listen);
   }
 
   std::string where;
   for (const auto &a : listen) where += " " + a.to_string();
-  if (opts_.tcp) where += " (and TCP: HTTP/2, HTTP/1.1 over TLS)";
+  if (opts_.tcp && !opts_.echo) where += " (and TCP: HTTP/2, HTTP/1.1 over TLS)";
   for (const auto &a : opts_.h2c_listen) where += ", cleartext TCP " + a.to_string();
   int n = static_cast<int>(workers_.size());
   dataplane_info_ = dataplane_info;

@@ -190,6 +190,34 @@ class ControlTest(TimedTestCase):
         self.assertIn("changed in the file but not applied: quic.max_streams, "
                       "quic.idle_timeout_ms", srv.output())
 
+    def test_a_reload_names_what_the_command_line_overrides(self):
+        # Regression: a key the command line also gives was neither applied
+        # nor named (the log level), or named as applied by an upgrade,
+        # which keeps the same command line (max_streams).
+        port = free_udp_port()
+        sock = os.path.join(self.tmp, "override.sock")
+        cfg = os.path.join(self.tmp, "override.toml")
+
+        def write(streams, level):
+            with open(cfg, "w") as f:
+                f.write(f'[server]\nlisten = ["127.0.0.1:{port}"]\nworkers = 1\n'
+                        f'control_socket = "{sock}"\nlog_level = "{level}"\n'
+                        f'[quic]\nmax_streams = {streams}\nidle_timeout_ms = 30000\n')
+        write(64, "info")
+        with Server("--config", cfg, "--log-level", "info", "--max-streams=50", listen=[],
+                    port=port, workers=0) as srv:
+            srv.control_socket = sock
+            write(32, "debug")
+            rc, out, _ = xdpqctl(srv, "reload")
+            self.assertEqual(rc, 0, out)
+            self.assertIn("not applied: server.log_level, quic.max_streams (the command "
+                          "line's flags override the file)", out)
+            self.assertNotIn("kept the running value", out)
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+        self.assertIn("overridden by the command line: server.log_level, quic.max_streams",
+                      srv.output())
+        self.assertNotIn("debug:", srv.output())  # the level stayed info
+
     def test_a_reload_that_removes_the_certificate_says_it_kept_it(self):
         # Regression: with tls.cert and tls.key gone from the file, a reload
         # reloaded the running pair and answered "certificate reloaded" as

@@ -138,6 +138,76 @@ TEST(Config, ErrorsBetweenSettingsSayWhere) {
   EXPECT_NE(e.find("--cert and --key go together"), std::string::npos) << e;
 }
 
+TEST(Config, AfXdpSettingsWithTheSocketDataplaneAreErrors) {
+  // They were ignored without a word: a file that set busy_poll (or
+  // kernel_trains, zerocopy...) but kept the default socket dataplane
+  // looked tuned and was not.
+  auto path = write_config("[dataplane]\nmode = \"socket\"\n\nbusy_poll = true\n");
+  auto e = error_of({"--config", path});
+  EXPECT_NE(e.find(path + ":4: dataplane.busy_poll: --busy-poll goes with --dataplane afxdp"),
+            std::string::npos)
+      << e;
+  for (std::vector<std::string> bad :
+       {std::vector<std::string>{"--xdp-mode", "native"}, {"--zerocopy", "on"}, {"--busy-poll"},
+        {"--xdp-replace"}, {"--kernel-trains", "0"}, {"--queues", "1"}}) {
+    e = error_of(bad);
+    EXPECT_NE(e.find(bad[0] + " goes with --dataplane afxdp"), std::string::npos) << e;
+  }
+  // Their defaults, as the printed default configuration gives them, pass.
+  EXPECT_EQ(parse({"--xdp-mode", "auto", "--zerocopy", "auto"}).dataplane, "socket");
+  EXPECT_TRUE(parse({"--dataplane", "afxdp", "--interface", "eth0", "--busy-poll",
+                     "--kernel-trains", "0"})
+                  .busy_poll);
+}
+
+TEST(Config, AMissingOrEmptyFileOrPathIsAnError) {
+  // Each of these started on the built-in defaults without a word: a
+  // self-signed certificate, keys in memory, the embedded page.
+  EXPECT_NE(error_of({"--config"}).find("--config: missing value"), std::string::npos);
+  EXPECT_NE(error_of({"--config="}).find("--config: expected a path"), std::string::npos);
+  EXPECT_NE(error_of({"--config", ""}).find("--config: expected a path"), std::string::npos);
+  auto a = write_config("");
+  auto b = write_config("");
+  EXPECT_NE(error_of({"--config", a, "--config=" + b}).find("one configuration file only"),
+            std::string::npos);
+  auto tls = write_config("[tls]\ncert = \"\"\nkey = \"\"\n");
+  auto e = error_of({"--config", tls});
+  EXPECT_NE(e.find(tls + ":2: tls.cert: --cert: expected a path"), std::string::npos) << e;
+  for (const char *flag : {"--docroot", "--secrets", "--control-socket", "--access-log"}) {
+    EXPECT_NE(error_of({flag, ""}).find(std::string(flag) + ": expected a path"),
+              std::string::npos)
+        << flag;
+  }
+}
+
+TEST(Config, ListenAddressesTheStartWouldRefuse) {
+  // An empty list listened on the built-in wildcard addresses.
+  auto empty = write_config("[server]\nlisten = []\n");
+  auto e = error_of({"--config", empty});
+  EXPECT_NE(e.find(empty + ":2: server.listen: an empty list"), std::string::npos) << e;
+  // These passed --check-config and failed only at the bind.
+  auto twice = write_config("[server]\nlisten = [\"127.0.0.1:4433\", \"127.0.0.1:4433\"]\n");
+  e = error_of({"--config", twice});
+  EXPECT_NE(e.find(twice + ":2: server.listen: --listen: 127.0.0.1:4433 is listed twice"),
+            std::string::npos)
+      << e;
+  e = error_of({"--listen", "127.0.0.1:4433", "--h2c-listen", "127.0.0.1:4433"});
+  EXPECT_NE(e.find("TLS over TCP already listens there"), std::string::npos) << e;
+  EXPECT_EQ(parse({"--listen", "127.0.0.1:4433", "--h2c-listen", "127.0.0.1:4433", "--no-tcp"})
+                .h2c_listen.size(),
+            1u);
+  e = error_of({"--dataplane", "afxdp", "--interface", "eth0", "--listen", "10.0.0.1:0"});
+  EXPECT_NE(e.find("--dataplane afxdp needs an explicit port"), std::string::npos) << e;
+}
+
+TEST(Config, EchoModeRefusesWhatItWouldNotServe) {
+  auto e = error_of({"--echo", "--proxy", "/app=http://127.0.0.1:8080"});
+  EXPECT_NE(e.find("--echo (UDP echo, no HTTP) cannot go with --proxy"), std::string::npos) << e;
+  e = error_of({"--echo", "--h2c-listen", "127.0.0.1:8080"});
+  EXPECT_NE(e.find("cannot go with --h2c-listen"), std::string::npos) << e;
+  EXPECT_TRUE(parse({"--echo", "--no-tcp"}).echo);
+}
+
 TEST(Config, DefaultConfigTextParsesToTheDefaults) {
   auto path = write_config(default_config_text());
   auto o = parse({"--config", path});
@@ -187,13 +257,13 @@ TEST(Config, ReadsTheTomlAFileMayUse) {
                            "control_socket = \"/run/x\\u00e9\\t\\\"q\\\"\"\n"
                            "[http]\n"
                            "file_cache_entries = 1_000\n"
-                           "docroot = ''\n");
+                           "docroot = '/srv/a\\b'\n");
   auto o = parse({"--config", path});
   ASSERT_EQ(o.listen.size(), 2u);
   EXPECT_EQ(o.listen[1].to_string(), "[::1]:443");
   EXPECT_EQ(o.control_socket, "/run/x\xc3\xa9\t\"q\"");
   EXPECT_EQ(o.file_cache_entries, 1000u);
-  EXPECT_EQ(o.docroot, "");
+  EXPECT_EQ(o.docroot, "/srv/a\\b"); // a literal string: no escapes
   // [http] then tcp.max_connections is http.tcp, a table: not a key of [http].
   auto nested = write_config("[http]\ntcp.max_connections = 7\n");
   auto e = error_of({"--config", nested});
