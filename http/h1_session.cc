@@ -93,9 +93,9 @@ public:
     }
     // Bytes that arrived while paused (pipelining backpressure) are kept
     // and parsed first.
-    if (!buffered_.empty() || input_paused()) {
+    if (!buffered_.empty() || blocked()) {
       buffered_.append(reinterpret_cast<const char *>(data), len);
-      if (input_paused()) return;
+      if (blocked()) return;
       data = reinterpret_cast<const uint8_t *>(buffered_.data());
       len = buffered_.size();
     }
@@ -215,7 +215,8 @@ public:
         q.body->release(q.body_off);
         continue;
       }
-      if (q.close_after) closing_ = true;
+      const bool ends_connection = q.close_after;
+      if (ends_connection) closing_ = true;
       if (q.ex && q.ex == body_ex_) {
         // Answered before its body was all in: the rest of the body is not
         // read (nor parsed for the next request); the connection ends here.
@@ -226,6 +227,13 @@ public:
       budget_.give_back(q.charged);
       finish_log(q);
       queue_.pop_front();
+      if (ends_connection) {
+        // Its end is the connection's: an answer queued behind it (an
+        // HTTP/1.0 keep-alive client's next request, behind a body that
+        // only the close delimits) would be read as part of that body.
+        if (!queue_.empty()) abort_output();
+        return;
+      }
       if (paused_ && queue_.size() < env_.limits.max_pipelined / 2) {
         http_parser_pause(&parser_, 0);
         paused_ = false;
@@ -248,10 +256,11 @@ public:
   void proxy_progress(void *) override {
     if (host_) host_->session_wake();
   }
-  bool has_buffered_input() const override { return !buffered_.empty() && !input_paused(); }
-  bool input_paused() const override {
-    return paused_ || closing_ || (body_ex_ && body_ex_->body_room() == 0);
-  }
+  bool has_buffered_input() const override { return !buffered_.empty() && !blocked(); }
+  // Input held unparsed holds the socket too: read on meanwhile, a client
+  // that pipelines faster than its answers go out would grow it without
+  // bound, a read at a time.
+  bool input_paused() const override { return blocked() || !buffered_.empty(); }
   void input_ended() override {
     // The client left in the middle of a proxied body: the upstream must
     // not wait for the rest. What it sent before is parsed first (a client
@@ -375,7 +384,11 @@ private:
     value_.clear();
   }
 
+  // A chunked body's trailer fields come through the same callbacks: they
+  // are not part of the request's header section (RFC 9110 6.5.1), which
+  // has been routed on already, and are dropped (the framing bounds them).
   int field(const char *at, size_t n) {
+    if (!in_headers_) return 0;
     if (!value_.empty() || value_started_) {
       flush_header();
       value_started_ = false;
@@ -385,6 +398,7 @@ private:
   }
 
   int value(const char *at, size_t n) {
+    if (!in_headers_) return 0;
     value_started_ = true;
     if (account(n)) value_.append(at, n);
     return 0;
@@ -559,9 +573,9 @@ private:
       buffered_.clear(); // the tunnel ended: nowhere to go
       return;
     }
-    if (!buffered_.empty() || input_paused()) {
+    if (!buffered_.empty() || blocked()) {
       buffered_.append(reinterpret_cast<const char *>(data), len);
-      if (input_paused()) return;
+      if (blocked()) return;
       data = reinterpret_cast<const uint8_t *>(buffered_.data());
       len = buffered_.size();
     }
@@ -758,6 +772,9 @@ private:
 
   bool http10() const { return parser_.http_major == 1 && parser_.http_minor == 0; }
   bool switch_asked() const { return parser_.upgrade && !in_message_; }
+  // Nothing more can be parsed now: a full queue of answers, the end of
+  // the connection, or a proxied body's exchange without room.
+  bool blocked() const { return paused_ || closing_ || (body_ex_ && body_ex_->body_room() == 0); }
 
   void finish_log(Queued &q) {
     if (!q.logged) return;

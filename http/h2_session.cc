@@ -226,6 +226,9 @@ private:
             }
             return 0;
           }
+          // Trailers are not part of the request's header section (RFC
+          // 9110 6.5.1): a request answered at its end would see them.
+          if (f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
           std::string_view n(reinterpret_cast<const char *>(name), namelen);
           std::string_view v(reinterpret_cast<const char *>(value), valuelen);
           if (n == ":method")

@@ -226,6 +226,56 @@ class TcpTest(TimedTestCase):
                     pass
         self.assertEqual(buf.count(b"HTTP/1.1 200 OK"), n)
 
+    def test_trailers_are_not_request_headers(self):
+        # Regression: a chunked body's trailer fields (HTTP/1.1) and a
+        # trailing HEADERS frame (HTTP/2) were merged into the request's
+        # headers before it was answered: /echo answered with the
+        # trailer's content-type (RFC 9110 6.5.1: they must not be).
+        import h2.config
+        import h2.connection
+        import h2.events
+        with self.serve() as srv:
+            with self.tls_http1(srv) as s:
+                s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\n"
+                          b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                          b"1\r\na\r\n0\r\nContent-Type: evil/x\r\nX-Late: y\r\n\r\n")
+                buf = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+            self.assertTrue(buf.startswith(b"HTTP/1.1 200"), buf)
+            self.assertNotIn(b"evil", buf)
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            ctx.set_alpn_protocols(["h2"])
+            with ctx.wrap_socket(socket.create_connection((srv.host, srv.port), timeout=10)) as t:
+                conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+                conn.initiate_connection()
+                conn.send_headers(1, [(":method", "POST"), (":path", "/echo"),
+                                      (":scheme", "https"), (":authority", "x")])
+                conn.send_data(1, b"a")
+                conn.send_headers(1, [("content-type", "evil/x")], end_stream=True)
+                t.sendall(conn.data_to_send())
+                headers, body, done = {}, b"", False
+                while not done:
+                    data = t.recv(65536)
+                    if not data:
+                        break
+                    for ev in conn.receive_data(data):
+                        if isinstance(ev, h2.events.ResponseReceived):
+                            headers = dict(ev.headers)
+                        elif isinstance(ev, h2.events.DataReceived):
+                            body += ev.data
+                        elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                            done = True
+                    t.sendall(conn.data_to_send())
+            self.assertEqual(headers.get(b":status"), b"200", headers)
+            self.assertNotEqual(headers.get(b"content-type"), b"evil/x", headers)
+            self.assertEqual(body, b"a")
+
     def test_a_pipeline_then_a_half_close_is_answered_whole(self):
         # Regression: the FIN read with requests still buffered in the
         # session closed the connection once the responses so far were

@@ -94,6 +94,31 @@ TEST_F(H1Drain, AnIdleConnectionEndsAtOnce) {
   EXPECT_TRUE(session_->finished());
 }
 
+// A pipelining client that keeps sending while it reads its answers:
+// the connection reads a chunk whenever the session is not paused, as
+// TcpConnection's loop does. Each read was added to the unparsed input
+// while only a queue's worth (32 requests) of it was parsed per round, so
+// the held input grew by nearly every byte the client sent.
+TEST_F(H1Drain, AKeptPipelineHoldsNoMoreThanOneRead) {
+  const std::string req = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::string stream;
+  while (stream.size() < (4u << 20)) stream += req;
+  constexpr size_t READ = 16384;
+  size_t fed = 0, answered = 0;
+  for (int round = 0; round < 400 && fed + READ <= stream.size(); ++round) {
+    if (!session_->input_paused()) {
+      session_->on_input(reinterpret_cast<const uint8_t *>(stream.data() + fed), READ, now_);
+      fed += READ;
+    }
+    while (session_->has_buffered_input()) session_->on_input(nullptr, 0, now_);
+    answered += count(drain(), "HTTP/1.1 200 OK\r\n");
+  }
+  EXPECT_GT(answered, 0u);
+  // What was read but not answered: at most a read and a request.
+  EXPECT_LE(fed, answered * req.size() + READ + req.size())
+      << "read " << fed << " bytes, answered " << answered << " requests";
+}
+
 namespace {
 
 std::string h2_frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
