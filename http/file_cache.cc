@@ -69,6 +69,7 @@ bool has_hidden_segment(std::string_view rel) {
 FileEntry::~FileEntry() {
   if (fd >= 0)
     close(fd);
+  if (held) *held -= bytes.size();
 }
 
 FileCache::FileCache(int root_fd, const FileCacheLimits &limits)
@@ -121,7 +122,13 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
                 static_cast<unsigned long long>(e->ctime_ns));
   e->etag = etag;
   e->content_type = content_type_for(type_path);
-  if (e->size <= limits_.max_file_in_memory && e->size <= limits_.max_bytes) {
+  // In memory when small, and when what responses still hold of entries
+  // that left the cache (or never entered it) leaves room: a client that
+  // stalls many responses of files cycled through the cache must not have
+  // each keep its own copy beyond the bound.
+  const size_t outside = *held_ - stats_.bytes;
+  if (e->size <= limits_.max_file_in_memory && e->size <= limits_.max_bytes &&
+      outside + e->size <= limits_.max_bytes) {
     e->bytes.resize(e->size);
     size_t got = 0;
     while (got < e->size) {
@@ -135,6 +142,8 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
     if (got != e->size)
       return Status::unavailable; // truncated while we read it
     e->in_memory = true;
+    e->held = held_;
+    *held_ += e->size;
     // Never read again: a deleted file's space is not kept by the cache.
     close(e->fd);
     e->fd = -1;

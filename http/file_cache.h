@@ -56,6 +56,9 @@ struct FileEntry {
   // A read found the file shorter than this entry says: the next lookup
   // revalidates at once instead of waiting for the interval.
   mutable bool stale = false;
+  // Its cache's count of file bytes in memory, which bytes are part of
+  // while this entry lives (null when they are not in memory).
+  std::shared_ptr<size_t> held;
 };
 
 struct FileCacheStats {
@@ -95,6 +98,11 @@ public:
   static constexpr size_t SWEEP_STEPS = 1024;
 
   const FileCacheStats &stats() const { return stats_; }
+  // File contents in memory, cached or not: an entry evicted or replaced
+  // lives on while responses still send it. Those outside the cache are
+  // held to max_bytes too (a file that would pass it is read on demand
+  // instead), so all of it stays within twice max_bytes.
+  size_t bytes_held() const { return *held_; }
 
 private:
   struct Slot;
@@ -115,6 +123,7 @@ private:
   // front: most recently used. Elements of map_ keep their addresses
   // through rehashing, so the list points at them.
   std::list<Map::value_type *> lru_;
+  std::shared_ptr<size_t> held_ = std::make_shared<size_t>(0);
   uint64_t swept_at_ = 0;
   std::optional<std::string> sweep_from_; // the key the next sweep() starts at
   FileCacheStats stats_;

@@ -193,6 +193,7 @@ std::string_view reason_phrase(int status) {
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
   case 408: return "Request Timeout";
+  case 412: return "Precondition Failed";
   case 413: return "Content Too Large";
   case 416: return "Range Not Satisfiable";
   case 417: return "Expectation Failed";

@@ -167,15 +167,17 @@ int hex_value(char c) {
   return -1;
 }
 
-bool etag_matches(std::string_view header, std::string_view etag) {
-  // If-None-Match is a list of entity tags (weak comparison), or "*".
+// If-None-Match and If-Match: "*", or a list of entity tags, compared
+// weakly (If-None-Match) or strongly (If-Match: a weak tag never matches;
+// RFC 9110 8.8.3.2).
+bool etag_matches(std::string_view header, std::string_view etag, bool weak) {
   size_t pos = 0;
   while (pos < header.size()) {
     auto comma = header.find(',', pos);
     auto item = header.substr(pos, comma == std::string_view::npos ? header.npos : comma - pos);
     while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
     while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (item.starts_with("W/")) item.remove_prefix(2);
+    if (weak && item.starts_with("W/")) item.remove_prefix(2);
     if (item == "*" || item == etag) {
       return true;
     }
@@ -424,8 +426,21 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
     redirect_to_directory(req, resp, rel);
     return;
   }
+  if (!e->directory && (path_only(req.path).ends_with('/') || path_only(req.path).ends_with("/."))) {
+    // "/a.txt/" names no file (open() says ENOTDIR): one URL per file.
+    make_error(resp, 404);
+    return;
+  }
+  // RFC 9110 13.2.2: If-Match first. A client resuming a download sends
+  // the ETag it began with, and must not get another version's bytes.
+  // (If-Unmodified-Since needs a modification date, which is not sent.)
+  const std::string *im = req.find("if-match");
+  if (im && !etag_matches(*im, e->etag, false)) {
+    make_error(resp, 412, req.method == "HEAD");
+    return;
+  }
   const std::string *inm = req.find("if-none-match");
-  if (inm && etag_matches(*inm, e->etag)) {
+  if (inm && etag_matches(*inm, e->etag, true)) {
     resp.reset();
     resp.status = 304;
     resp.add_header("etag", e->etag);
@@ -434,7 +449,9 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
   uint64_t size = e->size;
   uint64_t first = 0, last = size == 0 ? 0 : size - 1;
   int status = 200;
-  const std::string *range = req.find("range");
+  // Range applies to GET alone (RFC 9110 14.2): HEAD describes the
+  // whole representation.
+  const std::string *range = req.method == "GET" ? req.find("range") : nullptr;
   const std::string *if_range = req.find("if-range");
   if (range && (!if_range || *if_range == e->etag)) {
     int r = parse_range(*range, size, first, last);
