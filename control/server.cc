@@ -269,7 +269,11 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   if (nworkers == 0) {
     nworkers = opts_.cpus.empty() ? dataplane::available_cpus() : static_cast<int>(opts_.cpus.size());
   }
-  if (nworkers > quic::EndpointConfig::MAX_WORKERS) nworkers = quic::EndpointConfig::MAX_WORKERS;
+  if (nworkers > quic::EndpointConfig::MAX_WORKERS) {
+    LOG_WARN("%d CPUs, but at most %d workers: starting %d (--workers N to choose)", nworkers,
+             quic::EndpointConfig::MAX_WORKERS, quic::EndpointConfig::MAX_WORKERS);
+    nworkers = quic::EndpointConfig::MAX_WORKERS;
+  }
 
   quic::EndpointConfig ecfg;
   ecfg.retry = opts_.retry;
