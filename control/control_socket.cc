@@ -200,16 +200,24 @@ void Server::close_control() {
   }
 }
 
-std::vector<WorkerSnapshot> Server::snapshots(bool with_conns, std::vector<int> &unanswered) {
+std::vector<WorkerSnapshot> Server::snapshots(bool with_conns, std::vector<int> &unanswered,
+                                              bool last_known) {
   std::vector<WorkerSnapshot> v;
   unanswered.clear();
-  for (auto &w : workers_) {
+  // All asked at once, one deadline for all: a stuck worker costs the
+  // control thread SNAPSHOT_WAIT, not that per worker.
+  for (auto &w : workers_) w->request_snapshot(with_conns);
+  const auto deadline = std::chrono::steady_clock::now() + SNAPSHOT_WAIT;
+  last_snapshots_.resize(workers_.size());
+  for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerSnapshot s;
-    if (w->snapshot(s, with_conns, SNAPSHOT_WAIT)) {
+    if (workers_[i]->collect_snapshot(s, deadline)) {
+      if (!with_conns) last_snapshots_[i] = s;
       v.push_back(std::move(s));
-    } else {
-      unanswered.push_back(w->id());
+      continue;
     }
+    unanswered.push_back(workers_[i]->id());
+    if (last_known && last_snapshots_[i]) v.push_back(*last_snapshots_[i]);
   }
   return v;
 }
@@ -422,10 +430,13 @@ std::string Server::conns_text(bool json) {
 bool Server::metrics_page(std::string_view path, std::string &body) {
   if (path != "/metrics" && path != "/") return false;
   std::vector<int> unanswered;
-  const auto snaps = snapshots(false, unanswered);
+  // A worker that misses this scrape counts with its last figures: the
+  // sums over workers (the histograms) must not go down, which would read
+  // as a counter reset.
+  const auto snaps = snapshots(false, unanswered, true);
   body = prometheus_text(snaps, xdp_counters(program_.get()), opts_.proxy);
   body += "# HELP xdpq_workers_unanswered Workers that did not answer this scrape in time "
-          "(their series are missing from it).\n# TYPE xdpq_workers_unanswered gauge\n"
+          "(their figures are those of the last scrape they answered).\n# TYPE xdpq_workers_unanswered gauge\n"
           "xdpq_workers_unanswered " +
           std::to_string(unanswered.size()) + "\n";
   // The control socket's and metrics port's own clients (read on the

@@ -75,11 +75,14 @@ private:
   void open_control();
   void close_control();
   std::string command(const std::vector<std::string> &args, bool json);
-  // Every worker's snapshot, each asked for with a deadline
+  // Every worker's snapshot, all asked for at once with one deadline
   // (SNAPSHOT_WAIT); the ids of workers that did not answer in time (stuck,
   // or busy past it) go to unanswered, so that no output leaves them out
-  // without saying so.
-  std::vector<WorkerSnapshot> snapshots(bool with_conns, std::vector<int> &unanswered);
+  // without saying so. With last_known, such a worker's last snapshot
+  // stands in for it (if it ever answered).
+  std::vector<WorkerSnapshot> snapshots(bool with_conns, std::vector<int> &unanswered,
+                                        bool last_known = false);
+  std::vector<std::optional<WorkerSnapshot>> last_snapshots_; // by worker index
   std::string status_text(bool json);
   std::string stats_text(bool json);
   // ,"upstreams":[...] per upstream summed over workers; empty without any.

@@ -193,13 +193,18 @@ void Worker::request_proxy_reload(std::shared_ptr<const http::ProxyConfig> cfg) 
   loop_.wake();
 }
 
-bool Worker::snapshot(WorkerSnapshot &out, bool with_conns, std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
+void Worker::request_snapshot(bool with_conns) {
+  std::lock_guard lock(mu_);
   snap_ready_ = false;
   snap_conns_ = with_conns;
   snap_requested_.store(true, std::memory_order_release);
   loop_.wake();
-  if (!cv_.wait_for(lock, timeout, [this] { return snap_ready_ || exited_; })) return false;
+}
+
+bool Worker::collect_snapshot(WorkerSnapshot &out,
+                              std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_until(lock, deadline, [this] { return snap_ready_ || exited_; })) return false;
   if (!snap_ready_) {
     // Its thread has finished (a drained worker stops before the others)
     // and touches nothing any more: its figures are read here, as after

@@ -142,8 +142,11 @@ public:
   void request_reload(std::shared_ptr<const quic::TlsConfig> cfg);
   // New proxy routes for requests from now on (set_proxy() came first).
   void request_proxy_reload(std::shared_ptr<const http::ProxyConfig> cfg);
-  // A copy of the counters (and connections), within timeout.
-  bool snapshot(WorkerSnapshot &out, bool with_conns, std::chrono::milliseconds timeout);
+  // Asks for a copy of the counters (and connections), which
+  // collect_snapshot() then waits for until deadline (false: not in time):
+  // several workers are asked first and make their copies at once.
+  void request_snapshot(bool with_conns);
+  bool collect_snapshot(WorkerSnapshot &out, std::chrono::steady_clock::time_point deadline);
   // Iterations of the event loop so far (the watchdog checks it moves).
   uint64_t heartbeat() const { return beats_.load(std::memory_order_relaxed); }
   // The counters after join() (no other thread runs then).
