@@ -38,6 +38,12 @@ int open_private_output(const std::string &path, bool truncate, std::string *why
     problem = std::strerror(errno);
   } else {
     problem = private_file_problem(st, false);
+    // A second name for some other file of ours (a key), linked here by
+    // someone who may write to this directory but not read that file.
+    if (problem.empty() && st.st_nlink > 1) {
+      problem = "has " + std::to_string(st.st_nlink) +
+                " hard links; refused (it may be another file under a second name)";
+    }
   }
   if (problem.empty() && truncate && ftruncate(fd, 0) != 0) problem = std::strerror(errno);
   if (!problem.empty()) {

@@ -65,6 +65,9 @@ void block_server_signals() {
   sigaddset(&set, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // A write past a file size limit (systemd's LimitFSIZE) fails with
+  // EFBIG, which the access log and capture handle, instead of killing us.
+  signal(SIGXFSZ, SIG_IGN);
 }
 
 void raise_descriptor_limit() {

@@ -56,17 +56,20 @@ void AccessLog::reopen() {
 
 bool AccessLog::write(std::string_view lines) {
   const auto f = file();
+  if (f->cut.exchange(false) && ::write(f->fd, "\n", 1) != 1) {
+    f->cut = true; // still no room: these lines are lost too
+    return false;
+  }
   bool partial = false;
   while (!lines.empty()) {
     ssize_t n = ::write(f->fd, lines.data(), lines.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       // A full disk or an I/O error loses these lines, never the worker's
-      // time. A line cut short is ended, so the next one starts afresh.
+      // time. A line cut short is ended, so the next one starts afresh:
+      // now, or (the disk being full) by the next write.
       const int err = errno;
-      if (partial && lines.data()[-1] != '\n') {
-        [[maybe_unused]] ssize_t r = ::write(f->fd, "\n", 1);
-      }
+      if (partial && lines.data()[-1] != '\n' && ::write(f->fd, "\n", 1) != 1) f->cut = true;
       errno = err;
       return false;
     }

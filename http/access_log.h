@@ -22,6 +22,7 @@
 #include "dataplane/address.h"
 #include "http/message.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,9 @@ private:
     explicit File(int f) : fd(f) {}
     ~File();
     int fd;
+    // A line was cut short (a full disk) and could not be ended then: the
+    // next write ends it first, so two requests never share a line.
+    std::atomic<bool> cut{false};
   };
   std::shared_ptr<File> file() const;
   std::string path_;

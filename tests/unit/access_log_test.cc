@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -72,4 +74,32 @@ TEST(AccessLog, ClientFieldsAreEscapedAndBounded) {
   EXPECT_TRUE(second.starts_with("- - - [")) << second;
   EXPECT_TRUE(second.ends_with("\"- - HTTP/1.1\" 0 0 \"-\" \"-\" 0.000000")) << second;
   std::filesystem::remove(path);
+}
+
+// Regression: with the disk full, the write that ends a line cut short
+// failed too, and the next line written once there was room again was
+// glued to the fragment: two requests on one line, quotes unbalanced.
+// A file size limit stands in for the full disk (EFBIG, SIGXFSZ ignored
+// as xdpqd ignores it).
+TEST(AccessLog, ALineCutByAFullDiskIsEndedByTheNextWrite) {
+  const std::string path = "/tmp/xdpq-access-cut-" + std::to_string(getpid()) + ".log";
+  std::filesystem::remove(path);
+  {
+    AccessLog log(path);
+    const std::string first(59, 'a'), second(59, 'b');
+    rlimit old{};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    auto previous = signal(SIGXFSZ, SIG_IGN);
+    rlimit small = old;
+    small.rlim_cur = 100;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+    const bool ok = log.write(first + "\n" + second + "\n"); // 60 + 40 of 60
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, previous);
+    EXPECT_FALSE(ok);
+    EXPECT_TRUE(log.write("after\n"));
+  }
+  const std::string text = read_all(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(text, std::string(59, 'a') + "\n" + std::string(40, 'b') + "\nafter\n");
 }

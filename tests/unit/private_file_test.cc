@@ -53,6 +53,20 @@ TEST_F(PrivateFile, SymlinksAreRefusedAndTheirTargetUntouched) {
   EXPECT_EQ(content, "precious");
 }
 
+// Regression: O_NOFOLLOW stops symbolic links only. A hard link to a
+// private file of ours (as root: a host key, where hard links are not
+// protected) put where a capture or key log was to go was truncated.
+TEST_F(PrivateFile, HardLinksAreRefusedAndTheirTargetUntouched) {
+  auto target = dir_ / "host_key";
+  std::ofstream(target) << "precious";
+  fs::permissions(target, fs::perms::owner_read | fs::perms::owner_write);
+  fs::create_hard_link(target, dir_ / "capture.pcap");
+  std::string why;
+  EXPECT_EQ(open_private_output((dir_ / "capture.pcap").string(), true, &why), -1);
+  EXPECT_NE(why.find("hard links"), std::string::npos) << why;
+  EXPECT_EQ(fs::file_size(target), 8u);
+}
+
 TEST_F(PrivateFile, ExistingFileMustBePrivateAndIsNotTruncatedWhenRefused) {
   auto p = dir_ / "open.pcap";
   std::ofstream(p) << "keep me";
