@@ -1,5 +1,6 @@
 #include "control/capture.h"
 
+#include "base/log.h"
 #include "base/private_file.h"
 
 #include "dataplane/packet.h"
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -60,6 +62,8 @@ std::string Capture::start(const std::string &file, const std::string &filter, u
   }
   file_ = file;
   limit_ = count;
+  bytes_ = 0;
+  ended_.clear();
   written_.store(0);
   active_.store(true, std::memory_order_release);
   return "";
@@ -79,9 +83,11 @@ void Capture::close_locked() {
   }
 }
 
-uint64_t Capture::stop() {
+uint64_t Capture::stop(std::string *ended) {
   std::lock_guard lock(mu_);
   close_locked();
+  *ended = std::move(ended_);
+  ended_.clear();
   return written_.load();
 }
 
@@ -106,8 +112,22 @@ void Capture::record(const dataplane::Address &from, const dataplane::Address &t
   if (filter_ && pcap_offline_filter(filter_.get(), &hdr, bytes) == 0)
     return;
   pcap_dump(reinterpret_cast<u_char *>(dumper_), &hdr, bytes);
+  // A write that failed (a full disk) would cut a record, and every one
+  // after it would be unreadable: the capture ends there, and says why.
+  if (std::FILE *f = pcap_dump_file(dumper_); std::ferror(f)) {
+    ended_ = std::string("writing failed: ") + std::strerror(errno) + "; the last packets "
+             "before it may be missing from the file";
+    LOG_WARN("capture to %s stopped: %s", file_.c_str(), ended_.c_str());
+    close_locked();
+    return;
+  }
   uint64_t w = written_.fetch_add(1) + 1;
-  if (limit_ && w >= limit_) close_locked();
+  bytes_ += sizeof(hdr) + hdr.caplen;
+  if (bytes_ >= MAX_BYTES) {
+    ended_ = "the file reached its limit of " + std::to_string(MAX_BYTES >> 20) + " MiB";
+    LOG_WARN("capture to %s stopped: %s", file_.c_str(), ended_.c_str());
+  }
+  if ((limit_ && w >= limit_) || bytes_ >= MAX_BYTES) close_locked();
 }
 
 KeyLog &KeyLog::instance() {

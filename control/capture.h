@@ -24,10 +24,15 @@ public:
   Capture();
   ~Capture();
   // Starts writing to file; "" on success, else the reason (bad filter,
-  // file not writable, already running). count 0: unlimited.
+  // file not writable, already running). count 0: no limit of packets;
+  // the file's size is limited all the same (MAX_BYTES).
   std::string start(const std::string &file, const std::string &filter, uint64_t count);
-  // Stops; returns packets written.
-  uint64_t stop();
+  // A capture stops by itself once the file holds this much, so that one
+  // left running cannot fill the disk the logs share.
+  static constexpr uint64_t MAX_BYTES = 1ull << 30;
+  // Stops; returns packets written and, if the capture had stopped by
+  // itself (a write error, the size limit), why in *ended ("" otherwise).
+  uint64_t stop(std::string *ended);
   bool active() const { return active_.load(std::memory_order_relaxed); }
   // A datagram seen by a worker; from = sender, to = receiver.
   void record(const dataplane::Address &from, const dataplane::Address &to,
@@ -46,7 +51,9 @@ private:
   };
   std::unique_ptr<bpf_program, FilterFree> filter_;
   uint64_t limit_ = 0;
+  uint64_t bytes_ = 0;
   std::string file_;
+  std::string ended_; // why it stopped by itself
 };
 
 // TLS secrets in NSS key log format (for Wireshark), from QUIC's GnuTLS

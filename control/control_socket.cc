@@ -493,7 +493,12 @@ std::string Server::command(const std::vector<std::string> &args, bool json) {
     return why.empty() ? ok("capturing to " + args[2]) : err(why);
   }
   if (cmd == "capture" && args.size() == 2 && args[1] == "stop") {
-    uint64_t n = capture_.stop();
+    std::string ended;
+    uint64_t n = capture_.stop(&ended);
+    if (!ended.empty()) {
+      return ok("capture had stopped by itself (" + ended + "), " + std::to_string(n) +
+                " packets written");
+    }
     return ok("capture stopped, " + std::to_string(n) + " packets written");
   }
   if (cmd == "keylog" && args.size() == 3 && args[1] == "start") {

@@ -357,6 +357,29 @@ class ControlTest(TimedTestCase):
         self.assertEqual(first[1:5], b"\x00\x00\x00\x01", "QUIC version 1")
         self.assertGreaterEqual(len(first), 1200, "a padded Initial")
 
+    def test_a_capture_that_fills_its_disk_stops_and_says_so(self):
+        # Regression: pcap_dump's write errors were ignored: on a full disk
+        # the capture went on counting packets "written", the file cut mid
+        # record and unreadable after it.
+        mnt = os.path.join(self.tmp, "small")
+        os.mkdir(mnt)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt], check=True)
+        try:
+            with Server() as srv:
+                rc, out, _ = xdpqctl(srv, "capture", "start", os.path.join(mnt, "cap.pcap"))
+                self.assertEqual(rc, 0, out)
+                self.assertEqual(gtlsclient(srv, ["/bytes/300000"]).statuses, {0: 200})
+                rc, out, _ = xdpqctl(srv, "capture", "stop")
+                self.assertEqual(rc, 0, out)
+                self.assertIn("capture had stopped by itself (writing failed: No space left on "
+                              "device", out)
+                n = int(re.search(r"(\d+) packets written", out).group(1))
+                self.assertIn("No space left on device", srv.output())
+                self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+            self.assertLess(n, 100)  # 64 KiB of 1.2 KB packets, not all 300 kB
+        finally:
+            subprocess.run(["umount", mnt], check=True)
+
     def test_keylog(self):
         keys = os.path.join(self.tmp, "keys.log")
         with Server() as srv:
