@@ -793,7 +793,7 @@ int H3Session::on_data(Stream &s, const uint8_t *data, size_t len) {
     s.body_too_large = true;
     stats_.body_limit_rejects += 1;
     release_body(s);
-    make_error(s.resp, 413);
+    make_error(s.resp, 413, s.req.method == "HEAD");
     respond(s);
     transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
     return 0;

@@ -605,6 +605,21 @@ TEST_F(QuicPipe, RequestBodiesAreBudgetedPerConnectionAndWorker) {
   EXPECT_EQ(worker.held(), 0u);
 }
 
+// Regression: a HEAD with a body past the limit got a 413 with its text
+// as DATA, which a HEAD's response must not carry: the client (nghttp3)
+// took the message for malformed and closed its whole connection.
+TEST_F(QuicPipe, AHeadOverTheBodyLimitGetsA413WithoutABody) {
+  http::H3Limits h3;
+  h3.max_request_body = 1024;
+  start({}, h3);
+  auto &head = fetch("HEAD", "/echo", {}, std::string(2048, 'h'));
+  EXPECT_EQ(head.status, 413);
+  EXPECT_TRUE(head.body.empty()) << head.body;
+  EXPECT_FALSE(head.reset);
+  EXPECT_FALSE(client_->closed());
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
 // Regression: a short-header packet carrying another worker's CID
 // (multi-queue AF_XDP: a migrated client RSS-hashed to our queue) must not
 // be answered with a stateless reset, which would kill a healthy connection.
