@@ -10,6 +10,7 @@ namespace xdpq::http {
 
 H3ClientConn::H3ClientConn(const Options &opts, Events &events)
     : events_(events), max_udp_payload_(opts.max_udp_payload), grant_data_(opts.grant_data),
+      grant_streams_(opts.grant_streams),
       qpack_table_capacity_(opts.qpack_table_capacity) {
   ref_.user_data = this;
   ref_.get_conn = [](ngtcp2_crypto_conn_ref *r) { return self(r->user_data).conn_; };
@@ -154,7 +155,7 @@ int H3ClientConn::on_stream_data(int64_t sid, const uint8_t *data, size_t len, b
 
 // Bytes nghttp3 (or the owner, for bodies) is done with: credit for the peer.
 void H3ClientConn::consumed(int64_t sid, uint64_t n) {
-  ngtcp2_conn_extend_max_stream_offset(conn_, sid, n);
+  if (grant_streams_) ngtcp2_conn_extend_max_stream_offset(conn_, sid, n);
   if (grant_data_) ngtcp2_conn_extend_max_offset(conn_, n);
 }
 

@@ -60,6 +60,7 @@ public:
     uint64_t max_data = 16 << 20; // the connection's flow-control window
     uint64_t stream_window = 4 << 20; // each response stream's (0: shut until extended)
     bool grant_data = true;       // false: never extended (a client that stops reading)
+    bool grant_streams = true;    // false: stream windows never extended either
     size_t qpack_table_capacity = 0; // the QPACK dynamic table the server's encoder may use
     std::span<const uint8_t> token;  // a NEW_TOKEN token for the Initials (copied)
   };
@@ -106,6 +107,7 @@ private:
   ngtcp2_crypto_conn_ref ref_{};
   size_t max_udp_payload_;
   bool grant_data_;
+  bool grant_streams_;
   size_t qpack_table_capacity_;
   uint64_t server_uni_bytes_ = 0;
 };

@@ -136,9 +136,12 @@ public:
     // that stopped reading: nghttp3 takes a little past its window), not
     // for acknowledgements. Sampled here, not before the write, where a
     // peer that keeps one packet unacknowledged could show none in flight
-    // each time ngtcp2 has just declared it lost.
-    if (stall_since_ && read_ahead_held_ > 0 && ra_pool_ && others_wait_for_pool() &&
-        !transport_.app_awaits_acks())
+    // each time ngtcp2 has just declared it lost. A little is about one
+    // read: a block read for each of many streams whose windows stay at a
+    // few bytes is a share of the pool kept from others without progress,
+    // and is timed like a stall.
+    if (stall_since_ && read_ahead_held_ > 0 && read_ahead_held_ <= READ_AHEAD && ra_pool_ &&
+        others_wait_for_pool() && !transport_.app_awaits_acks())
       stall_since_ = 0;
   }
   int add_write_offset(int64_t stream_id, size_t n) override;

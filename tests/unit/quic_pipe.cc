@@ -51,7 +51,8 @@ ngtcp2_path to_np(const dataplane::Path &p) {
 
 TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
                        uint64_t fixed_window, bool shut_streams, size_t qpack_table_capacity,
-                       size_t hello_padding, std::span<const uint8_t> token)
+                       size_t hello_padding, std::span<const uint8_t> token,
+                       uint64_t stream_window)
     : clock_(clock), path_(path) {
   gnutls_certificate_allocate_credentials(&cred_);
   http::H3ClientConn::Options o;
@@ -65,6 +66,10 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
     o.grant_data = false;
   }
   if (shut_streams) o.stream_window = 0;
+  if (stream_window != 0) {
+    o.stream_window = stream_window;
+    o.grant_streams = false;
+  }
   o.qpack_table_capacity = qpack_table_capacity;
   o.token = token;
   try {

@@ -1282,6 +1282,52 @@ TEST_F(QuicPipe, AClientThatStoppedReadingIsNotTakenForAStalledHolder) {
   std::filesystem::remove_all(docroot_);
 }
 
+// Regression: response streams whose windows the client keeps at a few
+// bytes each took a whole block of read-ahead that could never leave; with
+// all that was sent acknowledged, the holder was taken for a client that
+// stopped reading ("holds a little") and kept its share for good, so a
+// few such connections starved every other download of the worker.
+// Behind closed windows only about one read's worth counts as a little.
+TEST_F(QuicPipe, TinyStreamWindowsDoNotPinTheReadAhead) {
+  make_docroot_with(pattern_bytes(1 << 20));
+  quic::EndpointConfig cfg;
+  cfg.idle_timeout = 120'000'000'000ull;
+  http::ReadAheadPool pool;
+  pool.limit = 512 * 1024;
+  http::H3Limits h3;
+  h3.read_ahead = &pool;
+  start(cfg, h3);
+  TestClient a(clock_, make_test_path(50001), /*fixed_window=*/64u << 20, false, 0, 0, {},
+               /*stream_window=*/16);
+  TestClient b(clock_, make_test_path(50002));
+  std::vector<TestClient *> clients{client_.get(), &a, &b};
+  ServerFirst server_first{server_};
+  bool asked = false;
+  int64_t b_sid = -1;
+  uint64_t b_asked_at = 0;
+  for (int step = 0; step < 100000; ++step) {
+    if (!asked && a.handshake_completed() && b.handshake_completed()) {
+      for (int i = 0; i < 8; ++i) a.request("GET", "/big.bin");
+      ngtcp2_conn_set_keep_alive_timeout(a.conn(), 1'000'000'000ull); // nothing idles out
+      asked = true;
+    }
+    if (asked && b_sid < 0 && pool.full()) {
+      b_sid = b.request("GET", "/big.bin");
+      ngtcp2_conn_set_keep_alive_timeout(b.conn(), 1'000'000'000ull);
+      b_asked_at = clock_.now();
+    }
+    if (b_sid >= 0 && (b.responses[b_sid].done || clock_.now() - b_asked_at > 60'000'000'000ull))
+      break;
+    if (!step_clients(clients)) break;
+  }
+  ASSERT_GE(b_sid, 0) << "the pool never filled";
+  EXPECT_TRUE(b.responses[b_sid].done) << "b still waits for the pool";
+  EXPECT_EQ(b.responses[b_sid].body.size(), 1u << 20);
+  EXPECT_GE(server_->app->stats().read_ahead_closes, 1u);
+  EXPECT_TRUE(a.closed());
+  std::filesystem::remove_all(docroot_);
+}
+
 // Regression: a session queued for the worker's read-ahead stayed queued
 // after its waiting stream ended, until woken: a wasted slot of a wake
 // batch, and one more waiter for the stall check to count.
