@@ -176,7 +176,11 @@ void HealthProbe::finish(bool passed, const char *why) {
   }
   state_ = State::waiting;
   if (!passed) stats_.probe_failures += 1;
-  if (passed == failing_) {
+  // One failed probe is a blip (a full backlog, a lost SYN): only FALL in
+  // a row take the upstream out; one that passes brings it back.
+  failed_in_a_row_ = passed ? 0 : failed_in_a_row_ + 1;
+  const bool failing = !passed && (failing_ || failed_in_a_row_ >= FALL);
+  if (failing != failing_) {
     // A change of state: worth a line in the log (a steady state is not).
     if (passed) {
       LOG_INFO("upstream %s passes its health check again", addr_.text.c_str());
@@ -186,7 +190,7 @@ void HealthProbe::finish(bool passed, const char *why) {
       LOG_WARN("upstream %s failed its health check: %s", addr_.text.c_str(), why);
     }
   }
-  failing_ = !passed;
+  failing_ = failing;
   // Every interval from the last start; at once if the probe took longer.
   const uint64_t next = started_ + interval_ns_;
   loop_.timers().schedule(timer_, next > loop_.now() ? next : loop_.now());

@@ -56,8 +56,10 @@ public:
   HealthProbe(const HealthProbe &) = delete;
   HealthProbe &operator=(const HealthProbe &) = delete;
 
-  // The last probe failed (false before the first one ends).
+  // The last FALL probes failed (false before they end), or the last one
+  // after the upstream was already failing.
   bool failing() const { return failing_; }
+  static constexpr unsigned FALL = 2;
   // Counts as failing until a probe passes (a reload's new probe of an
   // upstream that was failing).
   void assume_failing() { failing_ = true; }
@@ -96,6 +98,7 @@ private:
   size_t read_ = 0;
   int status_ = 0; // the final head's, once parsed
   bool failing_ = false;
+  unsigned failed_in_a_row_ = 0;
 };
 
 } // namespace xdpq::http

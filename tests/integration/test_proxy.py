@@ -1803,7 +1803,8 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         sick.health = 503
         checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100")
         with sick, well, self.serve(f"/hc={sick.url},{well.url}", extra=checks) as srv:
-            ups = wait_for(lambda: (lambda u: u if u[0]["probe_failures"] >= 1 and
+            # Two failed checks in a row take it out (one is a blip).
+            ups = wait_for(lambda: (lambda u: u if u[0]["probe_failures"] >= 2 and
                                     u[1]["probes"] >= 1 else None)(status_json(srv)["upstreams"]),
                            "the first health checks")
             self.assertEqual((ups[0]["state"], ups[1]["state"]), ("down", "up"), ups)

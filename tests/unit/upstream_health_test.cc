@@ -196,6 +196,29 @@ TEST(HealthProbe, FailingUpstreamSkippedUntilAProbePasses) {
   EXPECT_EQ(stats_of(proxy, 0).requests, 0u); // probes are not requests
 }
 
+// Regression: one failed probe took the upstream out for an interval at
+// least, and with it the whole route when it was the route's only one:
+// the blip (a full backlog, a lost SYN) that passive health lets pass
+// became an outage. Two failures in a row take it out.
+TEST(HealthProbe, OneFailedProbeIsABlipTwoInARowMarkDown) {
+  FakeUpstream a(FakeUpstream::Mode::status, 503);
+  EventLoop loop;
+  Proxy proxy(config({a.url()}, 1000), loop);
+  uint64_t down_after_one = 9;
+  Upstream *picked_after_one = nullptr;
+  Steps steps(loop, {{[&] { return stats_of(proxy, 0).probe_failures >= 1; },
+                      [&] {
+                        down_after_one = stats_of(proxy, 0).down;
+                        picked_after_one = proxy.pick_route(0);
+                      }},
+                     {[&] { return stats_of(proxy, 0).probe_failures >= 2; }, nullptr}});
+  ASSERT_EQ(steps.run(), 2u);
+  EXPECT_EQ(down_after_one, 0u);
+  EXPECT_NE(picked_after_one, nullptr);
+  EXPECT_EQ(stats_of(proxy, 0).down, 1u);
+  EXPECT_EQ(proxy.pick_route(0), nullptr);
+}
+
 TEST(HealthProbe, SilentAndTricklingUpstreamsEndAtTheTimeout) {
   FakeUpstream silent(FakeUpstream::Mode::silent);
   FakeUpstream trickle(FakeUpstream::Mode::trickle);
