@@ -642,7 +642,7 @@ Options parse_options(int argc, const char *const *argv) {
       throw UsageError(std::string(a.substr(0, a.find('='))) +
                        ": expected a path, got an empty one");
     }
-    if (config_given) {
+    if (config_given && *file != config) {
       throw UsageError("--config: one configuration file only (got '" + config + "' and '" +
                        *file + "')");
     }
@@ -670,10 +670,11 @@ Options parse_options(int argc, const char *const *argv) {
   }
   // Checked here, not at the bind, so that --check-config finds them and
   // names the file's line.
+  // (Port 0 binds a port of the kernel's choosing each time: no conflict.)
   auto twice = [](const std::vector<dataplane::Address> &v) -> const dataplane::Address * {
     for (size_t i = 0; i < v.size(); ++i) {
       for (size_t j = i + 1; j < v.size(); ++j) {
-        if (v[i] == v[j]) return &v[i];
+        if (v[i] == v[j] && v[i].port() != 0) return &v[i];
       }
     }
     return nullptr;
@@ -687,7 +688,7 @@ Options parse_options(int argc, const char *const *argv) {
   }
   if (o.tcp && !o.echo) {
     for (const auto &a : o.h2c_listen) {
-      if (std::find(o.listen.begin(), o.listen.end(), a) != o.listen.end()) {
+      if (a.port() != 0 && std::find(o.listen.begin(), o.listen.end(), a) != o.listen.end()) {
         throw UsageError(at({"--h2c-listen", "--listen"}) + "--h2c-listen " + a.to_string() +
                          ": TLS over TCP already listens there (a --listen address); use "
                          "another port, or --no-tcp");

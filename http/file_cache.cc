@@ -214,15 +214,19 @@ FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
       return st;
     }
     const FileEntry &old = *slot.entry;
-    if (fresh->ino == old.ino && fresh->dev == old.dev && fresh->size == old.size &&
-        fresh->mtime_ns == old.mtime_ns && fresh->ctime_ns == old.ctime_ns) {
+    const bool same = fresh->ino == old.ino && fresh->dev == old.dev &&
+                      fresh->size == old.size && fresh->mtime_ns == old.mtime_ns &&
+                      fresh->ctime_ns == old.ctime_ns;
+    // A small file cached by its descriptor while evicted copies filled
+    // memory goes back to memory once there is room again.
+    if (same && !(fresh->in_memory && !old.in_memory)) {
       stats_.hits += 1;
       slot.checked_ns = now_ns;
       lru_.splice(lru_.begin(), lru_, slot.lru);
       out = slot.entry; // the fresh descriptor closes with `fresh`
       return Status::ok;
     }
-    stats_.changed += 1;
+    if (!same) stats_.changed += 1;
     erase(it);
     insert(rel, fresh, now_ns);
     out = std::move(fresh);

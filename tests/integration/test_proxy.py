@@ -1740,8 +1740,8 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
                 threads[-1].start()
                 wait_for(lambda: total(stats_json(srv), "proxy_waiting") == 1, "a waiting request")
                 a.health = 500
-                wait_for(lambda: total(stats_json(srv), "upstream0_probe_failures") >= 1,
-                         "A to fail its check")
+                wait_for(lambda: status_json(srv)["upstreams"][0]["state"] == "down",
+                         "A to fail its checks")
                 a.gate.set()
                 threads[0].join(10)
                 self.assertEqual(got["one"][0], 200)
@@ -1883,8 +1883,8 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         with busy, back, self.serve(f"/w={busy.url},{back.url}", extra=checks) as srv:
             got = {}
             try:
-                wait_for(lambda: status_json(srv)["upstreams"][1]["probe_failures"] >= 1,
-                         "the failing check")
+                wait_for(lambda: status_json(srv)["upstreams"][1]["state"] == "down",
+                         "the failing checks")
                 first = threading.Thread(target=lambda: got.update(first=curl(srv, "/w/1")[0]),
                                          daemon=True)
                 first.start()

@@ -170,6 +170,7 @@ TEST(Config, AMissingOrEmptyFileOrPathIsAnError) {
   auto b = write_config("");
   EXPECT_NE(error_of({"--config", a, "--config=" + b}).find("one configuration file only"),
             std::string::npos);
+  EXPECT_EQ(parse({"--config", a, "--check-config", a}).config_file, a); // the same one
   auto tls = write_config("[tls]\ncert = \"\"\nkey = \"\"\n");
   auto e = error_of({"--config", tls});
   EXPECT_NE(e.find(tls + ":2: tls.cert: --cert: expected a path"), std::string::npos) << e;
@@ -196,6 +197,11 @@ TEST(Config, ListenAddressesTheStartWouldRefuse) {
   EXPECT_EQ(parse({"--listen", "127.0.0.1:4433", "--h2c-listen", "127.0.0.1:4433", "--no-tcp"})
                 .h2c_listen.size(),
             1u);
+  // Port 0 is a new port each time: no conflict.
+  EXPECT_EQ(parse({"--listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--h2c-listen",
+                   "127.0.0.1:0"})
+                .listen.size(),
+            2u);
   e = error_of({"--dataplane", "afxdp", "--interface", "eth0", "--listen", "10.0.0.1:0"});
   EXPECT_NE(e.find("--dataplane afxdp needs an explicit port"), std::string::npos) << e;
 }

@@ -401,6 +401,24 @@ TEST_F(StaticFilesTest, EvictedContentsStillBeingSentAreBounded) {
     stalled.clear();
     EXPECT_EQ(handler_->cache().bytes_held(), cache_stats().bytes) << entries;
   }
+  // The pressure gone, a file cached by its descriptor meanwhile is in
+  // memory again at its next check.
+  FileCacheLimits l;
+  l.max_entries = 4;
+  l.max_bytes = 3000;
+  l.revalidate_ns = 0;
+  with_limits(l);
+  std::vector<Response> stalled;
+  // g0..g5 in memory (g0..g2 evicted but held), g6 past the bound: by its
+  // descriptor, next to g3..g5.
+  for (int i = 0; i < 7; ++i) stalled.push_back(get("/g" + std::to_string(i)));
+  EXPECT_EQ(cache_stats().bytes, 3000u);
+  stalled.clear();
+  const auto evicted = cache_stats().evictions;
+  EXPECT_EQ(body_of(get("/g6")), text);
+  EXPECT_EQ(cache_stats().evictions, evicted + 1); // room made for g6's bytes
+  EXPECT_EQ(cache_stats().bytes, 3000u);
+  EXPECT_EQ(cache_stats().changed, 0u);
 }
 
 // Regression: a FIFO in the docroot blocked a worker in open();
