@@ -199,6 +199,12 @@ std::string Server::reload() {
     if (st.new_proxy) {
       for (auto &w : workers_) w->request_proxy_reload(st.new_proxy);
       opts_.proxy = *st.new_proxy;
+      // A worker's last figures stand in for it when it misses a scrape:
+      // its upstreams' are the old routes', which the new labels would
+      // misname.
+      for (auto &s : last_snapshots_) {
+        if (s) s->upstreams.clear();
+      }
       result = "proxy routes replaced (" + std::to_string(st.new_proxy->routes.size()) +
                " routes); " + result;
     }

@@ -239,7 +239,6 @@ void Worker::on_wake() {
     previous_gone_.store(false, std::memory_order_release); // now they may go
   }
   take_handoffs();
-  if (snap_requested_.exchange(false, std::memory_order_acquire)) fill_snapshot();
   std::shared_ptr<const quic::TlsConfig> reload;
   std::shared_ptr<const http::ProxyConfig> reload_proxy;
   {
@@ -249,6 +248,9 @@ void Worker::on_wake() {
   }
   if (reload) apply_reload(*reload);
   if (reload_proxy && proxy_) proxy_->reconfigure(std::move(reload_proxy));
+  // After a reload asked for before it: the control thread labels the
+  // upstreams' figures with the new routes already.
+  if (snap_requested_.exchange(false, std::memory_order_acquire)) fill_snapshot();
   if (drain_requested_.exchange(false, std::memory_order_acquire) && !draining_) {
     // A hand-over always precedes its drain: take it first if it raced.
     if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();

@@ -167,7 +167,10 @@ public:
   // GOAWAY with the largest id, then the final one; streams in flight finish.
   void shutdown_notice() override;
   void shutdown_final() override;
-  size_t active_streams() const override { return active_; }
+  // Requests begun, and streams opened whose HEADERS have not begun yet
+  // (the head is on its way, or lost and sent again; the GOAWAY covers
+  // them): a drain waits for them, or for their header timeout.
+  size_t active_streams() const override { return active_ + opening_.size(); }
   bool answer_pending() const override { return awaiting_ > 0; }
   uint64_t app_error_code(int64_t error) const override;
   uint64_t no_error_code() const override { return NGHTTP3_H3_NO_ERROR; }

@@ -1415,6 +1415,29 @@ TEST_F(QuicPipe, ARequestInFlightWhenTheDrainStartsIsServed) {
   EXPECT_FALSE(client_->closed());
 }
 
+// Regression: a request stream whose HEADERS had not begun (its first
+// bytes here; the rest lost and on its way again) was not counted, so the
+// drain saw no request left after its final GOAWAY, which covered the
+// stream, and closed the connection under it. Now the drain waits for
+// such a stream, or for its header timeout.
+TEST_F(QuicPipe, ADrainWaitsForAStreamWhoseHeadHasNotBegun) {
+  http::H3Limits h3;
+  start_with_header_timeout(h3);
+  int64_t sid = -1;
+  const Datagram dg = client_->raw_request_stream(std::string("\x01", 1), &sid);
+  ASSERT_FALSE(dg.data.empty());
+  for (auto &back : server_->deliver(dg)) client_->read(back);
+  const uint64_t opened = clock_.now();
+  server_->endpoint->start_drain();
+  EXPECT_GT(server_->endpoint->active_requests(), 0u);
+  ASSERT_TRUE(run([&] { return server_->endpoint->active_requests() == 0; }));
+  // Not at the final GOAWAY (a probe timeout after the first), but when
+  // the stream's head timed out.
+  EXPECT_GE(clock_.now() - opened, h3.header_timeout);
+  EXPECT_TRUE(run([&] { return client_->responses[sid].reset || client_->closed(); }));
+  EXPECT_TRUE(client_->responses[sid].reset) << "closed before the stream was reset";
+}
+
 // Regression: the drain told only connections whose HTTP/3 session
 // existed; one whose ClientHello (more than one datagram) was not whole
 // when the drain began finished its handshake and was served without a
