@@ -138,6 +138,13 @@ std::string Server::reload() {
   };
   std::string result;
   try {
+    // One check at a time: a check given up on (below) may still wait on
+    // its resolver, and each reload meanwhile would leave one more thread.
+    if (reload_check_running_->load()) {
+      throw std::runtime_error("the previous reload's check of the configuration is still "
+                               "running (a name whose resolver does not answer); try again "
+                               "once it has ended");
+    }
     // Checked on a thread of its own: resolving upstream names can wait on
     // a resolver that does not answer for longer than systemd's watchdog
     // allows, and this thread feeds the watchdog meanwhile, for at most
@@ -151,7 +158,15 @@ std::string Server::reload() {
       std::exception_ptr error;
     };
     auto pending = std::make_shared<Pending>();
-    std::thread([pending, stage = std::move(stage)] {
+    reload_check_running_->store(true);
+    // (A thread that cannot be made throws: then no check runs.)
+    struct NotStarted {
+      std::atomic<bool> *flag;
+      ~NotStarted() {
+        if (flag) flag->store(false);
+      }
+    } not_started{reload_check_running_.get()};
+    std::thread([pending, stage = std::move(stage), running = reload_check_running_] {
       std::optional<Staged> st;
       std::exception_ptr error;
       try {
@@ -164,7 +179,9 @@ std::string Server::reload() {
       pending->error = error;
       pending->done = true;
       pending->cv.notify_all();
+      running->store(false);
     }).detach();
+    not_started.flag = nullptr;
     const auto give_up = std::chrono::steady_clock::now() + RELOAD_CHECK_LIMIT;
     std::unique_lock lock(pending->mu);
     while (!pending->done) {

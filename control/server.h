@@ -16,6 +16,7 @@
 #include "dataplane/afxdp_port.h"
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -83,6 +84,10 @@ private:
   std::vector<WorkerSnapshot> snapshots(bool with_conns, std::vector<int> &unanswered,
                                         bool last_known = false);
   std::vector<std::optional<WorkerSnapshot>> last_snapshots_; // by worker index
+  // A reload's check thread runs (it may outlive the reload that gave up
+  // on it): the next reload waits for it to end.
+  std::shared_ptr<std::atomic<bool>> reload_check_running_ =
+      std::make_shared<std::atomic<bool>>(false);
   std::string status_text(bool json);
   std::string stats_text(bool json);
   // ,"upstreams":[...] per upstream summed over workers; empty without any.

@@ -705,6 +705,14 @@ class ControlTest(TimedTestCase):
                     self.assertGreaterEqual(pings, 25, "watchdog pings stopped while the reload waited")
                     self.assertIn("reload failed, nothing changed", srv.output())
                     self.assertIn("took longer than 30 s", srv.output())
+                    # Regression: each reload meanwhile left one more thread
+                    # waiting on the resolver. The next one is refused at
+                    # once while the first check still runs.
+                    srv.proc.send_signal(signal.SIGHUP)
+                    while n.recv(256).decode() != "READY=1":
+                        pass
+                    self.assertIn("the previous reload's check of the configuration is still "
+                                  "running", srv.output())
                     # The old configuration still serves (502: nothing at port 9).
                     r = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sk", "-o",
                                         "/dev/null", "-w", "%{http_code}", srv.url("/app/x")],
