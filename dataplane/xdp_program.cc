@@ -122,9 +122,17 @@ void XdpProgram::attach(const std::string &ifname, XdpMode mode, bool replace) {
                      " mode); xdpq will not detach a program it did not attach. Remove it "
                      "(ip link set dev " + ifname + " xdp off) or pass --xdp-replace");
     }
-    uint32_t flags = existing.mode == "generic" ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
+    const uint32_t flags = existing.mode == "generic"   ? XDP_FLAGS_SKB_MODE
+                           : existing.mode == "offload" ? XDP_FLAGS_HW_MODE
+                                                        : XDP_FLAGS_DRV_MODE;
+    // Held, so that it can be put back if ours cannot take its place: an
+    // interface left with no program at all would break whatever the
+    // replaced one did.
+    previous_fd_ = bpf_prog_get_fd_by_id(existing.prog_id);
+    previous_flags_ = flags;
     int err = bpf_xdp_detach(ifindex_, flags, nullptr);
     if (err) {
+      drop_previous();
       throw XdpError("interface " + ifname + ": cannot replace XDP program '" +
                      existing.prog_name + "': " + errstr(err) +
                      " (a program attached through a bpf_link can only be removed by its owner)");
@@ -132,6 +140,25 @@ void XdpProgram::attach(const std::string &ifname, XdpMode mode, bool replace) {
     LOG_WARN("replaced XDP program '%s' (id %u) on %s as asked", existing.prog_name.c_str(),
              existing.prog_id, ifname.c_str());
   }
+  try {
+    attach_ours(ifname, mode);
+  } catch (const XdpError &e) {
+    if (previous_fd_ < 0) throw;
+    const int err = bpf_xdp_attach(ifindex_, previous_fd_, previous_flags_, nullptr);
+    drop_previous();
+    throw XdpError(std::string(e.what()) +
+                   (err ? "; the replaced program could not be put back either: " + errstr(err)
+                        : "; the replaced program is attached again"));
+  }
+  drop_previous();
+}
+
+void XdpProgram::drop_previous() {
+  if (previous_fd_ >= 0) ::close(previous_fd_);
+  previous_fd_ = -1;
+}
+
+void XdpProgram::attach_ours(const std::string &ifname, XdpMode mode) {
   auto try_attach = [&](uint32_t flags) {
     LIBBPF_OPTS(bpf_link_create_opts, lopts, .flags = flags);
     int fd = bpf_link_create(prog_fd_, ifindex_, BPF_XDP, &lopts);

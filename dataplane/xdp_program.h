@@ -87,6 +87,11 @@ private:
 
   bpf_object *obj_ = nullptr;
   int link_fd_ = -1;
+  // While attach() replaces another program: that program, to put back.
+  int previous_fd_ = -1;
+  uint32_t previous_flags_ = 0;
+  void attach_ours(const std::string &ifname, XdpMode mode);
+  void drop_previous();
   int prog_fd_ = -1;
   int ifindex_ = 0;
   std::string mode_;

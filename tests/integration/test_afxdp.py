@@ -664,7 +664,10 @@ class AfXdpLifecycle(TimedTestCase):
             self.assertEqual(r.statuses, {0: 200})
             self.assertEqual(r.file("4321"), pattern(4321))
 
-    def test_refuses_foreign_xdp_program(self):
+    @staticmethod
+    def foreign_program():
+        """An XDP object of someone else's (foreign_pass: XDP_PASS), built
+        with clang; returns its path."""
         src = tempfile.NamedTemporaryFile("w", suffix=".c", delete=False)
         src.write('#include <linux/bpf.h>\n'
                   '__attribute__((section("xdp"), used)) int foreign_pass(struct xdp_md *c)'
@@ -675,6 +678,34 @@ class AfXdpLifecycle(TimedTestCase):
         triplet = sh("gcc", "-dumpmachine").stdout.strip()
         sh("clang", "-O2", "-target", "bpf", f"-I/usr/include/{triplet}", "-c", src.name, "-o",
            obj)
+        return obj
+
+    def test_a_replace_that_fails_puts_the_foreign_program_back(self):
+        # Regression: --xdp-replace detached the other program first; when
+        # ours then failed to attach (here: native mode on loopback, which
+        # has none), the interface was left with no program at all.
+        obj = self.foreign_program()
+        with Topology() as topo:
+            sh("ip", "link", "set", "dev", "lo", "xdpgeneric", "obj", obj, "sec", "xdp",
+               ns=topo.srv_ns)
+
+            def on_lo():
+                out = sh("ip", "-d", "link", "show", "lo", ns=topo.srv_ns).stdout
+                ids = [ln.split()[2] for ln in map(str.strip, out.splitlines())
+                       if ln.startswith("prog/xdp id ")]
+                return ids[0] if ids else None
+            before = on_lo()
+            self.assertIsNotNone(before)
+            r = sh("ip", "netns", "exec", topo.srv_ns, os.environ["XDPQD"], "--dataplane",
+                   "afxdp", "--interface", "lo", "--xdp-mode", "native", "--xdp-replace",
+                   "--listen", "127.0.0.1:4433", "--no-tcp", check=False, timeout=20)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("native XDP attach failed", r.stderr)
+            self.assertIn("the replaced program is attached again", r.stderr)
+            self.assertEqual(on_lo(), before, "the foreign program is gone")
+
+    def test_refuses_foreign_xdp_program(self):
+        obj = self.foreign_program()
         with Topology() as topo:
             sh("ip", "link", "set", "dev", topo.srv_if, "xdpgeneric", "obj", obj, "sec", "xdp",
                ns=topo.srv_ns)
