@@ -215,13 +215,26 @@ std::string Server::reload() {
     }
     if (st.new_proxy) {
       for (auto &w : workers_) w->request_proxy_reload(st.new_proxy);
-      opts_.proxy = *st.new_proxy;
       // A worker's last figures stand in for it when it misses a scrape:
-      // its upstreams' are the old routes', which the new labels would
-      // misname.
+      // its upstreams' move to their places in the new routes, as the
+      // workers carry an upstream's counters over (same route, same URL);
+      // the others start from nothing.
+      const auto before = upstream_labels(opts_.proxy);
+      const auto after = upstream_labels(*st.new_proxy);
       for (auto &s : last_snapshots_) {
-        if (s) s->upstreams.clear();
+        if (!s) continue;
+        std::vector<http::UpstreamStats> moved(after.size());
+        for (size_t i = 0; i < after.size(); ++i) {
+          for (size_t j = 0; j < before.size() && j < s->upstreams.size(); ++j) {
+            if (before[j].route == after[i].route && before[j].url == after[i].url) {
+              moved[i] = s->upstreams[j];
+              break;
+            }
+          }
+        }
+        s->upstreams = std::move(moved);
       }
+      opts_.proxy = *st.new_proxy;
       result = "proxy routes replaced (" + std::to_string(st.new_proxy->routes.size()) +
                " routes); " + result;
     }

@@ -409,6 +409,8 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   dataplane_info_ = dataplane_info;
   listen_ = listen;
   open_control();
+  // Started: an XDP program this start replaced is gone for good.
+  if (program_) program_->keep_replacement();
   LOG_INFO("xdpqd %s ready: HTTP/3 on%s, %d worker%s, %s", XDPQ_VERSION, where.c_str(), n,
            n == 1 ? "" : "s", dataplane_info.c_str());
 }

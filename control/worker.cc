@@ -241,16 +241,19 @@ void Worker::on_wake() {
   take_handoffs();
   std::shared_ptr<const quic::TlsConfig> reload;
   std::shared_ptr<const http::ProxyConfig> reload_proxy;
+  bool snap = false;
   {
+    // Read together: a snapshot asked for after a reload is taken after
+    // that reload is applied (the control thread labels the upstreams'
+    // figures with the new routes already).
     std::lock_guard lock(mu_);
     reload.swap(reload_cfg_);
     reload_proxy.swap(reload_proxy_);
+    snap = snap_requested_.exchange(false, std::memory_order_acquire);
   }
   if (reload) apply_reload(*reload);
   if (reload_proxy && proxy_) proxy_->reconfigure(std::move(reload_proxy));
-  // After a reload asked for before it: the control thread labels the
-  // upstreams' figures with the new routes already.
-  if (snap_requested_.exchange(false, std::memory_order_acquire)) fill_snapshot();
+  if (snap) fill_snapshot();
   if (drain_requested_.exchange(false, std::memory_order_acquire) && !draining_) {
     // A hand-over always precedes its drain: take it first if it raced.
     if (handover_requested_.exchange(false, std::memory_order_acquire)) take_handover();

@@ -125,11 +125,18 @@ void XdpProgram::attach(const std::string &ifname, XdpMode mode, bool replace) {
     const uint32_t flags = existing.mode == "generic"   ? XDP_FLAGS_SKB_MODE
                            : existing.mode == "offload" ? XDP_FLAGS_HW_MODE
                                                         : XDP_FLAGS_DRV_MODE;
-    // Held, so that it can be put back if ours cannot take its place: an
-    // interface left with no program at all would break whatever the
-    // replaced one did.
+    // Held, so that it can be put back if ours cannot take its place, or
+    // the start fails later: an interface left with no program at all would
+    // break whatever the replaced one did. Taking it needs CAP_SYS_ADMIN
+    // (root has it; the packaged unit does not give it).
     previous_fd_ = bpf_prog_get_fd_by_id(existing.prog_id);
     previous_flags_ = flags;
+    if (previous_fd_ < 0) {
+      LOG_WARN("XDP program '%s' (id %u) on %s is replaced for good: it cannot be put back if "
+               "this start fails (%s; that takes CAP_SYS_ADMIN)",
+               existing.prog_name.c_str(), existing.prog_id, ifname.c_str(),
+               errstr(-errno).c_str());
+    }
     int err = bpf_xdp_detach(ifindex_, flags, nullptr);
     if (err) {
       drop_previous();
@@ -144,13 +151,26 @@ void XdpProgram::attach(const std::string &ifname, XdpMode mode, bool replace) {
     attach_ours(ifname, mode);
   } catch (const XdpError &e) {
     if (previous_fd_ < 0) throw;
-    const int err = bpf_xdp_attach(ifindex_, previous_fd_, previous_flags_, nullptr);
-    drop_previous();
-    throw XdpError(std::string(e.what()) +
-                   (err ? "; the replaced program could not be put back either: " + errstr(err)
-                        : "; the replaced program is attached again"));
+    const bool back = put_back_previous();
+    throw XdpError(std::string(e.what()) + (back ? "; the replaced program is attached again"
+                                                 : "; the replaced program could not be put "
+                                                   "back either"));
+  }
+  // The replaced program is dropped once the start has succeeded
+  // (keep_replacement()); until then, detach() puts it back.
+}
+
+void XdpProgram::keep_replacement() { drop_previous(); }
+
+bool XdpProgram::put_back_previous() {
+  const int err = bpf_xdp_attach(ifindex_, previous_fd_, previous_flags_, nullptr);
+  if (err) {
+    LOG_ERROR("the replaced XDP program could not be put back: %s", errstr(err).c_str());
+  } else {
+    LOG_INFO("the replaced XDP program is attached again");
   }
   drop_previous();
+  return err == 0;
 }
 
 void XdpProgram::drop_previous() {
@@ -214,6 +234,8 @@ void XdpProgram::detach() {
     close(link_fd_); // the link's last reference: the kernel detaches
     link_fd_ = -1;
   }
+  // A start that failed after replacing another program: it goes back.
+  if (previous_fd_ >= 0) put_back_previous();
 }
 
 int XdpProgram::map_fd(const char *name) const {

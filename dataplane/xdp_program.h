@@ -46,7 +46,10 @@ public:
   // Attaches to ifname. Refuses (XdpError naming it) when another XDP
   // program is attached unless replace is set. automatic tries native and
   // falls back to generic; the reason for falling back is in fallback_reason().
+  // A program replaced is put back if ours cannot attach, and by detach()
+  // until keep_replacement() says the start succeeded.
   void attach(const std::string &ifname, XdpMode mode, bool replace = false);
+  void keep_replacement();
   void detach();
   bool attached() const { return link_fd_ >= 0; }
 
@@ -91,6 +94,7 @@ private:
   int previous_fd_ = -1;
   uint32_t previous_flags_ = 0;
   void attach_ours(const std::string &ifname, XdpMode mode);
+  bool put_back_previous();
   void drop_previous();
   int prog_fd_ = -1;
   int ifindex_ = 0;

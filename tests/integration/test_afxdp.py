@@ -703,6 +703,24 @@ class AfXdpLifecycle(TimedTestCase):
             self.assertIn("native XDP attach failed", r.stderr)
             self.assertIn("the replaced program is attached again", r.stderr)
             self.assertEqual(on_lo(), before, "the foreign program is gone")
+            # Ours attached, the start failing later (the metrics port taken).
+            taken = subprocess.Popen(
+                ["ip", "netns", "exec", topo.srv_ns, "/usr/bin/python3", "-c",
+                 "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', 9464)); "
+                 "s.listen(); print('ready', flush=True); time.sleep(30)"],
+                stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(taken.stdout.readline().strip(), "ready")
+                r = sh("ip", "netns", "exec", topo.srv_ns, os.environ["XDPQD"], "--dataplane",
+                       "afxdp", "--interface", "lo", "--xdp-mode", "generic", "--xdp-replace",
+                       "--listen", "127.0.0.1:4433", "--no-tcp", "--metrics", "127.0.0.1:9464",
+                       check=False, timeout=20)
+            finally:
+                taken.kill()
+                taken.wait()
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("Address already in use", r.stderr)
+            self.assertEqual(on_lo(), before, "the foreign program is gone")
 
     def test_refuses_foreign_xdp_program(self):
         obj = self.foreign_program()
