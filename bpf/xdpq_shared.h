@@ -13,7 +13,7 @@
 
 #define XDPQ_MAX_QUEUES 256   /* XSKMAP entries: one per NIC queue */
 #define XDPQ_MAX_SERVED 64    /* served (address, port) pairs per family */
-#define XDPQ_MAX_LOCAL 4096   /* the host's own addresses per family (wildcard serving) */
+#define XDPQ_MAX_LOCAL 4096   /* the host's own addresses per family */
 
 /* The smallest UDP payload that can be a QUIC packet for us: a stateless
  * reset is at least 21 bytes (RFC 9000 10.3), every other packet is larger. */
@@ -72,6 +72,8 @@ enum xdpq_counter {
 	XDPQ_CNT_DROP_BAD_UDP_LEN,   /* UDP length inconsistent with IP */
 	XDPQ_CNT_PASS_NOT_LOCAL,     /* a port served on every address, to an address the
 	                              * host does not have: the kernel's (it forwards or drops) */
+	XDPQ_CNT_DROP_LOCAL_SOURCE,  /* a source address that is the host's own: forged (the
+	                              * kernel drops such a martian too) */
 	XDPQ_CNT__MAX
 };
 

@@ -44,7 +44,8 @@ struct {
 /* The host's own addresses, kept by xdpqd from the kernel's address
  * notifications: a port served on every address is served on these only.
  * Traffic to any other address (a router's or a hypervisor's forwarded
- * traffic, a broadcast) stays the kernel's. */
+ * traffic, a broadcast) stays the kernel's. And a datagram from the wire
+ * whose source is one of them is forged. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XDPQ_MAX_LOCAL);
@@ -186,6 +187,9 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, void *l3, void *end)
 	udp_len = bpf_ntohs(udp->len);
 	if (udp_len < sizeof(*udp) || udp_len > tot_len - ihl)
 		return count(XDPQ_CNT_DROP_BAD_UDP_LEN, XDP_DROP);
+	__u32 saddr = ip->saddr; /* map keys must live on the stack */
+	if (bpf_map_lookup_elem(&local_v4, &saddr))
+		return count(XDPQ_CNT_DROP_LOCAL_SOURCE, XDP_DROP);
 	return judge_udp(ctx, udp, udp_len, end);
 }
 
@@ -224,6 +228,11 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 	udp_len = bpf_ntohs(udp->len);
 	if (udp_len < sizeof(*udp) || udp_len > payload_len)
 		return count(XDPQ_CNT_DROP_BAD_UDP_LEN, XDP_DROP);
+	struct in6_addr saddr;
+
+	__builtin_memcpy(&saddr, &ip6->saddr, 16); /* map keys must live on the stack */
+	if (bpf_map_lookup_elem(&local_v6, &saddr))
+		return count(XDPQ_CNT_DROP_LOCAL_SOURCE, XDP_DROP);
 	return judge_udp(ctx, udp, udp_len, end);
 }
 

@@ -484,31 +484,39 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
 }
 
 #ifdef XDPQ_HAVE_AFXDP
+// The host's addresses, in the XDP program's tables: a wildcard listen
+// serves these only, and a datagram from the wire whose source is one of
+// them is forged (dropped, as the kernel drops such a martian on the
+// socket dataplane).
 void Server::follow_local_addresses() {
-  if (std::none_of(opts_.listen.begin(), opts_.listen.end(),
-                   [](const dataplane::Address &a) { return a.is_unspecified(); })) {
-    return;
-  }
+  const bool wildcard = std::any_of(opts_.listen.begin(), opts_.listen.end(),
+                                    [](const dataplane::Address &a) { return a.is_unspecified(); });
   auto *program = program_.get();
   bool *full_logged = &local_full_logged_;
   try {
     local_addresses_ = std::make_unique<dataplane::LocalAddresses>(
-        [program, full_logged](const dataplane::Address &a, bool present) {
+        [program, full_logged, wildcard](const dataplane::Address &a, bool present) {
           try {
             program->set_local(a, present);
-            LOG_DEBUG("local address %s %s", a.to_string().c_str(),
-                      present ? "served" : "gone");
+            LOG_DEBUG("local address %s %s", a.to_string().c_str(), present ? "known" : "gone");
           } catch (const dataplane::XdpError &e) {
-            // Traffic to it stays the kernel's (the reserved port holds it).
-            if (!*full_logged) LOG_WARN("%s; it is not served over AF_XDP", e.what());
+            // Traffic to it stays the kernel's (the reserved port holds it),
+            // and forgeries from it are not refused in XDP.
+            if (!*full_logged) {
+              LOG_WARN("%s; %s", e.what(),
+                       wildcard ? "it is not served over AF_XDP"
+                                : "datagrams forged with it as source are not refused");
+            }
             *full_logged = true;
           }
         });
   } catch (const std::runtime_error &e) {
-    throw UsageError(std::string("listen on every address: ") + e.what());
+    throw UsageError(std::string("following the host's addresses: ") + e.what());
   }
-  LOG_INFO("serving the wildcard listen on AF_XDP for the host's %zu addresses (followed)",
-           local_addresses_->size());
+  if (wildcard) {
+    LOG_INFO("serving the wildcard listen on AF_XDP for the host's %zu addresses (followed)",
+             local_addresses_->size());
+  }
 }
 #else
 void Server::follow_local_addresses() {}

@@ -534,6 +534,35 @@ class AfXdpLifecycle(TimedTestCase):
         self.assertEqual(stats["xdp_pass_not_local"], 10, stats)
         self.assertEqual(stats["handshakes_started"], 2, stats)
 
+    def test_a_source_that_is_the_hosts_own_address_is_dropped(self):
+        # Regression: a datagram from the wire that claims one of the
+        # host's own addresses as its source is forged; the kernel drops
+        # such a "martian", so the socket dataplane never sees it. AF_XDP
+        # answered it (here with Version Negotiation), took handshake state
+        # for it, and routed a connection's packets to such an address
+        # into the host itself, through the kernel's socket. Now the XDP
+        # program drops it and counts it, whatever the listen address.
+        with Topology() as topo:
+            base = topo.srv_ip.rsplit(".", 1)[0]
+            other = f"{base}.60"  # another of the server host's addresses
+            sh("ip", "-n", topo.srv_ns, "addr", "add", f"{other}/32", "dev", topo.srv_if)
+            forge = ("from scapy.all import Ether, IP, UDP, Raw, sendp\n"
+                     "import os\n"
+                     "p = bytes([0xc0, 0x0a, 0x0a, 0x0a, 0x0a, 8]) + os.urandom(8) "
+                     "+ bytes([8]) + os.urandom(8) + bytes(1200)\n"
+                     "f = Ether(src='02:77:00:00:00:02', dst='02:77:00:00:00:01') / "
+                     f"IP(src='{other}', dst='{topo.srv_ip}') / "
+                     "UDP(sport=40000, dport=4433) / Raw(p)\n"
+                     f"sendp([f] * 10, iface='{topo.cli_if}', verbose=False)\n")
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native", host=topo.srv_ip, netns=topo.srv_ns, workers=0) as srv:
+                sh("/usr/bin/python3", "-c", forge, ns=topo.cli_ns)
+                r = gtlsclient(srv, ["/bytes/1000"], netns=topo.cli_ns)
+                stats = srv.stop()
+        self.assertEqual(r.file("1000"), pattern(1000), r.output[-2000:])
+        self.assertEqual(stats["xdp_drop_local_source"], 10, stats)
+        self.assertEqual(stats["version_negotiations"], 0, stats)
+
     def test_fewer_workers_than_queues_share_a_umem(self):
         # Zero-copy readiness: more NIC queues than workers. Two
         # workers serve four queues, worker i the queues i and i+2, on one

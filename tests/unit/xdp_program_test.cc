@@ -19,7 +19,7 @@ const std::string COUNTERS[] = {"redirected",     "pass_not_ip",       "pass_not
                                 "pass_not_served", "pass_truncated",   "pass_no_socket",
                                 "drop_short_payload", "drop_small_initial", "drop_reflection",
                                 "drop_fragment",  "drop_bad_ip_len",   "drop_bad_udp_len",
-                                "pass_not_local"};
+                                "pass_not_local", "drop_local_source"};
 
 class XdpProgramTest : public ::testing::Test {
 protected:
@@ -100,6 +100,32 @@ TEST_F(XdpProgramTest, WildcardServesOnlyTheHostsAddresses) {
   expect(make_frame(v6), XDP_PASS, "pass_no_socket");
   // An address served by name needs no local entry.
   expect(make_frame(served_v4(quic_short(60))), XDP_PASS, "pass_no_socket");
+}
+
+// Regression: a datagram from the wire claiming one of the host's own
+// addresses as its source (forged; the kernel drops such a martian) was
+// answered.
+TEST_F(XdpProgramTest, ASourceThatIsTheHostsOwnAddressIsDropped) {
+  FrameSpec f = served_v4(quic_short(60));
+  f.src = "192.0.2.9";
+  expect(make_frame(f), XDP_PASS, "pass_no_socket");
+  prog_->set_local(*parse_address("192.0.2.9:0"), true);
+  expect(make_frame(f), XDP_DROP, "drop_local_source");
+  prog_->set_local(*parse_address("192.0.2.9:0"), false);
+  expect(make_frame(f), XDP_PASS, "pass_no_socket");
+  FrameSpec v6 = served_v4(quic_short(80));
+  v6.ipv6 = true;
+  v6.src = "fd00::9";
+  v6.dst = "fd00::1";
+  expect(make_frame(v6), XDP_PASS, "pass_no_socket");
+  prog_->set_local(*parse_address("[fd00::9]:0"), true);
+  expect(make_frame(v6), XDP_DROP, "drop_local_source");
+  // Not for traffic the server does not take: the kernel's to judge.
+  FrameSpec other_port = served_v4(quic_short(60));
+  other_port.src = "192.0.2.9";
+  other_port.dport = 53;
+  prog_->set_local(*parse_address("192.0.2.9:0"), true);
+  expect(make_frame(other_port), XDP_PASS, "pass_not_served");
 }
 
 TEST_F(XdpProgramTest, EverythingElsePasses) {
