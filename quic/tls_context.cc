@@ -97,7 +97,14 @@ void TlsContext::release() {
 int TlsContext::remember_client_hello(time_t expires, const gnutls_datum_t *key) {
   time_t now = time(nullptr);
   if (seen_.size() >= MAX_REPLAY_ENTRIES) {
-    std::erase_if(seen_, [now](const auto &kv) { return kv.second < now; });
+    // A sweep reads every entry; entries expire by the second, so one a
+    // second finds all there is to find. (Each early-data hello on a full
+    // store used to pay for a sweep of its own.)
+    if (now != last_sweep_) {
+      last_sweep_ = now;
+      replay_sweeps_ += 1;
+      std::erase_if(seen_, [now](const auto &kv) { return kv.second < now; });
+    }
     if (seen_.size() >= MAX_REPLAY_ENTRIES) {
       // Full of live entries: refuse early data rather than forget one.
       return GNUTLS_E_DB_ENTRY_EXISTS;

@@ -53,6 +53,8 @@ public:
 
   // Anti-replay store (called by GnuTLS through a C callback).
   int remember_client_hello(time_t expires, const gnutls_datum_t *key);
+  // Times the full store was swept for expired hellos.
+  uint64_t replay_sweeps() const { return replay_sweeps_; }
 
 private:
   void init(const Secrets &secrets);
@@ -66,6 +68,8 @@ private:
   std::array<uint8_t, 64> ticket_key_bytes_{};
   // ClientHellos that carried early data, until their window expires.
   std::unordered_map<std::string, time_t> seen_;
+  time_t last_sweep_ = 0;
+  uint64_t replay_sweeps_ = 0;
 };
 
 } // namespace xdpq::quic

@@ -4,6 +4,8 @@
 // its case here, not because any case is.
 
 #include "quic_pipe.h"
+#include "control/self_signed.h"
+#include "quic/tls_context.h"
 #include "unix_listener.h"
 
 #include "dataplane/handoff_ring.h"
@@ -1949,4 +1951,31 @@ TEST_F(QuicPipe, AClientHelloWhoseSecondHalfComesFirstGetsARetry) {
   ASSERT_TRUE(run_until(big, *server_, clock_, [&] { return big.handshake_completed(); }));
   EXPECT_LT(clock_.now() - before, 100'000'000u); // no retransmission timeout waited out
   EXPECT_EQ(stats().handshakes_failed, failed);
+}
+
+// Regression: once the 0-RTT anti-replay store was full of live hellos,
+// every further early-data hello swept all 65,536 entries before it was
+// refused: a client resuming in a loop made each of its hellos cost a
+// full sweep. A full store is now swept at most once a second.
+TEST(AntiReplay, AFullStoreIsSweptOnceASecondNotPerHello) {
+  static const control::CertificatePair cert = control::make_self_signed();
+  quic::TlsConfig tcfg;
+  tcfg.cert_pem = cert.cert_pem;
+  tcfg.key_pem = cert.key_pem;
+  quic::TlsContext tls(tcfg, quic::Secrets::generate());
+  const time_t live = time(nullptr) + 3600;
+  auto hello = [&](uint32_t i) {
+    uint8_t key[4];
+    std::memcpy(key, &i, 4);
+    gnutls_datum_t d{key, 4};
+    return tls.remember_client_hello(live, &d);
+  };
+  uint32_t i = 0;
+  for (; i < 65536; ++i) ASSERT_EQ(hello(i), 0) << i;
+  for (; i < 65536 + 5000; ++i) ASSERT_EQ(hello(i), GNUTLS_E_DB_ENTRY_EXISTS) << i;
+  // One sweep, or a few if seconds went by meanwhile; not one per hello.
+  EXPECT_GE(tls.replay_sweeps(), 1u);
+  EXPECT_LE(tls.replay_sweeps(), 5u);
+  // A hello seen before is still refused as a replay.
+  EXPECT_EQ(hello(7), GNUTLS_E_DB_ENTRY_EXISTS);
 }
