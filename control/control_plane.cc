@@ -43,19 +43,23 @@ namespace {
 constexpr std::chrono::seconds RELOAD_CHECK_LIMIT{30};
 } // namespace
 
+// A fresh access log file at the configured path (logrotate moved the old
+// one). "" or "; access log not reopened, ...: why".
+std::string Server::reopen_access_log(const char *why) {
+  if (!access_log_) return {};
+  try {
+    access_log_->reopen();
+    return {};
+  } catch (const std::exception &e) {
+    LOG_ERROR("%s: access log %s", why, e.what());
+    return std::string("; access log not reopened, still writing the old file: ") + e.what();
+  }
+}
+
 std::string Server::reload() {
   sd_notify_state("RELOADING=1");
-  // The access log first, whatever else happens: logrotate moved it and
-  // sends SIGHUP for a fresh file.
-  std::string log_note;
-  if (access_log_) {
-    try {
-      access_log_->reopen();
-    } catch (const std::exception &e) {
-      log_note = std::string("; access log not reopened, still writing the old file: ") + e.what();
-      LOG_ERROR("reload: access log %s", e.what());
-    }
-  }
+  // The access log first, whatever else happens.
+  std::string log_note = reopen_access_log("reload");
   // Staged: nothing is applied until every part has been checked.
   struct Staged {
     std::shared_ptr<const http::ProxyConfig> new_proxy; // changed routes
@@ -270,6 +274,7 @@ public:
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
     sigaddset(&set, SIGUSR2);
     fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + strerror(errno));
@@ -291,6 +296,10 @@ private:
 void Server::on_signal(int signo) {
   if (signo == SIGHUP) {
     reload();
+  } else if (signo == SIGUSR1) {
+    // logrotate's signal: the access log only. A reload would also apply
+    // whatever the configuration file says by then.
+    if (reopen_access_log("SIGUSR1").empty() && access_log_) LOG_INFO("SIGUSR1: access log reopened");
   } else if (signo == SIGUSR2) {
     upgrade(); // logs its result
   } else if (signo == SIGTERM) {

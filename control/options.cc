@@ -272,7 +272,8 @@ Operation:
                           Cache-Control, a Server of your own...
   --access-log PATH       Log every request to PATH, one line each in the
                           combined format with the request time; reopened
-                          on SIGHUP (logrotate). Default: no access log.
+                          on SIGUSR1 (logrotate) and SIGHUP. Default: no
+                          access log.
   --check-config [FILE]   Validate the options and FILE (files readable,
                           addresses valid, the control socket's path
                           usable), print the result and exit.

@@ -54,7 +54,7 @@ public:
   int run();
 
   // The control thread's signal handler (SIGHUP reload, SIGTERM drain,
-  // SIGINT stop now, SIGUSR2 binary upgrade).
+  // SIGINT stop now, SIGUSR1 reopen the access log, SIGUSR2 binary upgrade).
   void on_signal(int signo);
   // The control thread: the binary-upgrade channel became readable (the
   // other process exited).
@@ -95,6 +95,7 @@ private:
   std::string conns_text(bool json);
   // control_plane.cc
   std::string reload();
+  std::string reopen_access_log(const char *why);
   void feed_watchdog(); // from the control thread, while it waits on something
   void begin_drain(const char *why, bool notify_systemd = true);
   // Binary upgrade (control thread): starts the new process, hands it the

@@ -621,16 +621,26 @@ class ControlTest(TimedTestCase):
             self.assertEqual(fields[3], ("HTTP/2", "GET", "/healthz", "200", fields[3][4],
                                          "http://r/", "agent \\x22quoted\\x22"))
             self.assertEqual(fields[4][:5], ("HTTP/3", "GET", "/bytes/123", "200", "123"))
-            # logrotate: the file moved, SIGHUP, a fresh file.
-            os.rename(log, log + ".1")
-            srv.proc.send_signal(signal.SIGHUP)
-            deadline = time.time() + 5
-            while not os.path.exists(log) and time.time() < deadline:
-                time.sleep(0.05)
-            self.assertEqual(gtlsclient(srv, ["/bytes/7"]).statuses, {0: 200})
-            got = lines(log, 1)
-            self.assertEqual(got[0].group(2), "/bytes/7")
+            def rotate(sig, moved_to, path):
+                """logrotate: the file moved, a signal, a fresh file."""
+                os.rename(log, moved_to)
+                srv.proc.send_signal(sig)
+                deadline = time.time() + 5
+                while not os.path.exists(log) and time.time() < deadline:
+                    time.sleep(0.05)
+                self.assertEqual(gtlsclient(srv, [path]).statuses, {0: 200})
+                self.assertEqual(lines(log, 1)[0].group(2), path)
+
+            rotate(signal.SIGHUP, log + ".1", "/bytes/7")
             self.assertEqual(len(open(log + ".1").read().splitlines()), 5)
+            # logrotate's own signal, SIGUSR1: the log only, no reload
+            # (which would apply whatever the file says by then). It used to
+            # stop the server (the signal's default action).
+            reloads = srv.output().count("reload")
+            rotate(signal.SIGUSR1, log + ".2", "/bytes/8")
+            self.assertEqual(len(open(log + ".2").read().splitlines()), 1)
+            self.assertIn("SIGUSR1: access log reopened", srv.output())
+            self.assertEqual(srv.output().count("reload"), reloads, srv.output()[-2000:])
 
     def test_sd_notify_ready_watchdog_stopping(self):
         path = os.path.join(self.tmp, "notify.sock")
