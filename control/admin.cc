@@ -197,8 +197,7 @@ void AdminServer::resume_listening() {
   for (auto &l : listeners_) {
     if (l->listening) continue;
     l->listening = true;
-    l->backoff->restart();
-    loop_.watch(l->fd, l.get());
+    l->backoff->restart(); // watches it
   }
 }
 

@@ -31,10 +31,8 @@ public:
   // resource error (returns true; count it), otherwise does nothing.
   bool on_error(int err) {
     if (!is_resource_error(err) || paused_) return paused_ && is_resource_error(err);
-    paused_ = true;
     loop_.unwatch(fd_);
-    loop_.timers().schedule(timer_, loop_.now() + delay_);
-    delay_ = delay_ * 2 > MAX_NS ? MAX_NS : delay_ * 2;
+    pause();
     return true;
   }
   // After a successful accept: the next pause starts short again.
@@ -46,19 +44,33 @@ public:
     stopped_ = true;
     paused_ = false;
   }
-  // Listening again after stop() (the new process of an upgrade died): the
-  // caller watches the listener; later errors back off as before.
+  // Listening again after stop() (the new process of an upgrade died):
+  // watches the listener; later errors back off as before.
   void restart() {
     stopped_ = false;
     delay_ = MIN_NS;
+    watch_or_pause();
   }
   bool paused() const { return paused_; }
 
 private:
+  void pause() {
+    paused_ = true;
+    loop_.timers().schedule(timer_, loop_.now() + delay_);
+    delay_ = delay_ * 2 > MAX_NS ? MAX_NS : delay_ * 2;
+  }
+  // The listener back in the loop; if epoll refuses it (no memory, or
+  // fs.epoll.max_user_watches reached: the same pressure that paused it),
+  // another pause, never an exception out of the loop (it stopped the
+  // worker, and with it the server).
+  void watch_or_pause() {
+    paused_ = false;
+    if (!loop_.try_watch(fd_, handler_)) pause();
+  }
   static void resume_fired(Timer &t) {
     auto *b = static_cast<AcceptBackoff *>(t.owner());
     b->paused_ = false;
-    if (!b->stopped_) b->loop_.watch(b->fd_, b->handler_);
+    if (!b->stopped_) b->watch_or_pause();
   }
 
   EventLoop &loop_;

@@ -231,8 +231,7 @@ void TcpServer::resume_accepting() {
   shutting_down_ = false;
   for (auto &l : listeners_) {
     if (l->fd < 0) continue;
-    l->backoff->restart();
-    loop_.watch(l->fd, l.get());
+    l->backoff->restart(); // watches it
   }
 }
 

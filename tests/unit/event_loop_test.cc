@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -158,8 +159,7 @@ TEST(AcceptBackoff, ListensAgainAfterAStopAndARestart) {
   loop.watch(p[0], &listener);
   backoff.stop(); // the upgrade's new process took the listener
   loop.unwatch(p[0]);
-  backoff.restart(); // it died: taken back
-  loop.watch(p[0], &listener);
+  backoff.restart(); // it died: taken back (and watched)
   EXPECT_TRUE(backoff.on_error(EMFILE)); // out of descriptors
   EXPECT_TRUE(backoff.paused());
   ASSERT_EQ(write(p[1], "x", 1), 1);
@@ -172,4 +172,30 @@ TEST(AcceptBackoff, ListensAgainAfterAStopAndARestart) {
   EXPECT_FALSE(backoff.paused());
   close(p[0]);
   close(p[1]);
+}
+
+// Regression: when the pause ended, epoll could refuse the listener again
+// (no memory, or fs.epoll.max_user_watches: the pressure that paused it),
+// and the exception left the event loop: the worker stopped, and with it
+// the server. Now the listener pauses again. (A regular file stands for
+// the refused listener: epoll refuses every one.)
+TEST(AcceptBackoff, AListenerEpollRefusesAfterItsPausePausesAgain) {
+  EventLoop loop;
+  char path[] = "/tmp/xdpq-backoff-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  unlink(path);
+  PipeReader listener(fd);
+  AcceptBackoff backoff(loop, fd, &listener);
+  EXPECT_TRUE(backoff.on_error(ENOMEM));
+  EXPECT_NO_THROW(loop.timers().run(loop.now() + AcceptBackoff::MIN_NS + 10'000'000));
+  EXPECT_TRUE(backoff.paused()) << "refused, yet not paused again";
+  // And again, later, with the longer delay.
+  EXPECT_NO_THROW(loop.timers().run(loop.now() + 4 * AcceptBackoff::MIN_NS));
+  EXPECT_TRUE(backoff.paused());
+  backoff.stop();
+  EXPECT_NO_THROW(backoff.restart());
+  EXPECT_TRUE(backoff.paused()) << "a restart epoll refuses must pause too";
+  backoff.stop();
+  close(fd);
 }
