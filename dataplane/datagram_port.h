@@ -68,8 +68,8 @@ public:
   }
   // QUIC authenticated a packet that arrived on path with this link:
   // strong when it was protected with 1-RTT keys only the peer holds, weak
-  // for handshake packets (an unknown peer may be learned, a known one is
-  // not overridden). The AF_XDP dataplane learns where to send replies.
+  // for handshake packets (anyone can forge those). The AF_XDP dataplane
+  // learns where to send replies from strong ones only.
   virtual void peer_verified(const Path &path, uint64_t link, bool strong) {
     (void)path;
     (void)link;

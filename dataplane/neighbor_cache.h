@@ -1,8 +1,9 @@
 #pragma once
 // Where replies to a peer go on the wire: its MAC address (and VLAN tag),
 // by IP address, for the AF_XDP dataplane that writes Ethernet headers
-// itself. Entries are learned only from packets QUIC authenticated (see
-// TxSink::peer_verified): one spoofed packet cannot redirect a connection.
+// itself. Entries are learned only from packets that prove the sender
+// holds a connection's 1-RTT keys (see TxSink::peer_verified): no spoofed
+// packet can redirect a connection, or hold a place a peer needs.
 //
 // Fixed memory, no allocation after construction: 4-way set-associative
 // buckets under a keyed hash (nobody can aim many addresses at one
@@ -36,20 +37,24 @@ public:
   explicit NeighborCache(size_t buckets = 16384) : entries_((buckets ? buckets : 1) * WAYS) {}
 
   // strong: the peer proved it holds the connection's keys (1-RTT), so it
-  // replaces what is there; weak (a handshake packet, whose keys anyone can
-  // derive): only fills an empty place, never overrides.
+  // replaces what is there. Weak (a handshake packet, whose keys anyone on
+  // the link can derive for any source address): not learned at all.
+  // Taken as a fill-in for an unknown peer, a forged Initial with a
+  // victim's address made the victim's own handshake replies go to the
+  // forger (its own Initials, as weak, could not correct it, and lookups
+  // kept the entry fresh), and a flood of them evicted proven peers.
+  // Until a peer is proven, its replies take the kernel's route (the
+  // kernel's neighbour entry, or the kernel's socket).
   void learn(const Address &ip, uint64_t link, bool strong) {
-    if (link == 0) return;
+    if (link == 0 || !strong) return;
     Key k = key_of(ip);
     Entry *b = bucket(k);
     Entry *victim = &b[0];
     for (size_t i = 0; i < WAYS; ++i) {
       Entry &e = b[i];
       if (e.link != 0 && e.key == k) {
-        if (strong || e.link == link) {
-          e.link = link;
-          e.stamp = ++clock_;
-        }
+        e.link = link;
+        e.stamp = ++clock_;
         return;
       }
       if (e.link == 0) {

@@ -341,7 +341,8 @@ void Connection::on_datagram(const dataplane::RxDatagram &dg) {
   // proves the sender holds the keys there. Handshake packets, replays of
   // a genuine packet (from another link: anyone on it can capture one),
   // and packets from an address not yet validated (a client with the keys
-  // can write any source address) only fill in a peer nobody knows yet.
+  // can write any source address) are weak: the dataplane learns nothing
+  // from them (NeighborCache::learn).
   // Told once per change: a weak packet after a strong one from the same
   // link and address says nothing new.
   const bool changed = dg.link != verified_link_ || !(path.remote == verified_remote_);

@@ -426,7 +426,9 @@ class AfXdpRouting(TimedTestCase):
             self.assertEqual(r.file("70001"), pattern(70001))
         self.assertEqual(stats["handshakes_completed"], 4, stats)
         self.assertGreaterEqual(stats["nh_route_queries"], 2, stats)  # one per family at least
-        self.assertGreaterEqual(stats["nh_solicits"], 2, stats)       # r2 over ARP and over NDP
+        # r2 over ARP and over NDP: solicited by xdpqd, or by the kernel for
+        # the first replies it carried (a peer not yet proven has no link).
+        self.assertGreaterEqual(stats["nh_solicits"] + stats["afxdp_tx_kernel_no_link"], 2, stats)
         self.assertGreaterEqual(stats["nh_neigh_updates"], 4, stats)  # resolved, then the new MAC
 
 
