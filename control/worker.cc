@@ -276,6 +276,8 @@ void Worker::heartbeat_fired(dataplane::Timer &t) {
   auto *w = static_cast<Worker *>(t.owner());
   http::sweep_file_caches(w->loop_.now());
   if (w->access_log_) w->access_log_->flush(); // lines show within a heartbeat
+  // Credentials a reload replaced go once their last connection has.
+  std::erase_if(w->retired_tls_, [](const auto &c) { return c->sessions() == 0; });
   w->loop_.timers().schedule(t, w->loop_.now() + HEARTBEAT_NS);
 }
 
@@ -332,6 +334,7 @@ void Worker::fill_snapshot() {
   s.h3 = h3_.stats();
   s.gauges.quic_connections = endpoint_.connection_count();
   s.gauges.quic_memory_bytes = endpoint_.memory();
+  s.gauges.tls_contexts_retired = retired_tls_.size();
   s.gauges.body_bytes_held = budget_.held();
   s.gauges.body_bytes_limit = budget_.limit();
   if (!loop_done_) s.gauges.file_read_bytes_held = http::file_read_bytes_held();

@@ -16,7 +16,9 @@ namespace xdpq::control {
   X(file_read_bytes_held, "large-file bytes read ahead and not yet sent and acknowledged")         \
   X(quic_memory_bytes, "bytes ngtcp2 and nghttp3 hold for the worker's QUIC connections")                     \
   X(proxy_waiting, "proxied requests waiting for an upstream connection (every upstream of "       \
-                   "their route at its connection limit)")
+                   "their route at its connection limit)")                                         \
+  X(tls_contexts_retired, "QUIC TLS contexts a certificate reload replaced, kept until the "      \
+                          "last connection that began with one ends")
 
 struct WorkerGauges {
   XDPQ_COUNTER_FIELDS(XDPQ_WORKER_GAUGES)

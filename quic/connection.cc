@@ -177,7 +177,7 @@ Connection::~Connection() {
   ep_.timers().cancel(timer_);
   app_.reset();
   if (conn_) ngtcp2_conn_del(conn_);
-  if (tls_) gnutls_deinit(tls_);
+  if (tls_) tls_ctx_->end_session(tls_);
 }
 
 int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
@@ -270,7 +270,8 @@ int Connection::init(const ngtcp2_pkt_hd &hd, const dataplane::Path &path,
                              &mem_, this) != 0) {
     return -1;
   }
-  tls_ = ep_.tls().new_session(&conn_ref_);
+  tls_ctx_ = &ep_.tls();
+  tls_ = tls_ctx_->new_session(&conn_ref_);
   if (!tls_) return -1;
   ngtcp2_conn_set_tls_native_handle(conn_, tls_);
   ep_.add_cid(scid, this);

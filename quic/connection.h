@@ -19,6 +19,7 @@
 namespace xdpq::quic {
 
 class Endpoint;
+class TlsContext;
 
 class Connection final : public AppTransport {
 public:
@@ -132,6 +133,7 @@ private:
   Endpoint &ep_;
   ngtcp2_conn *conn_ = nullptr;
   gnutls_session_t tls_ = nullptr;
+  const TlsContext *tls_ctx_ = nullptr; // the one tls_ came from (a reload may retire it)
   ngtcp2_crypto_conn_ref conn_ref_{};
   std::unique_ptr<Application> app_;
   dataplane::Timer timer_;

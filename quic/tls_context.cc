@@ -147,7 +147,13 @@ gnutls_session_t TlsContext::new_session(void *conn_ref) const {
   if (auto active = g_keylog_active.load(std::memory_order_relaxed); active && active()) {
     gnutls_session_set_keylog_function(s, keylog_cb);
   }
+  sessions_ += 1;
   return s;
+}
+
+void TlsContext::end_session(gnutls_session_t s) const {
+  gnutls_deinit(s);
+  sessions_ -= 1;
 }
 
 } // namespace xdpq::quic

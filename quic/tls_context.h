@@ -50,6 +50,11 @@ public:
   // it (ngtcp2's crypto helper finds the connection through it). Returns
   // nullptr on failure.
   gnutls_session_t new_session(void *conn_ref) const;
+  // Frees a session new_session() made.
+  void end_session(gnutls_session_t s) const;
+  // Sessions made and not yet ended: a context a reload replaced is freed
+  // once none is left.
+  size_t sessions() const { return sessions_; }
 
   // Anti-replay store (called by GnuTLS through a C callback).
   int remember_client_hello(time_t expires, const gnutls_datum_t *key);
@@ -68,6 +73,7 @@ private:
   std::array<uint8_t, 64> ticket_key_bytes_{};
   // ClientHellos that carried early data, until their window expires.
   std::unordered_map<std::string, time_t> seen_;
+  mutable size_t sessions_ = 0;
   time_t last_sweep_ = 0;
   uint64_t replay_sweeps_ = 0;
 };

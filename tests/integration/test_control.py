@@ -242,6 +242,27 @@ class ControlTest(TimedTestCase):
             self.assertIn("kept the running value of tls.cert, tls.key", out)
             self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
 
+    def test_credentials_a_reload_replaced_go_with_their_last_connection(self):
+        # Regression: each reload with a certificate kept the QUIC TLS
+        # context it replaced (its credentials and its 0-RTT anti-replay
+        # store) on every worker for the life of the process, in use or not.
+        key, cert, _ = make_cert(self.tmp, "retired.test")
+        with Server("--cert", cert, "--key", key, workers=1) as srv:
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+            for _ in range(3):
+                rc, out, _ = xdpqctl(srv, "reload")
+                self.assertEqual(rc, 0, out)
+                self.assertIn("certificate reloaded", out)
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+            deadline = time.time() + 5
+            while True:
+                gauge = json.loads(xdpqctl(srv, "--json", "stats")[1])["total"][
+                    "tls_contexts_retired"]
+                if gauge == 0 or time.time() > deadline:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(gauge, 0, "replaced TLS contexts still held")
+
     def test_a_worker_that_does_not_answer_is_named(self):
         # One worker's thread stopped: status, stats, conns and the metrics
         # page name it (they wait 500 ms for each worker) instead of leaving
