@@ -46,8 +46,12 @@ H3ClientConn::H3ClientConn(const Options &opts, Events &events)
   };
 
   ngtcp2_cid dcid, scid;
-  dcid.datalen = 18;
-  gnutls_rnd(GNUTLS_RND_NONCE, dcid.data, dcid.datalen);
+  if (opts.dcid.size() >= 8 && opts.dcid.size() <= NGTCP2_MAX_CIDLEN) {
+    ngtcp2_cid_init(&dcid, opts.dcid.data(), opts.dcid.size());
+  } else {
+    dcid.datalen = 18;
+    gnutls_rnd(GNUTLS_RND_NONCE, dcid.data, dcid.datalen);
+  }
   scid.datalen = 17;
   gnutls_rnd(GNUTLS_RND_NONCE, scid.data, scid.datalen);
   ngtcp2_settings s;

@@ -63,6 +63,7 @@ public:
     bool grant_streams = true;    // false: stream windows never extended either
     size_t qpack_table_capacity = 0; // the QPACK dynamic table the server's encoder may use
     std::span<const uint8_t> token;  // a NEW_TOKEN token for the Initials (copied)
+    std::span<const uint8_t> dcid;   // the first Initial's DCID, 8-20 bytes (empty: random)
   };
 
   // Throws std::runtime_error if ngtcp2 or GnuTLS refuse.

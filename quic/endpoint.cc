@@ -111,16 +111,16 @@ int Endpoint::owner_of(const uint8_t *dcid, size_t len) const {
   return (worker & 0x7f) < (ours ? cfg_.worker_count : other_generation_workers_) ? worker : -1;
 }
 
-void Endpoint::add_cid(const ngtcp2_cid &cid, Connection *c) {
+void Endpoint::add_cid(const ngtcp2_cid &cid, Connection *c, bool long_only) {
   auto key = CidKey::from(cid);
   // A key routed already (another client's DCID, reused) stays its owner's.
-  if (cids_.try_emplace(key, c).second) c->routes.push_back(key);
+  if (cids_.try_emplace(key, Route{c, long_only}).second) c->routes.push_back(key);
 }
 
 void Endpoint::drop_routes(Connection *c) {
   for (const auto &key : c->routes) {
     auto it = cids_.find(key);
-    if (it != cids_.end() && it->second == c) cids_.erase(it);
+    if (it != cids_.end() && it->second.conn == c) cids_.erase(it);
   }
   c->routes.clear();
 }
@@ -128,7 +128,7 @@ void Endpoint::drop_routes(Connection *c) {
 void Endpoint::remove_cid(const ngtcp2_cid &cid, Connection *c) {
   auto key = CidKey::from(cid);
   auto it = cids_.find(key);
-  if (it != cids_.end() && it->second == c) cids_.erase(it);
+  if (it != cids_.end() && it->second.conn == c) cids_.erase(it);
   std::erase(c->routes, key);
 }
 
@@ -181,10 +181,11 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
     stats_.drop_unparsable += 1;
     return;
   }
+  const bool long_header = dg.data[0] & 0x80;
   auto it = cids_.find(CidKey::from(vc.dcid, vc.dcidlen));
-  if (it != cids_.end()) {
+  if (it != cids_.end() && (long_header || !it->second.long_only)) {
     stats_.datagrams_routed += 1;
-    it->second->on_datagram(dg);
+    it->second.conn->on_datagram(dg);
     return;
   }
   // Another worker's CID: a client whose new path (migration, NAT
@@ -192,7 +193,6 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   // route, or to reset if it has no such connection; a reset from us would
   // kill a healthy connection. A new connection's Initial stays here: its
   // DCID is the client's choice and any worker may accept it.
-  const bool long_header = dg.data[0] & 0x80;
   const int owner = long_header && is_initial(dg.data[0], vc.version)
                         ? -1
                         : owner_of(vc.dcid, vc.dcidlen);
@@ -319,8 +319,9 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   conns_.emplace(c, std::move(conn));
   stats_.handshakes_started += 1;
   ++handshakes_in_progress_;
-  // The client's DCID routes its further Initials until it switches CIDs.
-  add_cid(hd.dcid, c);
+  // The client's DCID routes its further Initials (and 0-RTT) until it
+  // switches CIDs; never a 1-RTT packet (Route::long_only).
+  add_cid(hd.dcid, c, true);
   c->on_datagram(dg);
   if (c->wants_retry()) send_retry(dg, hd);
 }

@@ -232,8 +232,8 @@ public:
   int owner_of(const uint8_t *dcid, size_t len) const;
   // Routes cid to c. The route is c's: it is removed by remove_cid or,
   // whatever ngtcp2 recorded, when c is freed, so no entry ever outlives
-  // its connection.
-  void add_cid(const ngtcp2_cid &cid, Connection *c);
+  // its connection. long_only: see Route.
+  void add_cid(const ngtcp2_cid &cid, Connection *c, bool long_only = false);
   void remove_cid(const ngtcp2_cid &cid, Connection *c);
   void want_write(Connection *c);
   void retire(Connection *c);
@@ -267,7 +267,17 @@ private:
   uint8_t other_generation_workers_ = 0;
   EndpointStats stats_;
 
-  std::unordered_map<CidKey, Connection *, CidKeyHash> cids_;
+  // A CID's connection. long_only: the DCID a client chose for its first
+  // Initial, which routes its long-header packets only. A 1-RTT packet
+  // never carries it; one that does is another connection's on another
+  // worker (the DCID is anyone's to pick, and an observer can pick a live
+  // CID of another worker's: a 1-RTT packet with it must be handed to its
+  // owner, not swallowed here).
+  struct Route {
+    Connection *conn;
+    bool long_only;
+  };
+  std::unordered_map<CidKey, Route, CidKeyHash> cids_;
   std::unordered_map<Connection *, std::unique_ptr<Connection>> conns_;
   std::vector<Connection *> pending_writes_;
   std::vector<Connection *> retired_;

@@ -75,11 +75,11 @@ public:
   // make browsers' do).
   // token: a NEW_TOKEN token its Initials carry.
   // A stream_window other than 0 is each response stream's window, never
-  // extended.
+  // extended. dcid: its first Initial's DCID (empty: random).
   TestClient(quic::ManualClock &clock, const dataplane::Path &path, uint64_t fixed_window = 0,
              bool shut_streams = false, size_t qpack_table_capacity = 0,
              size_t hello_padding = 0, std::span<const uint8_t> token = {},
-             uint64_t stream_window = 0);
+             uint64_t stream_window = 0, std::span<const uint8_t> dcid = {});
   ~TestClient();
   TestClient(const TestClient &) = delete;
   TestClient &operator=(const TestClient &) = delete;

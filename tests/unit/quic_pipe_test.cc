@@ -73,7 +73,10 @@ protected:
   // another worker (another queue's, or with other_generation the same
   // worker id of the next process of a binary upgrade), which hands them
   // to the owner.
-  void migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation = false);
+  // forged_initial: before the move, an Initial carrying the client's
+  // current CID as its DCID reaches the other worker first.
+  void migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation = false,
+                                        bool forged_initial = false);
   // Client cancels of requests are limited (rapid reset): see its tests.
   void expect_cancels_limited(const std::function<bool()> &cancel_one,
                               const std::function<void()> &between = {});
@@ -699,7 +702,8 @@ TEST_F(QuicPipe, OtherWorkersDatagramsAreHandedToTheirOwner) {
 // Cross-queue routing: a client whose new path lands on another
 // worker's queue keeps its connection: that worker hands its datagrams to
 // the owner, which answers on the new path.
-void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation) {
+void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool other_generation,
+                                                bool forged_initial) {
   cfg.worker_id = 1;
   cfg.worker_count = 2;
   start(cfg); // the client's connection belongs to worker 1
@@ -714,6 +718,17 @@ void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool o
   other.nat_port = 61000; // the new path, which hashes to worker 0's queue
   RingHandoff h(1);
   other.endpoint->set_handoff(&h);
+  std::unique_ptr<TestClient> forger;
+  if (forged_initial) {
+    // The CID is in the clear: anyone on the path can make it the DCID of
+    // an Initial of their own (Initial keys come from the DCID).
+    const ngtcp2_cid *x = ngtcp2_conn_get_dcid(client_->conn());
+    forger = std::make_unique<TestClient>(clock_, make_test_path(50000), 0, false, 0, 0,
+                                          std::span<const uint8_t>{}, 0,
+                                          std::span<const uint8_t>(x->data, x->datalen));
+    for (auto &dg : forger->write()) other.deliver(dg);
+    ASSERT_EQ(other.endpoint->connection_count(), 1u) << "the forged Initial was not taken";
+  }
 
   int64_t sid = client_->request("GET", "/bytes/200000");
   ASSERT_GE(sid, 0);
@@ -748,12 +763,23 @@ void QuicPipe::migrate_to_another_workers_queue(quic::EndpointConfig cfg, bool o
   EXPECT_GT(other.endpoint->stats().datagrams_handed_off, 0u);
   EXPECT_EQ(other.endpoint->stats().drop_other_worker, 0u);
   EXPECT_EQ(other.endpoint->stats().stateless_resets_sent, 0u);
-  EXPECT_EQ(other.endpoint->connection_count(), 0u);
+  EXPECT_EQ(other.endpoint->connection_count(), forged_initial ? 1u : 0u);
   EXPECT_GE(stats().path_validations_ok, 1u);
 }
 
 TEST_F(QuicPipe, ConnectionSurvivesItsPacketsArrivingAtAnotherWorker) {
   migrate_to_another_workers_queue({});
+}
+
+// Regression: an Initial whose DCID was a live connection's CID of
+// another worker (anyone on the path sees CIDs) made that DCID route to
+// the forger's connection on the worker that took the Initial. The
+// victim's 1-RTT packets arriving there after a move went to the forger's
+// connection (and failed to decrypt) instead of being handed to their
+// owner: the victim lost its connection. A client's first DCID now routes
+// only long-header packets.
+TEST_F(QuicPipe, AForgedInitialWithALiveCidDoesNotCatchItsPacketsAtAnotherWorker) {
+  migrate_to_another_workers_queue({}, false, true);
 }
 
 // Binary upgrade: the next process's worker hands the previous
