@@ -170,25 +170,28 @@ uint64_t TimerWheel::next_expiry() const {
   last_scan_ = 0;
   if (count_ == 0)
     return NEVER;
+  // Far timers: the first of them moves down when its half revolution
+  // comes within reach, which may be before a level-0 timer is due (one
+  // placed on level 1 just before the wheel turned, then a level-0 timer
+  // further out): wake for that too, or it would fire late.
+  uint64_t due = NEVER;
+  uint64_t half = current_tick_ >> HALF_SHIFT;
+  size_t m = first_set(far_occupied_.data(), FAR_SLOTS, (half + 2) % FAR_SLOTS);
+  if (m < FAR_SLOTS) {
+    uint64_t when_half = half + 2 + m - 1;
+    due = (when_half << HALF_SHIFT) << TICK_SHIFT;
+  }
   // Level 0: one tick per slot, so the first occupied slot holds the
   // earliest timers.
   size_t n = first_set(occupied_.data(), SLOTS, current_tick_ % SLOTS);
   if (n < SLOTS) {
-    uint64_t due = NEVER;
     for (Timer *t = slots_[(current_tick_ + n) % SLOTS]; t; t = t->next_) {
       ++last_scan_;
       if (t->expiry_ < due)
         due = t->expiry_;
     }
-    return due;
   }
-  // Only far timers: wake when the first of them moves down.
-  uint64_t half = current_tick_ >> HALF_SHIFT;
-  size_t m = first_set(far_occupied_.data(), FAR_SLOTS, (half + 2) % FAR_SLOTS);
-  if (m >= FAR_SLOTS)
-    return NEVER; // unreachable while count_ > 0
-  uint64_t when_half = half + 2 + m - 1;
-  return (when_half << HALF_SHIFT) << TICK_SHIFT;
+  return due;
 }
 
 } // namespace xdpq::dataplane

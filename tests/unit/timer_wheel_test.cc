@@ -211,3 +211,28 @@ TEST(TimerWheel, ACallbackMayCancelMoveOrDestroyTimersDueInTheSameRun) {
   EXPECT_EQ(fired, expect);
   EXPECT_EQ(w.size(), 0u);
 }
+
+// Regression: with any timer on level 0, next_expiry() named the first of
+// those and ignored level 1, whose first timer could be due earlier (placed
+// on level 1 just before the wheel turned): a loop that slept until the
+// level-0 timer fired the other one up to half a revolution (~0.5 s) late.
+TEST(TimerWheel, TheWaitBoundCoversAFarTimerDueFirst) {
+  constexpr uint64_t TICK = uint64_t{1} << TimerWheel::TICK_SHIFT;
+  TimerWheel w(0);
+  std::vector<uint64_t> log;
+  Owner a{Timer(), &log, 1}, b{Timer(), &log, 2};
+  a.timer.set_callback(fire, &a);
+  b.timer.set_callback(fire, &b);
+  w.schedule(a.timer, TimerWheel::SLOTS * TICK); // one revolution out: level 1
+  w.run(1000 * TICK);
+  w.schedule(b.timer, (TimerWheel::SLOTS + 999) * TICK); // later, yet on level 0
+  // A loop that sleeps until each bound, as the event loop does.
+  for (int i = 0; i < 10 && log.empty(); ++i) {
+    const uint64_t next = w.next_expiry();
+    ASSERT_NE(next, TimerWheel::NEVER);
+    EXPECT_LE(next, a.timer.expiry()) << "the bound is past the earliest timer";
+    w.run(next);
+  }
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.front(), 1u) << "the later timer fired first";
+}
