@@ -35,8 +35,9 @@ Listening and dataplane:
                           worker i serves queues i, i+N, i+2N... of the
                           list on one shared UMEM. Steer QUIC to them
                           with ethtool flow rules or RSS.
-  --xdp-mode MODE         AF_XDP: native, generic or auto (default: native,
-                          falling back to generic with the reason logged).
+  --xdp-mode MODE         AF_XDP: native, generic or auto (default: auto,
+                          native, falling back to generic with the reason
+                          logged; native fails where the driver has none).
   --zerocopy MODE         AF_XDP: auto (default), on or off.
   --busy-poll             AF_XDP: preferred busy polling (SO_PREFER_BUSY_POLL,
                           SO_BUSY_POLL_BUDGET): while it spins (at least
@@ -255,8 +256,10 @@ Operation:
                           --print-default-config); flags override it.
   --print-default-config  Print every key with its default and exit.
   --control-socket PATH   Unix socket for xdpqctl (mode 0600, owner only).
-                          Default: /run/xdpq/xdpqd.sock as root, else
-                          $XDG_RUNTIME_DIR/xdpqd.sock.
+                          Default: /run/xdpq/xdpqd.sock as root or where
+                          /run/xdpq is writable (the unit's user), else
+                          $XDG_RUNTIME_DIR/xdpqd.sock, else
+                          /tmp/xdpqd-UID.sock.
   --metrics ADDR:PORT     Serve Prometheus metrics over HTTP there (keep it on
                           loopback or an admin network). Default: off.
   --echo                  Benchmark mode: echo every UDP datagram back on the

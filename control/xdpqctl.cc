@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,14 @@ int main(int argc, char **argv) {
     }
     cmd.push_back(filter);
     cmd.push_back(count.empty() ? "0" : count);
+  }
+  if ((cmd[0] == "capture" || cmd[0] == "keylog") && cmd.size() >= 3 && cmd[1] == "start" &&
+      !cmd[2].empty() && cmd[2][0] != '/') {
+    // The daemon's working directory is / (read-only under the unit): a
+    // relative path means the caller's.
+    std::error_code ec;
+    auto cwd = std::filesystem::current_path(ec);
+    if (!ec) cmd[2] = (cwd / cmd[2]).string();
   }
   if (socket_path.empty()) socket_path = xdpq::control::control_socket_path({});
   std::string line = json ? "json" : "text";

@@ -10,7 +10,13 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh >&2
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
-cmake --preset package >/dev/null
+# 0.1.0+gitN.HASH from a git checkout: each commit's package is newer than
+# the last (dpkg compares N as a number), and says which commit it is.
+suffix=""
+if n=$(git rev-list --count HEAD 2>/dev/null) && h=$(git rev-parse --short=8 HEAD 2>/dev/null); then
+  suffix="+git$n.$h"
+fi
+cmake --preset package -DXDPQ_VERSION_SUFFIX="$suffix" >/dev/null
 cmake --build --preset package >&2
 rm -f build/package/xdpq_*.deb
 (cd build/package && cpack -G DEB >&2)

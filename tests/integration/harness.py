@@ -179,14 +179,15 @@ class ClientResult:
         return os.path.exists(os.path.join(self.download_dir, name))
 
 
-def xdpqctl(server_or_path, *args, json_out=False, user=None, timeout=15):
-    """Runs xdpqctl against a server's control socket; returns (rc, stdout, stderr)."""
+def xdpqctl(server_or_path, *args, json_out=False, user=None, timeout=15, cwd=None):
+    """Runs xdpqctl against a server's control socket (in directory cwd);
+    returns (rc, stdout, stderr)."""
     path = server_or_path if isinstance(server_or_path, str) else server_or_path.control_socket
-    ctl = os.path.join(os.path.dirname(XDPQD), "xdpqctl")
-    cmd = [ctl, "--socket", path] + (["--json"] if json_out else []) + list(args)
+    ctl = os.path.join(os.path.dirname(os.path.abspath(XDPQD)), "xdpqctl")
+    cmd = [ctl, "--socket", os.path.abspath(path)] + (["--json"] if json_out else []) + list(args)
     if user:
         cmd = ["runuser", "-u", user, "--"] + cmd
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     return r.returncode, r.stdout, r.stderr
 
 

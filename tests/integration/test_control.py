@@ -365,6 +365,12 @@ class ControlTest(TimedTestCase):
                 self.assertEqual(rc, 1, out)
                 self.assertIn("--count expects a number", out)
             self.assertFalse(os.path.exists(cap + "y"))
+            # A relative path is the caller's, not the daemon's working
+            # directory (/ under the unit, read-only there).
+            rc, out, _ = xdpqctl(srv, "capture", "start", "relative.pcap", cwd=self.tmp)
+            self.assertEqual(rc, 0, out)
+            xdpqctl(srv, "capture", "stop")
+            self.assertTrue(os.path.isfile(os.path.join(self.tmp, "relative.pcap")), out)
         td = subprocess.run(["tcpdump", "-nn", "-r", cap], capture_output=True, text=True)
         self.assertEqual(td.returncode, 0, td.stderr)
         lines = [ln for ln in td.stdout.splitlines() if "UDP" in ln]

@@ -12,6 +12,7 @@ import pwd
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -23,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FILES = ["/usr/sbin/xdpqd", "/usr/sbin/xdpqctl", "/usr/bin/h3load",
          "/usr/lib/systemd/system/xdpqd.service", "/etc/xdpq/xdpq.toml",
          "/usr/share/man/man8/xdpqd.8.gz", "/usr/share/man/man8/xdpqctl.8.gz",
-         "/usr/share/man/man1/h3load.1.gz"]
+         "/usr/share/man/man1/h3load.1.gz", "/usr/share/xdpq/afxdp.conf"]
+DROP_IN = "/usr/share/xdpq/afxdp.conf"
 
 
 def run(*cmd, check=True, timeout=120, **kw):
@@ -52,22 +54,49 @@ class PackageTest(TimedTestCase):
             run("dpkg", "--purge", "xdpq")
 
     def tearDown(self):
+        if os.path.exists("/etc/xdpq/key.pem"):
+            os.unlink("/etc/xdpq/key.pem")
         if installed():
             subprocess.run(["pkill", "-TERM", "-x", "xdpqd", "-U", "xdpq"], check=False)
         if installed():
             run("dpkg", "--purge", "xdpq", check=False)
+        if os.path.isdir("/etc/xdpq") and not os.listdir("/etc/xdpq"):
+            os.rmdir("/etc/xdpq")
         super().tearDown()
 
-    def unit_caps(self):
-        with open("/usr/lib/systemd/system/xdpqd.service") as f:
+    def caps_of(self, path):
+        """The capabilities a unit file or drop-in grants, as setpriv takes them."""
+        with open(path) as f:
             unit = f.read()
-        self.assertRegex(unit, r"(?m)^User=xdpq$")
-        self.assertRegex(unit, r"(?m)^ExecStart=/usr/sbin/xdpqd --config /etc/xdpq/xdpq.toml$")
         caps = re.search(r"(?m)^AmbientCapabilities=(.*)$", unit).group(1).split()
         bounding = re.search(r"(?m)^CapabilityBoundingSet=(.*)$", unit).group(1).split()
         self.assertEqual(sorted(caps), sorted(bounding))
         self.assertNotIn("CAP_SYS_ADMIN", caps)
-        return ",".join("+" + c[len("CAP_"):].lower() for c in caps)
+        return caps
+
+    def unit_caps(self):
+        unit_file = "/usr/lib/systemd/system/xdpqd.service"
+        with open(unit_file) as f:
+            unit = f.read()
+        self.assertRegex(unit, r"(?m)^User=xdpq$")
+        self.assertRegex(unit, r"(?m)^ExecStart=/usr/sbin/xdpqd --config /etc/xdpq/xdpq.toml$")
+        # The kernel-socket dataplane (the packaged configuration's) needs
+        # one capability; the AF_XDP ones come from a drop-in.
+        caps = self.caps_of(unit_file)
+        self.assertEqual(caps, ["CAP_NET_BIND_SERVICE"])
+        afxdp = caps + self.caps_of(DROP_IN)
+        # systemd itself reads the unit, with the drop-in, and knows every
+        # directive (a misspelt one would be ignored with a warning).
+        with tempfile.TemporaryDirectory() as d:
+            merged = os.path.join(d, "xdpqd.service")
+            with open(merged, "w") as f, open(DROP_IN) as drop_in:
+                f.write(unit + "\n" + drop_in.read())
+            r = run("systemd-analyze", "verify", "--man=no", merged, check=False)
+            self.assertEqual((r.returncode, r.stdout.strip()), (0, ""))
+
+        def setpriv(cs):
+            return ",".join("+" + c[len("CAP_"):].lower() for c in cs)
+        return setpriv(caps), setpriv(afxdp)
 
     def as_service_user(self, caps, args, ns=None):
         """The installed xdpqd as the unit runs it: user xdpq, its capabilities."""
@@ -116,9 +145,15 @@ class PackageTest(TimedTestCase):
         self.assertTrue(user.pw_shell.endswith("nologin"))
         st = os.stat("/var/lib/xdpq")
         self.assertEqual((st.st_uid, st.st_mode & 0o777), (user.pw_uid, 0o700))
-        for prog in ("xdpqd", "xdpqctl", "h3load"):
-            path = "/usr/bin/h3load" if prog == "h3load" else "/usr/sbin/" + prog
-            self.assertRegex(run(path, "--version").stdout, rf"^{prog} \d+\.\d+\.\d+")
+        # Each commit's package is newer than the last and names its commit
+        # (a package built from a git checkout, as here).
+        version = run("dpkg-deb", "--field", self.deb, "Version").stdout.strip()
+        head = run("git", "-C", ROOT, "rev-parse", "--short=8", "HEAD").stdout.strip()
+        self.assertRegex(version, rf"^\d+\.\d+\.\d+\+git\d+\.{head}$")
+        for prog in ("xdpqd", "xdpqctl"):
+            self.assertEqual(run("/usr/sbin/" + prog, "--version").stdout.strip(),
+                             f"{prog} {version}")
+        self.assertRegex(run("/usr/bin/h3load", "--version").stdout, r"^h3load \d+\.\d+\.\d+")
         # The installed configuration documents every key and is valid.
         with open("/etc/xdpq/xdpq.toml") as f:
             conf = f.read()
@@ -128,7 +163,7 @@ class PackageTest(TimedTestCase):
         r = run("/usr/sbin/xdpqd", "--config", "/etc/xdpq/xdpq.toml", "--check-config")
         self.assertIn("configuration OK", r.stdout)
         self.assertFalse(os.path.exists("/var/lib/xdpq/secrets"))
-        caps = self.unit_caps()
+        caps, afxdp_caps = self.unit_caps()
         # RuntimeDirectory= of the unit, as systemd would create it.
         os.makedirs("/run/xdpq", exist_ok=True)
         os.chown("/run/xdpq", user.pw_uid, user.pw_gid)
@@ -149,18 +184,47 @@ class PackageTest(TimedTestCase):
         # AF_XDP in a namespace pair, with only the unit's capabilities.
         with Topology() as topo:
             proc, _ = self.as_service_user(
-                caps, ["--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                afxdp_caps, ["--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
                        "native", "--listen", f"{topo.srv_ip}:4433"], ns=topo.srv_ns)
             res = self.h3load(f"https://{topo.srv_ip}:4433/", ns=topo.cli_ns)
             self.assertEqual(res["requests"]["succeeded"], 50, res)
             stats = self.stop(proc)
             self.assertGreater(stats["xdp_redirected"], 0, stats)
 
+        # The operator's own files in /etc/xdpq outlive a purge (they used
+        # to go with it); the logs (LogsDirectory=, systemd's) do not.
+        with open("/etc/xdpq/key.pem", "w") as f:
+            f.write("the operator's key\n")
+        os.makedirs("/var/log/xdpq", exist_ok=True)
+        with open("/var/log/xdpq/access.log", "w") as f:
+            f.write("a line\n")
         run("dpkg", "--purge", "xdpq")
         self.assertFalse(installed())
-        for f in FILES + ["/var/lib/xdpq"]:
+        for f in FILES + ["/var/lib/xdpq", "/var/log/xdpq"]:
             self.assertFalse(os.path.exists(f), f + " left behind")
+        with open("/etc/xdpq/key.pem") as f:
+            self.assertEqual(f.read(), "the operator's key\n")
         self.assertRaises(KeyError, pwd.getpwnam, "xdpq")
+
+    def test_a_reinstall_from_source_keeps_the_configuration(self):
+        # `cmake --install` of a source build installs the configuration
+        # file once; a second install keeps the operator's edits (it used to
+        # overwrite them with the defaults).
+        build = os.path.join(ROOT, "build", "package")
+        with tempfile.TemporaryDirectory() as stage:
+            env = dict(os.environ, DESTDIR=stage)
+            run("cmake", "--install", build, env=env)
+            conf = os.path.join(stage, "etc", "xdpq", "xdpq.toml")
+            with open(conf) as f:
+                self.assertIn("[server]", f.read())
+            with open(conf, "w") as f:
+                f.write("# edited\n")
+            out = run("cmake", "--install", build, env=env).stdout
+            with open(conf) as f:
+                self.assertEqual(f.read(), "# edited\n")
+            self.assertIn("Kept: " + conf, out)
+            self.assertTrue(os.path.isfile(os.path.join(stage, "usr", "share", "xdpq",
+                                                        "afxdp.conf")))
 
 
 if __name__ == "__main__":
