@@ -748,6 +748,16 @@ Options parse_options(int argc, const char *const *argv) {
                        " goes with --dataplane afxdp (the dataplane is " + o.dataplane + ")");
     }
   }
+  {
+    // Worker i runs on the i-th CPU: one listed twice would pin two
+    // workers to one core, and leave a core the operator meant to use idle.
+    auto sorted = o.cpus;
+    std::sort(sorted.begin(), sorted.end());
+    if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end()) {
+      throw UsageError(at({"--cpus"}) + "--cpus: CPU " + std::to_string(*d) +
+                       " is listed twice (two workers would share it)");
+    }
+  }
   if (o.echo && (!o.proxy.routes.empty() || !o.h2c_listen.empty())) {
     // Echo mode serves no HTTP at all.
     throw UsageError(at({"--echo", "--proxy", "--h2c-listen"}) +

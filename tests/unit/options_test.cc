@@ -69,6 +69,8 @@ TEST(Options, ErrorsNameTheFlag) {
   EXPECT_NE(error_of({"--dataplane", "afxdp", "--interface", "eth0", "--queues", "0-2,1"})
                 .find("queue 1 is listed twice"),
             std::string::npos);
+  // Two workers pinned to one CPU: it was taken without a word.
+  EXPECT_NE(error_of({"--cpus", "0-2,1"}).find("--cpus: CPU 1 is listed twice"), std::string::npos);
   EXPECT_NE(error_of({"--log-level", "loud"}).find("--log-level"), std::string::npos);
 }
 
