@@ -206,7 +206,9 @@ void KernelNextHops::on_readable() {
     ssize_t n = recvmsg(fd_, &msg, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == ENOBUFS) {
-        resync(); // the kernel dropped messages for us: start over
+        // The kernel dropped messages for us: start over.
+        rtnl::discard_queued(fd_);
+        resync();
         continue;
       }
       return; // EAGAIN (drained) or a transient error

@@ -180,6 +180,7 @@ void LocalAddresses::on_readable() {
     if (n < 0) {
       if (errno == ENOBUFS) {
         // The kernel dropped notifications for us: list them all again.
+        rtnl::discard_queued(fd_);
         try {
           resync();
         } catch (const std::exception &) {

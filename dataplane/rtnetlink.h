@@ -7,7 +7,9 @@
 
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 
@@ -63,6 +65,18 @@ template <typename F> void for_each_message(const uint8_t *p, size_t n, F &&f) {
     if (step >= left) return;
     p += step;
     left -= step;
+  }
+}
+
+// After ENOBUFS on a notification socket (the kernel dropped messages for
+// it): what is still queued is older than what was dropped (the error is
+// reported before queued messages), so applied after a fresh list it would
+// undo it (an address added, then its removal dropped: added back). Reads
+// the queue away, up to a bound, before the caller lists afresh.
+inline void discard_queued(int fd) {
+  uint8_t scrap[4096];
+  for (int i = 0; i < 65536; ++i) {
+    if (recv(fd, scrap, sizeof(scrap), MSG_DONTWAIT | MSG_TRUNC) < 0 && errno != ENOBUFS) return;
   }
 }
 
