@@ -89,6 +89,13 @@ public:
   template <typename F> size_t drain(F &&f, size_t max = SIZE_MAX) {
     const uint64_t head = ix_->head.load(std::memory_order_relaxed);
     const uint64_t tail = ix_->tail.load(std::memory_order_acquire);
+    if (tail - head > capacity()) {
+      // More waiting than the ring holds: a producer in another process
+      // that does not keep the ring as we do (a bug, another layout). No
+      // slot can be trusted: skip them all rather than read round and round.
+      ix_->head.store(tail, std::memory_order_release);
+      return 0;
+    }
     size_t n = 0;
     for (uint64_t i = head; i != tail && n < max; ++i, ++n) {
       Slot &s = slots_[i & mask_];

@@ -159,3 +159,30 @@ TEST(HandoffRegion, CarriesDatagramsBetweenProcesses) {
   // A memfd of another shape is refused.
   EXPECT_THROW(HandoffRegion(region.fd(), 4, 64), std::runtime_error);
 }
+
+// Regression: the consumer trusted the producer's tail. A producer in
+// another process that wrote one past what the ring holds (a bug, another
+// layout) made drain() read the same slots round and round, as many times
+// as the tail said: the worker hung.
+TEST(HandoffRing, ATailPastTheCapacityIsSkippedNotReadRoundAndRound) {
+  std::vector<std::byte> buf(HandoffRing::region_bytes(8) + 64);
+  void *p = buf.data();
+  size_t space = buf.size();
+  void *region = std::align(64, HandoffRing::region_bytes(8), p, space);
+  ASSERT_NE(region, nullptr);
+  HandoffRing consumer(region, 8, true);
+  HandoffRing producer(region, 8, false);
+  std::vector<uint8_t> bytes(100, 1);
+  ASSERT_EQ(producer.push(datagram(bytes, 1000)), HandoffRing::Push::ok);
+  // The tail is the region's first word: what a broken producer wrote.
+  static_cast<std::atomic<uint64_t> *>(region)->store(1000);
+  size_t calls = 0;
+  EXPECT_EQ(consumer.drain([&](const RxDatagram &) { ++calls; }), 0u);
+  EXPECT_EQ(calls, 0u);
+  EXPECT_TRUE(consumer.empty());
+  // The ring works again from there.
+  ASSERT_EQ(producer.push(datagram(bytes, 1001)), HandoffRing::Push::ok);
+  auto got = drain_all(consumer);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].path.remote.port(), 1001);
+}
