@@ -18,6 +18,11 @@ H3ClientConn::H3ClientConn(const Options &opts, Events &events)
   ngtcp2_callbacks cb{};
   quic::set_client_crypto_callbacks(cb);
   cb.handshake_completed = [](ngtcp2_conn *, void *ud) { return self(ud).start_h3(); };
+  cb.recv_new_token = [](ngtcp2_conn *, const uint8_t *token, size_t len, void *ud) {
+    self(ud).new_tokens_ += 1;
+    self(ud).last_token_.assign(token, token + len);
+    return 0;
+  };
   cb.recv_stream_data = [](ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t,
                            const uint8_t *data, size_t len, void *ud, void *) {
     return self(ud).on_stream_data(sid, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);

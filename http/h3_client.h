@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace xdpq::http {
 
@@ -91,6 +92,9 @@ public:
   bool handshake_completed() const { return h3_ != nullptr; }
   // Bytes received on the server's unidirectional streams (control, QPACK).
   uint64_t server_uni_bytes() const { return server_uni_bytes_; }
+  // NEW_TOKEN tokens the server sent, the last one kept.
+  size_t new_tokens() const { return new_tokens_; }
+  const std::vector<uint8_t> &last_token() const { return last_token_; }
   ngtcp2_conn *conn() const { return conn_; }
   nghttp3_conn *h3() const { return h3_; }
   gnutls_session_t tls() const { return tls_; }
@@ -111,6 +115,8 @@ private:
   bool grant_streams_;
   size_t qpack_table_capacity_;
   uint64_t server_uni_bytes_ = 0;
+  size_t new_tokens_ = 0;
+  std::vector<uint8_t> last_token_;
 };
 
 } // namespace xdpq::http

@@ -131,10 +131,11 @@ int cb_decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
   return rv;
 }
 
-int cb_path_validation(ngtcp2_conn *, uint32_t, const ngtcp2_path *path, const ngtcp2_path *,
+int cb_path_validation(ngtcp2_conn *, uint32_t flags, const ngtcp2_path *path, const ngtcp2_path *,
                        ngtcp2_path_validation_result res, void *ud) {
   guarded_void([&] {
-    self(ud).on_path_validation(res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS, path);
+    self(ud).on_path_validation(res == NGTCP2_PATH_VALIDATION_RESULT_SUCCESS, path,
+                                flags & NGTCP2_PATH_VALIDATION_FLAG_NEW_TOKEN);
   });
   return 0;
 }
@@ -875,14 +876,10 @@ int Connection::on_handshake_completed() {
   if (gnutls_session_ticket_send(tls_, 1, 0) != 0) {
     LOG_DEBUG("could not send a session ticket");
   }
-  uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
   const ngtcp2_path *path = ngtcp2_conn_get_path(conn_);
   // The handshake validated this address (RFC 9000 8.1).
   validated_remote_ = dataplane::Address::from(path->remote.addr, path->remote.addrlen);
-  auto n = ngtcp2_crypto_generate_regular_token(
-      token, ep_.secrets().token_key.data(), ep_.secrets().token_key.size(), path->remote.addr,
-      path->remote.addrlen, ep_.clock().wall());
-  if (n > 0) ngtcp2_conn_submit_new_token(conn_, token, static_cast<size_t>(n));
+  submit_address_token(*path);
   LOG_DEBUG("handshake completed in %llu us (resumed=%d)",
             static_cast<unsigned long long>((ep_.clock().now() - started_at_) / 1000),
             gnutls_session_is_resumed(tls_) ? 1 : 0);
@@ -925,11 +922,24 @@ void Connection::saw_1rtt_packet(const uint8_t *header, size_t len) {
   }
 }
 
-void Connection::on_path_validation(bool ok, const ngtcp2_path *path) {
+// A NEW_TOKEN token for the address path's client was proven at: its next
+// connection from there skips the Retry a server under load asks for.
+void Connection::submit_address_token(const ngtcp2_path &path) {
+  uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
+  auto n = ngtcp2_crypto_generate_regular_token(
+      token, ep_.secrets().token_key.data(), ep_.secrets().token_key.size(), path.remote.addr,
+      path.remote.addrlen, ep_.clock().wall());
+  if (n > 0) ngtcp2_conn_submit_new_token(conn_, token, static_cast<size_t>(n));
+}
+
+void Connection::on_path_validation(bool ok, const ngtcp2_path *path, bool new_token) {
   auto &st = ep_.mutable_stats();
   if (ok) {
     st.path_validations_ok += 1;
     validated_remote_ = dataplane::Address::from(path->remote.addr, path->remote.addrlen);
+    // The client moved there: its token for the old address would not
+    // pass there (tokens are bound to the address).
+    if (new_token) submit_address_token(*path);
   } else {
     st.path_validations_failed += 1;
   }

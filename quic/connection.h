@@ -89,7 +89,8 @@ public:
   bool decrypted = false;
   // ...and it held a 1-RTT packet numbered above every earlier one.
   bool newest_1rtt = false;
-  void on_path_validation(bool ok, const ngtcp2_path *path);
+  void on_path_validation(bool ok, const ngtcp2_path *path, bool new_token);
+  void submit_address_token(const ngtcp2_path &path);
   // A 1-RTT packet decrypted; header: its unprotected header (the AAD).
   void saw_1rtt_packet(const uint8_t *header, size_t len);
 

@@ -189,9 +189,12 @@ std::vector<Datagram> TestClient::write() {
   return out;
 }
 
-int TestClient::migrate(uint16_t new_port) {
+int TestClient::migrate(uint16_t new_port, const std::string &new_ip) {
   dataplane::Path next = make_test_path(new_port);
   next.local = path_.local;
+  if (!new_ip.empty()) {
+    next.remote = *dataplane::parse_address(new_ip + ":" + std::to_string(new_port));
+  }
   ngtcp2_path np = to_np(next);
   int rv = ngtcp2_conn_initiate_immediate_migration(conn(), &np, clock_.now());
   if (rv == 0) path_ = next;

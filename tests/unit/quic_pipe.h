@@ -96,9 +96,9 @@ public:
                   const std::vector<std::pair<std::string, std::string>> &headers = {},
                   const std::string &body = {}, bool end_stream = true);
 
-  // Active migration to a new local port: the client moves to an unused
-  // CID of the server's. Returns ngtcp2's result.
-  int migrate(uint16_t new_port);
+  // Active migration to a new local port (and address, when given): the
+  // client moves to an unused CID of the server's. Returns ngtcp2's result.
+  int migrate(uint16_t new_port, const std::string &new_ip = {});
   // Resets the request stream both ways (RESET_STREAM, STOP_SENDING).
   void cancel(int64_t sid);
   // The client closes its connection: the CONNECTION_CLOSE to send.
@@ -114,6 +114,8 @@ public:
   uint16_t port() const { return path_.remote.port(); } // its source port, as the server sees it
   ngtcp2_conn *conn() const { return h3c_->conn(); }
   uint64_t server_uni_bytes() const { return h3c_->server_uni_bytes(); }
+  size_t new_tokens() const { return h3c_->new_tokens(); }
+  const std::vector<uint8_t> &last_token() const { return h3c_->last_token(); }
   std::map<int64_t, Response> responses;
   int64_t goaway_id = -1; // the last GOAWAY's stream id (-1: none came)
 

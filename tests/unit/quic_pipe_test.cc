@@ -2005,3 +2005,26 @@ TEST(AntiReplay, AFullStoreIsSweptOnceASecondNotPerHello) {
   // A hello seen before is still refused as a replay.
   EXPECT_EQ(hello(7), GNUTLS_E_DB_ENTRY_EXISTS);
 }
+
+// Regression: a client that moved (migration, NAT rebinding) got no
+// NEW_TOKEN token for its new address (ngtcp2 asks for one with
+// NGTCP2_PATH_VALIDATION_FLAG_NEW_TOKEN): its only token was bound to the
+// address it left, so its next connection from the new one took a Retry
+// whenever the server asked for them.
+TEST_F(QuicPipe, AClientThatMovedGetsATokenForItsNewAddress) {
+  start();
+  ASSERT_EQ(fetch("GET", "/bytes/100").status, 200);
+  ASSERT_TRUE(run([&] { return client_->new_tokens() >= 1; }));
+  EXPECT_EQ(client_->new_tokens(), 1u);
+  ASSERT_EQ(client_->migrate(52000, "10.0.0.3"), 0);
+  ASSERT_EQ(fetch("GET", "/bytes/100").status, 200);
+  ASSERT_TRUE(run([&] { return client_->new_tokens() >= 2; }))
+      << "no token for the new address";
+  EXPECT_GE(stats().path_validations_ok, 1u);
+  const auto moved = *dataplane::parse_address("10.0.0.3:40000"); // any port of the address
+  EXPECT_EQ(ngtcp2_crypto_verify_regular_token(
+                client_->last_token().data(), client_->last_token().size(),
+                secrets_.token_key.data(), secrets_.token_key.size(), &moved.u.sa, moved.len,
+                3600 * NGTCP2_SECONDS, clock_.wall()),
+            0);
+}
