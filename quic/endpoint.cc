@@ -211,10 +211,16 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   }
 }
 
-void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid &) {
+void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid &vc) {
   if (dg.len < MIN_INITIAL_DATAGRAM) {
     // RFC 9000 14.1: Initials ride in datagrams of at least 1200 bytes.
-    stats_.drop_small_initial += 1;
+    // Another long header (Handshake, 0-RTT) is for a connection we do
+    // not have: counted as such, not as a small Initial.
+    if (is_initial(dg.data[0], vc.version)) {
+      stats_.drop_small_initial += 1;
+    } else {
+      stats_.drop_unknown_packet += 1;
+    }
     return;
   }
   ngtcp2_pkt_hd hd;

@@ -473,6 +473,14 @@ TEST_F(QuicPipe, SmallInitialIsDropped) {
   auto out = server_->deliver(raw(pkt));
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(stats().drop_small_initial, 1u);
+  // A short Handshake packet for a connection the server does not have is
+  // no small Initial (a flood of them was counted as one).
+  pkt.assign(std::begin(hdr), std::end(hdr));
+  pkt[0] = 0xe3; // Handshake
+  pkt.resize(100, 0);
+  EXPECT_TRUE(server_->deliver(raw(pkt)).empty());
+  EXPECT_EQ(stats().drop_small_initial, 1u);
+  EXPECT_EQ(stats().drop_unknown_packet, 1u);
 }
 
 TEST_F(QuicPipe, UnknownVersionGetsVersionNegotiation) {
