@@ -112,6 +112,12 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
       break;
     case State::head:
       if (s.cr && b != '\n') return fail(); // a bare CR
+      // A line that begins with whitespace: obs-fold, a field value
+      // continued (RFC 9112 5.2), which the parser would join to the field
+      // before it without the space ("Transfer-Encoding:" then " chunked"
+      // is chunked to it, and no framing at all to a hop that keeps the
+      // fold): refused, as RFC 9112 lets a server do.
+      if (s.line == 0 && (b == ' ' || b == '\t')) return fail();
       if (b > '\r') {
         // Most of a line: no CR or LF among these bytes.
         const size_t from = i;

@@ -84,6 +84,8 @@ TEST(H1FramingCheck, LooseFramingStopsWhereItBreaks) {
       chunked("10000000000000000\r\n"),              // past 64 bits
       chunked(std::string("5;") + '\x01' + "\r\nhello\r\n0\r\n\r\n"), // a control byte in the extension
       "GET / HTTP/1.1\r\nHost: x\rX-Smuggled: 1\r\n\r\n", // a bare CR in the head
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked\r\n\r\n", // obs-fold
+      "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n\tb\r\n\r\n", // obs-fold with a tab
   };
   for (const auto &wire : bad) {
     for (size_t step : {size_t{1}, size_t{2}, size_t{1} << 20}) {
