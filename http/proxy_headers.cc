@@ -38,16 +38,23 @@ bool line_token(std::string_view s) {
   return !s.empty();
 }
 
-// Fields in which a client would claim an address, scheme or host, as
-// applications read them: CGI, WSGI and PHP turn '-' and '_' alike into
-// HTTP_X_FORWARDED_FOR, and applications written for nginx's realip
-// module read X-Real-IP. A spelling with '_' for '-' is a look-alike,
-// which no proxy of ours sends: dropped whoever sends it. (Names are
-// lower case here.)
+// Fields in which a client would claim an address, scheme, host, port,
+// path prefix or URL, as applications and their frameworks read them: CGI,
+// WSGI and PHP turn '-' and '_' alike into HTTP_X_FORWARDED_FOR;
+// applications written for nginx's realip module read X-Real-IP; address
+// libraries read X-Client-IP, True-Client-IP, CF-Connecting-IP and
+// X-Cluster-Client-IP; proxy-fix middleware reads X-Forwarded-Port,
+// -Prefix, -Scheme and -Ssl; some routers take X-Original-URL and
+// X-Rewrite-URL for the path. From an untrusted client they are dropped. A
+// spelling with '_' for '-' is a look-alike, which no proxy of ours sends:
+// dropped whoever sends it. (Names are lower case here.)
 enum class Forwarding { none, field, lookalike };
 Forwarding forwarding_field(std::string_view name) {
-  static constexpr std::string_view NAMES[] = {"x-forwarded-for", "x-forwarded-proto",
-                                               "x-forwarded-host", "forwarded", "x-real-ip"};
+  static constexpr std::string_view NAMES[] = {
+      "x-forwarded-for",    "x-forwarded-proto",  "x-forwarded-host",   "forwarded",
+      "x-real-ip",          "x-client-ip",        "true-client-ip",     "cf-connecting-ip",
+      "x-cluster-client-ip", "x-forwarded-port",  "x-forwarded-prefix", "x-forwarded-scheme",
+      "x-forwarded-ssl",    "x-original-url",     "x-rewrite-url"};
   for (std::string_view n : NAMES) {
     if (n.size() != name.size()) continue;
     size_t i = 0;
@@ -110,6 +117,9 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
   out += req.path;
   out += " HTTP/1.1\r\n";
   const std::string *host = req.authority.empty() ? req.find("host") : &req.authority;
+  // The Host field stands in for a missing :authority (HTTP/2, HTTP/3): it
+  // is checked as :authority is (no userinfo, no stray bytes).
+  if (host && !valid_host_field(*host)) return false;
   // Without one (an HTTP/1.0 client's request) an empty Host, which
   // HTTP/1.1 requires (RFC 9112 3.2).
   field(out, "host", host ? std::string_view(*host) : std::string_view());

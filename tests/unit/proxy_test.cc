@@ -460,6 +460,25 @@ TEST(ProxyHeaders, ForwardedHeadersReplacedUnlessTrusted) {
   EXPECT_EQ(out2.find("8.8.8.8"), std::string::npos) << out2;
   EXPECT_EQ(out2.find("9.9.9.9"), std::string::npos) << out2;
   EXPECT_NE(out2.find("x_custom: kept\r\n"), std::string::npos) << out2;
+  // Regression: the other fields applications and their frameworks take a
+  // client's address, scheme, port, prefix or URL from passed through.
+  Request others = request("GET", "/", "site",
+                           {{"x-client-ip", "1.1.1.1"},
+                            {"true-client-ip", "1.1.1.2"},
+                            {"cf-connecting-ip", "1.1.1.3"},
+                            {"x-cluster-client-ip", "1.1.1.4"},
+                            {"x-forwarded-port", "1111"},
+                            {"x-forwarded-prefix", "/evil-prefix"},
+                            {"x-forwarded-scheme", "evil-scheme"},
+                            {"x-forwarded-ssl", "evil-ssl"},
+                            {"x-original-url", "/evil-url"},
+                            {"x-rewrite-url", "/evil-rewrite"},
+                            {"x_original_url", "/evil-underscore"}});
+  std::string out3;
+  ASSERT_TRUE(build_upstream_request(others, ctx, out3));
+  for (const char *v : {"1.1.1.", "1111", "evil"}) {
+    EXPECT_EQ(out3.find(v), std::string::npos) << v << " in\n" << out3;
+  }
   // From a trusted proxy too, which may pass a client's on: no proxy of
   // ours sends a look-alike. Its X-Real-IP is its own and passes.
   ctx.trusted = true;
@@ -572,6 +591,10 @@ TEST(ProxyHeaders, UnwritableRequestRefused) {
   for (const char *authority : {"u@a", "a/b"}) {
     Request r = request("GET", "/", authority, {});
     EXPECT_FALSE(build_upstream_request(r, ctx, out)) << authority;
+    // Regression: a Host field standing in for a missing :authority was
+    // passed on unchecked.
+    Request h = request("GET", "/", "", {{"host", authority}});
+    EXPECT_FALSE(build_upstream_request(h, ctx, out)) << "host: " << authority;
   }
   // A tab, a form feed or another control byte in the request line, or
   // whitespace in a field name: the upstream could split them otherwise.
