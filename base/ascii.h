@@ -24,4 +24,12 @@ constexpr bool ascii_iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+// Without the optional whitespace (SP, HTAB) around a field value or a
+// list element (RFC 9110 5.6.3).
+constexpr std::string_view trim_ows(std::string_view v) {
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  return v;
+}
+
 } // namespace xdpq

@@ -505,13 +505,10 @@ private:
     }
     if (!value) return 0;
     if (!http11) return 400;
-    std::string_view v = *value;
-    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    const std::string_view v = trim_ows(*value);
     if (ascii_iequals(v, "chunked") && (parser_.flags & F_CHUNKED)) return 0;
     const size_t comma = v.rfind(',');
-    std::string_view last = comma == std::string_view::npos ? v : v.substr(comma + 1);
-    while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.remove_prefix(1);
+    const std::string_view last = trim_ows(comma == std::string_view::npos ? v : v.substr(comma + 1));
     return ascii_iequals(last, "chunked") ? 501 : 400;
   }
 

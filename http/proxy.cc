@@ -812,7 +812,9 @@ void ProxyExchange::abort_body() {
   if (ended_ || failed_) return;
   if (!budget_refused_) proxy_.mutable_stats().proxy_body_aborts += 1;
   detach(); // never back to the pool half-written
-  if (!head_ready_) fail_with(400);
+  // A body refused for the budget is the server's shortage, not a bad
+  // request (HTTP/2 and HTTP/3 refuse the stream for it).
+  if (!head_ready_) fail_with(budget_refused_ ? 503 : 400);
   else failed_ = true;
 }
 

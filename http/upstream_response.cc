@@ -204,6 +204,20 @@ int UpstreamResponseParser::on_value(const char *at, size_t n) {
   return 0;
 }
 
+namespace {
+// No Transfer-Encoding, or one field whose value is "chunked" alone.
+bool only_chunked(const HeaderList &h) {
+  int n = 0;
+  bool chunked = false;
+  for (const auto &f : h) {
+    if (f.name != "transfer-encoding") continue;
+    chunked = ascii_iequals(trim_ows(f.value), "chunked");
+    ++n;
+  }
+  return n == 0 || (n == 1 && chunked);
+}
+} // namespace
+
 int UpstreamResponseParser::on_headers_complete() {
   value_open_ = false;
   if (!flush_field()) return -1;
@@ -258,6 +272,13 @@ int UpstreamResponseParser::on_headers_complete() {
   // A response to HEAD, a 204 and a 304 have no body, whatever their fields
   // announce (RFC 9110 6.4.1): read none.
   const bool bodiless = head_request_ || status_ == 204 || status_ == 304;
+  if (!bodiless && !only_chunked(headers_)) {
+    // The body is passed on decoded, and chunked is the one coding decoded
+    // here: another (gzip; chunked listed twice) reached the client as
+    // coded bytes labelled as none, or was read to the close.
+    fail("a transfer coding other than one \"chunked\"");
+    return -1;
+  }
   if (bodiless) {
     framing_.body_none();
   } else if (parser_.flags & F_CHUNKED) {

@@ -106,6 +106,26 @@ TEST_F(UpstreamResponse, ChunkedDecodedTrailersDropped) {
   EXPECT_EQ(field(p.headers(), "x-trailer"), nullptr);
 }
 
+// Regression: a transfer coding other than one "chunked" (which the body is
+// decoded from) reached the client as coded bytes labelled as none, or was
+// read to the close.
+TEST_F(UpstreamResponse, ATransferCodingOtherThanChunkedIsAnError) {
+  for (const char *te : {"Transfer-Encoding: gzip\r\n", "Transfer-Encoding: gzip, chunked\r\n",
+                         "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n"}) {
+    UpstreamResponseParser q;
+    Collect got;
+    q.reset(&got, false);
+    EXPECT_EQ(feed(q, std::string("HTTP/1.1 200 OK\r\n") + te + "\r\n5\r\nhello\r\n0\r\n\r\n"),
+              UpstreamResponseParser::Result::error)
+        << te;
+    EXPECT_FALSE(got.complete) << te;
+  }
+  // One "chunked", in any case and with whitespace around it, is fine.
+  EXPECT_EQ(feed(p, "HTTP/1.1 200 OK\r\nTransfer-Encoding:  Chunked \r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_EQ(c.body, "hello");
+}
+
 TEST_F(UpstreamResponse, InvalidChunkSizeIsAnError) {
   EXPECT_EQ(feed(p, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n"),
             UpstreamResponseParser::Result::error);
@@ -884,6 +904,8 @@ TEST_F(StreamedRequest, OverTheBudgetAbortsTheBody) {
   EXPECT_EQ(proxy_->stats().proxy_body_budget_refusals, 1u);
   EXPECT_EQ(proxy_->stats().proxy_body_aborts, 0u); // one cause, counted once
   EXPECT_TRUE(ex_->head_ready());
+  // The server's shortage, not a bad request (it was 400).
+  EXPECT_EQ(ex_->head().status, 503);
   ex_.reset();
   EXPECT_EQ(small.held(), 0u);
 }
