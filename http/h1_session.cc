@@ -231,7 +231,7 @@ public:
         // Its end is the connection's: an answer queued behind it (an
         // HTTP/1.0 keep-alive client's next request, behind a body that
         // only the close delimits) would be read as part of that body.
-        if (!queue_.empty()) abort_output();
+        if (!queue_.empty()) abort_output(false);
         return;
       }
       if (paused_ && queue_.size() < env_.limits.max_pipelined / 2) {
@@ -241,7 +241,13 @@ public:
     }
   }
 
-  void abort_output() {
+  // Ends the connection with the answers still queued. cut: the one at the
+  // front was cut short (its upstream broke off, its file shrank), and
+  // where only the close delimits it (an HTTP/1.0 client, no length) a
+  // clean close would make it look whole: the connection then ends
+  // without TLS's close_notify, which tells a client it was truncated.
+  void abort_output(bool cut = true) {
+    cut_short_ = cut_short_ || cut;
     closing_ = true;
     body_ex_ = flush_ex_ = nullptr; // their exchanges go with the queue
     for (auto &q : queue_) {
@@ -252,6 +258,7 @@ public:
   }
 
   bool finished() const override { return closing_ && queue_.empty(); }
+  bool cut_short() const override { return cut_short_; }
 
   void proxy_progress(void *) override {
     if (host_) host_->session_wake();
@@ -807,6 +814,7 @@ private:
   bool in_headers_ = false;
   bool paused_ = false;
   bool closing_ = false;
+  bool cut_short_ = false; // see abort_output()
   bool close_after_current_ = false;
   bool log_blank_ = false; // fail() before a message began: req_ is not this one
   uint64_t started_ = 0;

@@ -486,7 +486,7 @@ private:
   // what the client still sends is read and dropped until it closes, 1 MiB
   // of it came, or the time runs out (see timed_out()).
   void linger() {
-    if (ssl_ && state_ == State::open) {
+    if (ssl_ && state_ == State::open && !session_->cut_short()) {
       ERR_clear_error();
       SSL_shutdown(ssl_);
       ERR_clear_error();
@@ -529,7 +529,7 @@ private:
       return;
     dead_ = true;
     srv_.loop().timers().cancel(timer_);
-    if (ssl_ && state_ == State::open && !notified_) {
+    if (ssl_ && state_ == State::open && !notified_ && !session_->cut_short()) {
       ERR_clear_error();
       SSL_shutdown(ssl_); // best effort close_notify
       ERR_clear_error();

@@ -112,6 +112,10 @@ public:
   virtual void produce(std::vector<uint8_t> &out, size_t limit) = 0;
   // Nothing more will be read or written: close once output is flushed.
   virtual bool finished() const = 0;
+  // The last answer was cut short where only the close could delimit it:
+  // the connection must not end in a way that makes it look whole (no
+  // TLS close_notify).
+  virtual bool cut_short() const { return false; }
   // Reading should pause (too much queued): backpressure.
   virtual bool input_paused() const = 0;
   // Input kept while paused is ready to parse: call on_input(nullptr, 0).

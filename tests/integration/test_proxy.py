@@ -160,10 +160,15 @@ def rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
-def tls(srv, alpn=None):
+def tls(srv, alpn=None, strict_eof=False):
+    """A TLS connection to srv; strict_eof: an end without close_notify is
+    an error (ssl.SSLError), as TLS has it, not the clean EOF this Python
+    makes of it by default."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
+    if strict_eof:
+        ctx.options &= ~ssl.OP_IGNORE_UNEXPECTED_EOF
     if alpn:
         ctx.set_alpn_protocols([alpn])
     s = socket.create_connection((srv.host, srv.port), timeout=20)
@@ -545,7 +550,7 @@ class ProxyTest(TimedTestCase):
         n = 100_000
 
         def ask(request):
-            t = tls(srv)
+            t = tls(srv, strict_eof=True)  # a whole body ends with close_notify
             t.sendall(request)
             raw = b""
             while chunk := t.recv(65536):
@@ -564,6 +569,29 @@ class ProxyTest(TimedTestCase):
             # behind the body the close delimits, as part of it.
             ask(b"GET /app/chunked?n=%d HTTP/1.0\r\nhost: x\r\nconnection: keep-alive\r\n"
                 b"\r\nGET /healthz HTTP/1.0\r\nhost: x\r\nconnection: keep-alive\r\n\r\n" % n)
+
+    def test_an_http10_body_cut_short_does_not_end_like_a_whole_one(self):
+        # Regression: an HTTP/1.0 client's answer without a length is
+        # delimited by the close, and when the upstream broke off mid-body
+        # the connection ended as a whole answer does (TLS close_notify,
+        # then FIN): the client, or a cache in front, took the short body
+        # for the whole one. Now it ends without close_notify, which TLS
+        # clients report as a truncation.
+        with self.serve(f"/app={self.app.url}") as srv:
+            t = tls(srv, strict_eof=True)
+            t.sendall(b"GET /app/chunked-cut?n=100000 HTTP/1.0\r\nhost: x\r\n\r\n")
+            raw, ending = b"", "clean close"
+            try:
+                while chunk := t.recv(65536):
+                    raw += chunk
+            except ssl.SSLError as e:
+                ending = "truncated" if "UNEXPECTED_EOF" in str(e) or "EOF occurred" in str(e) else str(e)
+            except ConnectionResetError:
+                ending = "reset"
+            t.close()
+        self.assertTrue(raw.startswith(b"HTTP/1.1 200"), raw[:200])
+        self.assertLess(len(raw.partition(b"\r\n\r\n")[2]), 100000)
+        self.assertIn(ending, ("truncated", "reset"), (len(raw), raw[:300]))
 
     def test_host_from_http1_clients(self):
         # Two Host fields, none in HTTP/1.1, or one that is no host: 400; a

@@ -194,6 +194,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 part = data[i:i + 7000]
                 self.wfile.write(b"%x\r\n" % len(part) + part + b"\r\n")
             self.wfile.write(b"0\r\nx-trailer: dropped\r\n\r\n")
+        elif p.endswith("/chunked-cut"):
+            # Chunks for a tenth of n, then an abortive close (RST) before
+            # the last chunk: a crashed application's unfinished answer.
+            self.send_response(200)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            part = pattern(n // 10)
+            self.wfile.write(b"%x\r\n" % len(part) + part + b"\r\n")
+            self.wfile.flush()
+            time.sleep(0.2)
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.close_connection = True
         elif p.endswith("/close"):
             self.send_response(200)
             self.send_header("connection", "close")
