@@ -42,6 +42,7 @@ struct H2Stream {
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
   uint64_t credited = 0;     // request body bytes given to the exchange and consumed
   bool flush_queued = false; // in flush_: body bytes to write upstream after this input
+  size_t kept = 0;           // idle in free_: the bytes SlotKeep counts for it
 };
 
 // Request latency: headers received to the whole response handed to nghttp2.
@@ -128,6 +129,11 @@ public:
     }
   }
 
+  size_t idle_slot_bytes() const override {
+    size_t n = 0;
+    for (const H2Stream *st : free_) n += st->req.retained_bytes() + st->resp.headers.retained_bytes();
+    return n;
+  }
   bool finished() const override {
     return dead_ ? !nghttp2_session_want_write(session_)
                  : !nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_);
@@ -172,6 +178,7 @@ private:
           if (!me.free_.empty()) {
             st = me.free_.back();
             me.free_.pop_back();
+            me.keep_.unpark(st->kept);
           } else {
             me.pool_.push_back(std::make_unique<H2Stream>());
             st = me.pool_.back().get();
@@ -369,6 +376,7 @@ private:
           st->exchange = nullptr;
           st->resp.reset(); // drop the body (a cached file entry, a proxied exchange) now
           me.active_ -= 1;
+          me.keep_.park(st->req, st->resp.headers, st->kept);
           me.free_.push_back(st);
           return 0;
         },
@@ -674,6 +682,7 @@ private:
   // at once): nghttp2's stream user data points into pool_.
   std::vector<std::unique_ptr<H2Stream>> pool_;
   std::vector<H2Stream *> free_;
+  SlotKeep keep_; // what free_'s slots keep, summed
   std::vector<H2Stream *> flush_; // proxied bodies to write after this input
   size_t active_ = 0;
   uint64_t activity_ = 0; // HEADERS and DATA with data, either way (counts_activity())

@@ -41,6 +41,7 @@ struct H3Session::Stream {
   bool answered = false; // the whole response went to nghttp3 (its end given)
   bool heading = false;  // in heading_: its header section is not whole yet
   uint64_t head_since = 0; // when it began (0: not stamped yet)
+  size_t kept = 0;         // idle in free_: the bytes SlotKeep counts for it
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -597,6 +598,7 @@ H3Session::Stream *H3Session::acquire(int64_t stream_id) {
   if (!free_.empty()) {
     s = free_.back();
     free_.pop_back();
+    keep_.unpark(s->kept);
   } else {
     pool_.push_back(std::make_unique<Stream>());
     s = pool_.back().get();
@@ -865,6 +867,7 @@ void H3Session::on_stream_close(Stream &s) {
   s.exchange = nullptr;
   s.resp.reset(); // releases the body (a cached file entry, a proxied exchange) now
   s.id = -1;      // find() passes it by
+  keep_.park(s.req, s.resp.headers, s.kept);
   free_.push_back(&s);
 }
 

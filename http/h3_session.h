@@ -261,6 +261,7 @@ private:
   size_t active_ = 0;                         // request streams between begin_headers and close
   std::vector<std::unique_ptr<Stream>> pool_; // every Stream ever made
   std::vector<Stream *> free_;                // reusable ones
+  SlotKeep keep_;                             // what free_'s slots keep, summed
   std::vector<nghttp3_nv> nva_;               // scratch for submit_response
   std::vector<int64_t> aborted_;              // streams to reset after this write
   std::vector<Stream *> flush_;               // proxied bodies to write after this read

@@ -52,11 +52,7 @@ void HeaderList::trim() {
   }
 }
 
-size_t HeaderList::retained_bytes() const {
-  size_t n = fields_.capacity() * sizeof(Header);
-  for (const auto &f : fields_) n += heap_of(f);
-  return n;
-}
+size_t HeaderList::retained_bytes() const { return fields_.capacity() * sizeof(Header) + heap_; }
 
 void HeaderList::release() {
   fields_.clear();
@@ -85,6 +81,28 @@ void Request::reset() {
   } else {
     body.clear();
   }
+}
+
+size_t Request::retained_bytes() const {
+  return heap_of(method) + heap_of(scheme) + heap_of(authority) + heap_of(path) +
+         headers.retained_bytes() + heap_of(body);
+}
+
+void Request::release() {
+  for (std::string *s : {&method, &scheme, &authority, &path, &body}) std::string().swap(*s);
+  headers.release();
+}
+
+void SlotKeep::park(Request &req, HeaderList &resp_headers, size_t &slot_kept) {
+  const size_t kept = req.retained_bytes() + resp_headers.retained_bytes();
+  if (kept_ + kept > KEEP_PER_CONNECTION) {
+    req.release();
+    resp_headers.release();
+    slot_kept = 0;
+    return;
+  }
+  kept_ += kept;
+  slot_kept = kept;
 }
 
 std::span<const uint8_t> MemoryBody::chunk(uint64_t offset) const {

@@ -76,6 +76,10 @@ struct Request {
   // freeing large ones (a big upload must not stay allocated in a pooled
   // stream slot).
   void reset();
+  // Frees every buffer.
+  void release();
+  // Heap bytes its buffers hold.
+  size_t retained_bytes() const;
 };
 
 // A response body: a byte sequence read front to back. The memory a chunk
@@ -153,6 +157,31 @@ struct Response {
   void set(int status, std::string_view content_type, std::unique_ptr<Body> body);
   void add_header(std::string_view name, std::string_view value);
   void reset();
+};
+
+// The buffers one connection's stream slots keep for reuse, summed. reset()
+// bounds what one slot keeps; a client opening many streams with large
+// heads would still leave a slot's worth behind in each (up to the stream
+// limit, for the connection's life). A slot closing while its connection
+// keeps KEEP_PER_CONNECTION already gives its buffers back instead: a
+// steady stream of ordinary requests keeps what it needs (no allocation
+// per request: an ordinary request and response head keep 1-3 KiB, so a
+// full 100 streams of them fit), a hostile one no more than this.
+class SlotKeep {
+public:
+  static constexpr size_t KEEP_PER_CONNECTION = 256 * 1024;
+  // A closed slot's request and response head, reset already: kept (what
+  // they hold counted in slot_kept) or released.
+  void park(Request &req, HeaderList &resp_headers, size_t &slot_kept);
+  // The slot is in use again: what it keeps is no longer idle.
+  void unpark(size_t &slot_kept) {
+    kept_ -= slot_kept;
+    slot_kept = 0;
+  }
+  size_t kept() const { return kept_; }
+
+private:
+  size_t kept_ = 0;
 };
 
 // Fills resp with a short text/plain error page for status.

@@ -116,6 +116,8 @@ public:
   // the connection must not end in a way that makes it look whole (no
   // TLS close_notify).
   virtual bool cut_short() const { return false; }
+  // Heap bytes the idle stream slots keep for reuse (HTTP/2).
+  virtual size_t idle_slot_bytes() const { return 0; }
   // Reading should pause (too much queued): backpressure.
   virtual bool input_paused() const = 0;
   // Input kept while paused is ready to parse: call on_input(nullptr, 0).
