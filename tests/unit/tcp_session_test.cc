@@ -150,6 +150,22 @@ std::vector<uint32_t> goaway_codes(const std::string &out) {
   return codes;
 }
 
+// An HTTP/2 session on the default routes, and the client preface (with
+// an empty SETTINGS) to start its input with.
+struct H2Setup {
+  TcpStats stats;
+  MemoryBudget budget{8u << 20};
+  SessionEnv env;
+  std::unique_ptr<TcpSession> session;
+  const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, "");
+  H2Setup() {
+    env.router = make_default_router(RouterConfig{"", 65536, {}});
+    env.stats = &stats;
+    env.budget = &budget;
+    session = make_h2_session(env);
+  }
+};
+
 } // namespace
 
 // A client's error on a stream is counted once against the connection's
@@ -157,14 +173,10 @@ std::vector<uint32_t> goaway_codes(const std::string &out) {
 // then sends its RST_STREAM, and both were counted, so the connection
 // closed at the 50th.
 TEST(H2Errors, AStreamErrorCountsOnce) {
-  TcpStats stats;
-  MemoryBudget budget(8u << 20);
-  SessionEnv env;
-  env.router = make_default_router(RouterConfig{"", 65536, {}});
-  env.stats = &stats;
-  env.budget = &budget;
-  auto session = make_h2_session(env);
-  std::string in = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, "");
+  H2Setup h;
+  auto &stats = h.stats;
+  auto &session = h.session;
+  std::string in = h.preface;
   // GET https / with :authority x; then a WINDOW_UPDATE that takes that
   // stream's window past 2^31-1 (a stream error, RFC 9113 6.9.1).
   const std::string head = std::string("\x82\x87\x84\x01\x01x", 6);
@@ -205,14 +217,10 @@ std::string hpack_int(uint8_t high, int n, size_t v) {
 // connection, counted nowhere. A connection's slots now keep 256 KiB in
 // all; the rest is given back as they close.
 TEST(H2Slots, ManyStreamsWithLargeHeadsLeaveLittleBehind) {
-  TcpStats stats;
-  MemoryBudget budget(8u << 20);
-  SessionEnv env;
-  env.router = make_default_router(RouterConfig{"", 65536, {}});
-  env.stats = &stats;
-  env.budget = &budget;
-  auto session = make_h2_session(env);
-  std::string in = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, "");
+  H2Setup h;
+  auto &stats = h.stats;
+  auto &session = h.session;
+  std::string in = h.preface;
   session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
   drain_output(*session);
   // GET https / with :authority x and a 12,000-byte field, literal (not
