@@ -185,14 +185,24 @@ public:
     return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
   // For a pooled one about to be reused: epoll told of what came before
-  // this pass's wait (on_io closed it); one pooled in this pass is asked.
-  // (What came after that wait is reported in this pass's events, maybe
-  // after the request that takes it: the race any keep-alive pool has
-  // with an upstream that closes idle connections.)
-  bool reusable() { return pooled_in_ != proxy_.loop().pass() || quiet(); }
+  // this pass's wait (on_io closed it). What came after it is reported in
+  // this pass's events, maybe after the request that takes the connection:
+  // an upstream closing an idle connection (its keep-alive timeout) in the
+  // same batch as a client's request would fail the request, and a POST,
+  // never retried, would get 502. So the socket is asked when the
+  // connection was pooled in this pass, or sat idle long enough for an
+  // upstream to give up on it; one handed straight on (back-to-back
+  // requests) costs no system call.
+  static constexpr uint64_t ASK_AFTER_IDLE_NS = 1'000'000;
+  bool reusable() {
+    return (pooled_in_ != proxy_.loop().pass() &&
+            proxy_.loop().now() - pooled_at_ < ASK_AFTER_IDLE_NS) ||
+           quiet();
+  }
 
   void make_idle(uint64_t idle_timeout) {
     pooled_in_ = proxy_.loop().pass();
+    pooled_at_ = proxy_.loop().now();
     state_ = State::idle;
     up_.idle.push_back(this);
     interest(true, false);
@@ -513,6 +523,7 @@ private:
   bool counted_ = false;
   ProxyExchange *ex_ = nullptr;
   uint64_t pooled_in_ = UINT64_MAX; // the loop's pass in which it last became idle
+  uint64_t pooled_at_ = 0;          // ... and the loop's time then
   UpstreamResponseParser parser_;
   size_t head_off_ = 0;
   char frame_[24];              // a chunk's framing being written

@@ -267,18 +267,20 @@ int UpstreamResponseParser::on_headers_complete() {
     length_known_ = true;
     content_length_ = 0;
   }
-  if (handler_) handler_->on_head(*this);
-  if (failed()) return -1;
   // A response to HEAD, a 204 and a 304 have no body, whatever their fields
   // announce (RFC 9110 6.4.1): read none.
   const bool bodiless = head_request_ || status_ == 204 || status_ == 304;
   if (!bodiless && !only_chunked(headers_)) {
     // The body is passed on decoded, and chunked is the one coding decoded
     // here: another (gzip; chunked listed twice) reached the client as
-    // coded bytes labelled as none, or was read to the close.
+    // coded bytes labelled as none, or was read to the close. Refused
+    // before the head is handed on: the client gets a 502, not a head
+    // and then a reset.
     fail("a transfer coding other than one \"chunked\"");
     return -1;
   }
+  if (handler_) handler_->on_head(*this);
+  if (failed()) return -1;
   if (bodiless) {
     framing_.body_none();
   } else if (parser_.flags & F_CHUNKED) {

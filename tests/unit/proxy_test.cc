@@ -24,8 +24,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 
 using namespace xdpq::http;
 using xdpq::testing::Steps;
@@ -759,6 +761,15 @@ protected:
     return proxy.start(0, req, false, {}, nullptr, nullptr, &account_);
   }
 
+  // A GET through proxy_ that the upstream took and gave this answer to
+  // (sent, not yet read by the proxy).
+  std::unique_ptr<ProxyExchange> get_answered(const std::string &answer) {
+    auto a = get(*proxy_);
+    EXPECT_NE(upstream().find("GET /api/up HTTP/1.1"), std::string::npos);
+    EXPECT_EQ(::send(up_, answer.data(), answer.size(), 0), static_cast<ssize_t>(answer.size()));
+    return a;
+  }
+
   bool put(std::string_view s) {
     bool ok = ex_->put_body(reinterpret_cast<const uint8_t *>(s.data()), s.size());
     ex_->flush_body();
@@ -1044,6 +1055,59 @@ TEST_F(StreamedRequest, PastTheConnectionLimitRequestsWaitForAConnection) {
   b.reset();
   c.reset();
   proxy.end_of_pass();
+}
+
+// An upstream transfer coding other than one chunked is a 502 for the
+// client (the head is not handed on first).
+TEST_F(StreamedRequest, AnUpstreamTransferCodingOtherThanChunkedIsA502) {
+  auto a = get_answered("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nxyz");
+  Steps done(loop_, {{[&] { return a->head_ready(); }, nullptr}});
+  ASSERT_EQ(done.run(), 1u);
+  EXPECT_EQ(a->head().status, 502);
+  EXPECT_FALSE(a->failed()); // an answer of its own, not a cut stream
+  a.reset();
+}
+
+// Regression: a pooled connection the upstream had closed (its keep-alive
+// timeout), its close not yet dispatched in this pass (the request came in
+// the same batch, first), was handed to the next request: a POST, never
+// retried, got 502. A connection that sat idle is now asked first.
+TEST_F(StreamedRequest, AnIdleConnectionTheUpstreamClosedIsNotHandedOn) {
+  const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  auto a = get_answered(answer);
+  uint64_t passes = 0;
+  std::unique_ptr<ProxyExchange> b;
+  std::string got;
+  Steps steps(loop_,
+              {{[&] { return a->ended(); },
+                [&] {
+                  // Pooled; it sits idle a while.
+                  a.reset();
+                  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                  passes = loop_.pass();
+                }},
+               {[&] { return loop_.pass() > passes; },
+                [&] {
+                  // A pass later the upstream closes it, and the next request
+                  // comes before any pass dispatches that.
+                  ::close(up_);
+                  up_ = -1;
+                  Request post = request("POST", "/api/up", "h", {});
+                  b = proxy_->start(0, post, false, {}, nullptr, nullptr, &account_);
+                }},
+               {[&] {
+                  got += upstream();
+                  return got.find("POST /api/up HTTP/1.1") != std::string::npos;
+                },
+                [&] { (void)!::send(up_, answer.data(), answer.size(), 0); }},
+               {[&] { return b->head_ready(); }, nullptr}});
+  EXPECT_EQ(steps.run(), 4u);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->head().status, 200);
+  std::vector<UpstreamStats> st;
+  proxy_->upstream_stats(st);
+  EXPECT_EQ(st[0].connects, 2u); // a fresh one for the POST
+  b.reset();
 }
 
 // A request that waits with its body: the bytes the client sent
