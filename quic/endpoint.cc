@@ -29,6 +29,11 @@ bool is_initial(uint8_t first, uint32_t version) {
   const uint8_t type = (first & 0x30) >> 4;
   return version == NGTCP2_PROTO_VER_V2 ? type == 1 : type == 0;
 }
+// ... or a 0-RTT packet: the two a client sends with the DCID it chose.
+bool is_initial_or_0rtt(uint8_t first, uint32_t version) {
+  const uint8_t type = (first & 0x30) >> 4;
+  return version == NGTCP2_PROTO_VER_V2 ? type == 1 || type == 2 : type == 0 || type == 1;
+}
 } // namespace
 
 CidKey CidKey::from(const uint8_t *p, size_t n) {
@@ -183,7 +188,8 @@ void Endpoint::on_datagram(const dataplane::RxDatagram &dg) {
   }
   const bool long_header = dg.data[0] & 0x80;
   auto it = cids_.find(CidKey::from(vc.dcid, vc.dcidlen));
-  if (it != cids_.end() && (long_header || !it->second.long_only)) {
+  if (it != cids_.end() &&
+      (!it->second.long_only || (long_header && is_initial_or_0rtt(dg.data[0], vc.version)))) {
     stats_.datagrams_routed += 1;
     it->second.conn->on_datagram(dg);
     return;
@@ -326,7 +332,7 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
   stats_.handshakes_started += 1;
   ++handshakes_in_progress_;
   // The client's DCID routes its further Initials (and 0-RTT) until it
-  // switches CIDs; never a 1-RTT packet (Route::long_only).
+  // switches CIDs; never a Handshake or 1-RTT packet (Route::long_only).
   add_cid(hd.dcid, c, true);
   c->on_datagram(dg);
   if (c->wants_retry()) send_retry(dg, hd);

@@ -268,11 +268,11 @@ private:
   EndpointStats stats_;
 
   // A CID's connection. long_only: the DCID a client chose for its first
-  // Initial, which routes its long-header packets only. A 1-RTT packet
-  // never carries it; one that does is another connection's on another
-  // worker (the DCID is anyone's to pick, and an observer can pick a live
-  // CID of another worker's: a 1-RTT packet with it must be handed to its
-  // owner, not swallowed here).
+  // Initial, which routes its Initial and 0-RTT packets only. Its
+  // Handshake and 1-RTT packets carry our CIDs; one with this DCID is
+  // another connection's on another worker (the DCID is anyone's to pick,
+  // and an observer can pick a live CID of another worker's: such a packet
+  // must be handed to its owner, not swallowed here).
   struct Route {
     Connection *conn;
     bool long_only;
