@@ -95,14 +95,15 @@ void Request::release() {
 
 void SlotKeep::park(Request &req, HeaderList &resp_headers, size_t &slot_kept) {
   const size_t kept = req.retained_bytes() + resp_headers.retained_bytes();
-  if (kept_ + kept > KEEP_PER_CONNECTION) {
+  const size_t excess = kept > SLOT_ALLOWANCE ? kept - SLOT_ALLOWANCE : 0;
+  if (excess > 0 && kept_ + excess > KEEP_PER_CONNECTION) {
     req.release();
     resp_headers.release();
     slot_kept = 0;
     return;
   }
-  kept_ += kept;
-  slot_kept = kept;
+  kept_ += excess;
+  slot_kept = excess;
 }
 
 std::span<const uint8_t> MemoryBody::chunk(uint64_t offset) const {

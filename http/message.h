@@ -159,19 +159,21 @@ struct Response {
   void reset();
 };
 
-// The buffers one connection's stream slots keep for reuse, summed. reset()
-// bounds what one slot keeps; a client opening many streams with large
-// heads would still leave a slot's worth behind in each (up to the stream
-// limit, for the connection's life). A slot closing while its connection
-// keeps KEEP_PER_CONNECTION already gives its buffers back instead: a
-// steady stream of ordinary requests keeps what it needs (no allocation
-// per request: an ordinary request and response head keep 1-3 KiB, so a
-// full 100 streams of them fit), a hostile one no more than this.
+// The buffers one connection's stream slots keep for reuse. reset() bounds
+// what one slot keeps (16 KiB of fields and more); a client opening many
+// streams with large heads would still leave that behind in each (up to
+// the stream limit, for the connection's life). Each slot keeps
+// SLOT_ALLOWANCE freely: an ordinary request and response head need 1-3
+// KiB, so ordinary traffic, however many streams, reuses everything (no
+// allocation per request). What slots keep beyond it is summed per
+// connection, and a slot closing while that sum is at
+// KEEP_PER_CONNECTION gives its buffers back instead.
 class SlotKeep {
 public:
-  static constexpr size_t KEEP_PER_CONNECTION = 256 * 1024;
+  static constexpr size_t SLOT_ALLOWANCE = 4 * 1024;
+  static constexpr size_t KEEP_PER_CONNECTION = 128 * 1024;
   // A closed slot's request and response head, reset already: kept (what
-  // they hold counted in slot_kept) or released.
+  // they hold past the allowance counted in slot_kept) or released.
   void park(Request &req, HeaderList &resp_headers, size_t &slot_kept);
   // The slot is in use again: what it keeps is no longer idle.
   void unpark(size_t &slot_kept) {
