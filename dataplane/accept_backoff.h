@@ -65,7 +65,8 @@ private:
   // worker, and with it the server).
   void watch_or_pause() {
     paused_ = false;
-    if (!loop_.try_watch(fd_, handler_)) pause();
+    // EEXIST: watched already (a restart of one never unwatched).
+    if (!loop_.try_watch(fd_, handler_) && errno != EEXIST) pause();
   }
   static void resume_fired(Timer &t) {
     auto *b = static_cast<AcceptBackoff *>(t.owner());

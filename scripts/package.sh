@@ -10,11 +10,13 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh >&2
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
-# 0.1.0+gitN.HASH from a git checkout: each commit's package is newer than
-# the last (dpkg compares N as a number), and says which commit it is.
+# 0.2.0~gitN.HASH from a git checkout: each commit's package is newer than
+# the last (dpkg compares N as a number; a shallow clone counts fewer, so
+# build packages from a full one), older than the 0.2.0 release (~), and
+# says which commit it is.
 suffix=""
 if n=$(git rev-list --count HEAD 2>/dev/null) && h=$(git rev-parse --short=8 HEAD 2>/dev/null); then
-  suffix="+git$n.$h"
+  suffix="~git$n.$h"
 fi
 cmake --preset package -DXDPQ_VERSION_SUFFIX="$suffix" >/dev/null
 cmake --build --preset package >&2
