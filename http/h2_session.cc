@@ -28,7 +28,7 @@ struct H2Stream {
   bool body_too_large = false;
   bool responded = false;
   bool refused = false;
-  bool refused_by_us = false;    // reset for the worker's state (its body budget spent), not the client's
+  bool refused_by_us = false;    // reset for the server's doing (its body budget spent, a file that shrank), not the client's
   bool ended = false;            // the client's END_STREAM arrived
   bool discarding = false;       // answered at its head; its body is skipped as it comes
   uint64_t discarded = 0;        // ... so far
@@ -497,9 +497,12 @@ private:
           while (body && n < length && st->offset < body->size()) {
             size_t got = body->copy(st->offset, buf + n, length - n);
             // The content went away (a file truncated under us): nghttp2 resets
-            // the stream (INTERNAL_ERROR) rather than send a short body.
-            if (got == 0)
+            // the stream (INTERNAL_ERROR) rather than send a short body. The
+            // server's doing: no protocol error of the client's.
+            if (got == 0) {
+              st->refused_by_us = true;
               return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+            }
             n += got;
             st->offset += got;
           }

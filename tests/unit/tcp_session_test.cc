@@ -7,6 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -260,4 +265,46 @@ TEST(H2Slots, ManyStreamsWithLargeHeadsLeaveLittleBehind) {
   EXPECT_GT(idle[0], 0u);
   EXPECT_GE(idle[1], idle[0]);
   EXPECT_EQ(idle[2], idle[1]);
+}
+
+// Regression: a stream the server reset because its file shrank under the
+// download (INTERNAL_ERROR rather than a short body) counted as a protocol
+// error of the client's; a client downloading a file being rewritten was
+// closed with ENHANCE_YOUR_CALM at the limit (100; 3 here).
+TEST(H2Errors, AFileThatShrinksIsNoErrorOfTheClients) {
+  char dir[] = "/tmp/xdpq-h2-shrink-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/big.bin";
+  auto write_file = [&](size_t n) {
+    FILE *f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    const std::string data(n, 'z');
+    std::fwrite(data.data(), 1, data.size(), f);
+    std::fclose(f);
+  };
+  write_file(256 * 1024); // read on demand, not held in memory
+  H2Setup h;
+  RouterConfig rc;
+  rc.docroot = dir;
+  h.env.router = make_default_router(rc);
+  h.env.limits.max_protocol_errors = 3;
+  h.session = make_h2_session(h.env);
+  std::string in = h.preface;
+  h.session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
+  std::string out = drain_output(*h.session);
+  // GET https /big.bin with :authority x, five times, the file cut short
+  // under each before its body goes out.
+  const std::string get = std::string("\x82\x87\x04\x08/big.bin\x01\x01x", 15);
+  for (uint32_t i = 0; i < 5; ++i) {
+    in = h2_frame(1, 5, 1 + 2 * i, get);
+    h.session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
+    truncate(file.c_str(), 0);
+    out += drain_output(*h.session);
+    write_file(256 * 1024);
+  }
+  EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{});
+  EXPECT_EQ(h.stats.protocol_error_closes, 0u);
+  EXPECT_FALSE(h.session->finished());
+  std::remove(file.c_str());
+  rmdir(dir);
 }
