@@ -20,6 +20,10 @@ namespace {
 
 constexpr size_t READ_CHUNK = 16 * 1024;
 constexpr size_t READ_BUDGET = 256 * 1024; // per readiness event, for fairness
+// ... and reads (one TLS record each): a client sending one-byte records
+// would otherwise have the worker decrypt and parse 256 Ki of them, one at
+// a time, before anyone else is served. 64 full records are 1 MiB.
+constexpr int READS_PER_EVENT = 64;
 
 constexpr std::string_view PLAINTEXT_REPLY =
     "HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-type: text/plain\r\n"
@@ -319,7 +323,12 @@ private:
     auto &buf = srv_.scratch();
     buf.resize(READ_CHUNK);
     size_t total = 0;
-    while (total < READ_BUDGET && !session_->input_paused()) {
+    for (int reads = 0; total < READ_BUDGET && !session_->input_paused(); ++reads) {
+      if (reads == READS_PER_EVENT) {
+        // The rest waits for the next pass (the socket stays readable).
+        srv_.mutable_stats().reads_capped += 1;
+        break;
+      }
       ssize_t n;
       if (ssl_) {
         ERR_clear_error();

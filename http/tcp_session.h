@@ -65,6 +65,7 @@ struct TcpLimits {
   X(timeouts_write, "connections closed: output stalled (client not reading)")         \
   X(closed, "TCP connections closed")                                                  \
   X(tls_writes, "TLS or socket writes")                                                \
+  X(reads_capped, "reads that stopped at the records-per-event limit (tiny TLS records)") \
   X(bytes_in, "bytes received (decrypted)")                                            \
   X(bytes_out, "bytes sent (before encryption)")
 

@@ -376,6 +376,26 @@ class AttackTest(TimedTestCase):
             stats = srv.stop()
         self.assertGreaterEqual(stats["tcp_timeouts_idle"], 1, stats)
 
+    def test_one_byte_tls_records_are_read_a_few_at_a_time(self):
+        # Regression: a client sending its body in one-byte TLS records had
+        # the worker decrypt and parse up to 256 Ki of them in one event,
+        # one SSL_read each, before anyone else was served. Reads now stop
+        # at 64 records per event (counted); the request is served whole.
+        body = os.urandom(3000)
+        s = tls_socket(self.srv, alpn="http/1.1")
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body))
+        # Corked: the records reach the server together, not as it reads.
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        for i in range(len(body)):
+            s.sendall(body[i:i + 1])  # one record each
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+        closed, data = read_until_closed(s, 10)
+        self.assertTrue(closed)
+        self.assertTrue(data.startswith(b"HTTP/1.1 200"), data[:200])
+        self.assertTrue(data.endswith(body))
+        self.assertGreater(self.finish()["tcp_reads_capped"], 0)
+
     def test_a_slow_reader_and_a_goodbye_are_not_cut_by_the_write_deadline(self):
         # The other side of counting only requests and responses: a client
         # that reads an answer slowly, after its last frame was produced,
