@@ -78,7 +78,9 @@ struct Upstream final : HealthListener {
   std::shared_ptr<UpstreamLoad> load = std::make_shared<UpstreamLoad>();
   uint64_t down_until = 0;
   unsigned fails = 0;
-  UpstreamStats stats;
+  // Shared with the same route and URL of the next generation after a
+  // reload: requests in flight on this one count on where they are read.
+  std::shared_ptr<UpstreamStats> stats = std::make_shared<UpstreamStats>();
   std::unique_ptr<HealthProbe> probe; // with --proxy-health-check
 
   // Skipped by pick(): within a passive back-off, or its last probe failed.
@@ -123,9 +125,9 @@ public:
     want_read_ = want_write_ = true;
     state_ = connected ? State::sending : State::connecting;
     opened_at_ = proxy_.loop().now();
-    if (connected) up_.stats.connect_time.record(0);
+    if (connected) up_.stats->connect_time.record(0);
     up_.load->conns += 1;
-    up_.stats.connects += 1;
+    up_.stats->connects += 1;
     counted_ = true;
     return true;
   }
@@ -181,7 +183,7 @@ public:
     if (stray_) return false;
     char c;
     const ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r > 0) up_.stats.stray_bytes += 1;
+    if (r > 0) up_.stats->stray_bytes += 1;
     return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
   // For a pooled one about to be reused: epoll told of what came before
@@ -261,7 +263,7 @@ public:
       if (!(events & EPOLLOUT)) return;
       state_ = State::sending;
       sent_at_ = proxy_.loop().now();
-      up_.stats.connect_time.record(sent_at_ - opened_at_);
+      up_.stats->connect_time.record(sent_at_ - opened_at_);
       if (ex_) ex_->connected();
       wrote_and_tell();
       break;
@@ -442,14 +444,14 @@ private:
         const auto r = parser_.feed(buf.data(), static_cast<size_t>(n));
         if (!head_timed_ && parser_.head_done()) {
           head_timed_ = true;
-          up_.stats.head_latency.record(proxy_.loop().now() - sent_at_);
+          up_.stats->head_latency.record(proxy_.loop().now() - sent_at_);
         }
         if (r != UpstreamResponseParser::Result::ok) {
           // Bytes after a whole answer: the answer stands, but what
           // followed it must never pass for the next request's response,
           // so the connection is closed rather than reused.
           if (!parser_.complete()) return broke(true);
-          up_.stats.stray_bytes += 1;
+          up_.stats->stray_bytes += 1;
           stray_ = true;
           return done();
         }
@@ -481,7 +483,7 @@ private:
   void check_behind() {
     char c;
     const ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r > 0) up_.stats.stray_bytes += 1;
+    if (r > 0) up_.stats->stray_bytes += 1;
     if (r >= 0) stray_ = true;
   }
 
@@ -647,19 +649,19 @@ void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
       return;
     }
     // The connect failed at once (a unix socket nobody listens on).
-    upstream_->stats.connect_failures += 1;
+    upstream_->stats->connect_failures += 1;
     proxy_.mark_down(*upstream_);
     if (attempts_ >= 2) return fail_with(502);
-    upstream_->stats.retries += 1;
+    upstream_->stats->retries += 1;
   }
 }
 
 void ProxyExchange::use(UpstreamConn *c, bool reused) {
   conn_ = c;
-  upstream_->stats.requests += 1;
+  upstream_->stats->requests += 1;
   upstream_->load->outstanding += 1;
   counted_ = true;
-  if (reused) upstream_->stats.reused += 1;
+  if (reused) upstream_->stats->reused += 1;
   const auto &cfg = route_->settings;
   const bool connecting = conn_->connecting();
   if (!connecting) proxy_.mark_up(*upstream_);
@@ -864,14 +866,14 @@ void ProxyExchange::conn_failed(bool connect) {
   proxy_.loop().timers().cancel(timer_);
   bool retry;
   if (connect) {
-    upstream_->stats.connect_failures += 1;
+    upstream_->stats->connect_failures += 1;
     proxy_.mark_down(*upstream_);
     retry = attempts_ < 2;
   } else {
     // Closed or reset before a byte of response: a stale pooled
     // connection, or an upstream that dropped the request. Only a request
     // that may be repeated goes again.
-    upstream_->stats.resets += 1;
+    upstream_->stats->resets += 1;
     // Body bytes that left cannot be sent again: the request is not repeated.
     retry = idempotent_ && attempts_ < 3 && req_out_ == 0;
   }
@@ -879,7 +881,7 @@ void ProxyExchange::conn_failed(bool connect) {
     fail_with(502);
     return notify();
   }
-  upstream_->stats.retries += 1;
+  upstream_->stats->retries += 1;
   attempt(!connect);
   // Answered (502, 503), or body bytes went on the new connection at once.
   notify();
@@ -892,8 +894,8 @@ void ProxyExchange::conn_broke(std::string_view why) {
     upstream_->load->outstanding -= 1;
     counted_ = false;
   }
-  if (!why.empty()) upstream_->stats.bad_responses += 1;
-  else upstream_->stats.resets += 1;
+  if (!why.empty()) upstream_->stats->bad_responses += 1;
+  else upstream_->stats->resets += 1;
   if (!head_ready_) {
     fail_with(502);
   } else {
@@ -912,7 +914,7 @@ void ProxyExchange::conn_done() {
     upstream_->load->outstanding -= 1;
     counted_ = false;
   }
-  upstream_->stats.responses += 1;
+  upstream_->stats->responses += 1;
   ended_ = true;
   // Answered before the whole body went up (the connection was closed):
   // the rest has nowhere to go.
@@ -943,7 +945,7 @@ void ProxyExchange::timer_fired(dataplane::Timer &t) {
     ex->fail_with(408);
     return ex->notify();
   }
-  ex->upstream_->stats.timeouts += 1;
+  ex->upstream_->stats->timeouts += 1;
   ex->detach();
   ex->fail_with(504);
   ex->notify();
@@ -994,7 +996,7 @@ void ProxyExchange::check_stall() {
   } else if (body_expected() && body_held() == 0) {
     proxy_.mutable_stats().proxy_body_timeouts += 1; // the client's body stopped
   } else {
-    upstream_->stats.timeouts += 1;
+    upstream_->stats->timeouts += 1;
     upstream_failed_ = true;
   }
   detach();
@@ -1156,14 +1158,14 @@ std::unique_ptr<ProxyGeneration> Proxy::build(std::shared_ptr<const ProxyConfig>
         }
       }
       if (before) {
-        u->stats = before->stats;
+        u->stats = before->stats; // shared: the old generation's requests count on too
         u->load = before->load; // its connections and requests in flight count on
         u->load->current = u.get();
       }
       if (!cfg->health_check_path.empty()) {
         u->probe = std::make_unique<HealthProbe>(loop_, u->addr, cfg->health_check_path,
                                                  cfg->health_interval_ns, cfg->health_timeout_ns,
-                                                 u->stats, *u);
+                                                 *u->stats, *u);
         // Nor does a failed check's verdict: out until a check passes.
         if (before && before->probe && before->probe->failing()) u->probe->assume_failing();
       }
@@ -1371,7 +1373,7 @@ void Proxy::mark_down(Upstream &u) {
   u.fails += 1;
   uint64_t factor = 1ull << std::min(u.fails - 1, 5u);
   u.down_until = loop_.now() + cfg_->down_backoff_ns * factor;
-  u.stats.marked_down += 1;
+  u.stats->marked_down += 1;
 }
 
 void Proxy::mark_up(Upstream &u) {
@@ -1538,7 +1540,7 @@ void Proxy::give_head(std::string &&head) {
 void Proxy::upstream_stats(std::vector<UpstreamStats> &out) const {
   const uint64_t now = loop_.now();
   for (const auto &u : cur_->upstreams) {
-    UpstreamStats s = u->stats;
+    UpstreamStats s = *u->stats;
     s.idle_connections = u->idle.size();
     s.busy_connections = u->load->conns - u->idle.size();
     s.outstanding = u->load->outstanding;

@@ -1255,6 +1255,17 @@ TEST_F(StreamedRequest, AReloadKeepsTheCountersOfAUrlListedTwice) {
   ASSERT_EQ(requests(), (std::vector<uint64_t>{1, 0}));
   proxy.reconfigure(cfg);
   EXPECT_EQ(requests(), (std::vector<uint64_t>{1, 0}));
+  // Regression: what a request in flight across the reload did next (its
+  // response, its head latency) went to the retired upstream's counters,
+  // which nothing reads: requests stayed above responses for good.
+  const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  ASSERT_EQ(::send(up_, answer.data(), answer.size(), 0), static_cast<ssize_t>(answer.size()));
+  Steps done(loop_, {{[&] { return a->ended(); }, nullptr}});
+  ASSERT_EQ(done.run(), 1u);
+  std::vector<UpstreamStats> st;
+  proxy.upstream_stats(st);
+  EXPECT_EQ(st[0].responses, 1u);
+  EXPECT_EQ(st[0].head_latency.count(), 1u);
   a.reset();
   proxy.end_of_pass();
 }
