@@ -169,6 +169,11 @@ struct H2Setup {
     env.budget = &budget;
     session = make_h2_session(env);
   }
+  // Feeds the client's bytes; what the server writes in answer.
+  std::string exchange(const std::string &in) {
+    session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
+    return drain_output(*session);
+  }
 };
 
 } // namespace
@@ -190,8 +195,7 @@ TEST(H2Errors, AStreamErrorCountsOnce) {
     in += h2_frame(1, 5, sid, head);
     in += h2_frame(8, 0, sid, std::string("\x7f\xff\xff\xff", 4));
   }
-  session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
-  const std::string out = drain_output(*session);
+  const std::string out = h.exchange(in);
   EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{});
   EXPECT_EQ(stats.protocol_error_closes, 0u);
   EXPECT_FALSE(session->finished());
@@ -228,8 +232,7 @@ TEST(H2Slots, ManyStreamsWithLargeHeadsLeaveLittleBehind) {
   auto &stats = h.stats;
   auto &session = h.session;
   std::string in = h.preface;
-  session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
-  drain_output(*session);
+  h.exchange(in);
   // GET https /healthz with :authority x and a 12,000-byte field, literal
   // (not indexed), on 100 streams at once.
   const std::string big(12000, 'b');
@@ -237,8 +240,7 @@ TEST(H2Slots, ManyStreamsWithLargeHeadsLeaveLittleBehind) {
                            hpack_int(0, 7, 5) + "x-big" + hpack_int(0, 7, big.size()) + big;
   in.clear();
   for (uint32_t i = 0; i < 100; ++i) in += h2_frame(1, 5, 1 + 2 * i, head);
-  session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
-  const std::string out = drain_output(*session);
+  const std::string out = h.exchange(in);
   EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{});
   EXPECT_EQ(stats.requests, 100u);
   EXPECT_LE(session->idle_slot_bytes(), 256u * 1024); // about 1.2 MiB before
@@ -256,8 +258,7 @@ TEST(H2Slots, ManyStreamsWithLargeHeadsLeaveLittleBehind) {
   size_t idle[3];
   for (int round = 0; round < 3; ++round) {
     for (uint32_t i = 0; i < 100; ++i) in += h2_frame(1, 5, 1 + 2 * (100 * round + i), plain);
-    o.session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
-    drain_output(*o.session);
+    o.exchange(in);
     in.clear();
     idle[round] = o.session->idle_slot_bytes();
   }
@@ -290,8 +291,7 @@ TEST(H2Errors, AFileThatShrinksIsNoErrorOfTheClients) {
   h.env.limits.max_protocol_errors = 3;
   h.session = make_h2_session(h.env);
   std::string in = h.preface;
-  h.session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), 1'000'000'000);
-  std::string out = drain_output(*h.session);
+  std::string out = h.exchange(in);
   // GET https /big.bin with :authority x, five times, the file cut short
   // under each before its body goes out.
   const std::string get = std::string("\x82\x87\x04\x08/big.bin\x01\x01x", 15);
