@@ -651,9 +651,20 @@ void ProxyExchange::attempt(bool fresh, Upstream *chosen) {
     // The connect failed at once (a unix socket nobody listens on).
     upstream_->stats->connect_failures += 1;
     proxy_.mark_down(*upstream_);
-    if (attempts_ >= 2) return fail_with(502);
+    if (!connect_retry()) return fail_with(502);
     upstream_->stats->retries += 1;
   }
+}
+
+bool ProxyExchange::connect_retry() {
+  // A failed connect is tried again on another upstream (the failed one is
+  // held down, so the pick passes it over), up to one try per upstream of
+  // the route, at least two and at most three in all; whatever happened to
+  // the request before (a pooled connection that dropped it) does not use
+  // these up.
+  connect_fails_ += 1;
+  const int tries = static_cast<int>(std::clamp<size_t>(route_->upstreams.size(), 2, 3));
+  return connect_fails_ < tries;
 }
 
 void ProxyExchange::use(UpstreamConn *c, bool reused) {
@@ -868,14 +879,15 @@ void ProxyExchange::conn_failed(bool connect) {
   if (connect) {
     upstream_->stats->connect_failures += 1;
     proxy_.mark_down(*upstream_);
-    retry = attempts_ < 2;
+    retry = connect_retry();
   } else {
     // Closed or reset before a byte of response: a stale pooled
     // connection, or an upstream that dropped the request. Only a request
-    // that may be repeated goes again.
+    // that may be repeated goes again, twice at most.
     upstream_->stats->resets += 1;
+    drops_ += 1;
     // Body bytes that left cannot be sent again: the request is not repeated.
-    retry = idempotent_ && attempts_ < 3 && req_out_ == 0;
+    retry = idempotent_ && drops_ < 3 && req_out_ == 0;
   }
   if (!retry) {
     fail_with(502);

@@ -253,6 +253,8 @@ private:
   bool reserve_window();
   // Joins the route's queue (false: it is full).
   bool wait_in_queue();
+  // Counts a failed connect; true if the request may try another.
+  bool connect_retry();
   void join_queue();
   void leave_queue();
   void fail_with(int status);
@@ -308,7 +310,9 @@ private:
   std::string_view static_body_; // an error page (static storage)
   uint64_t base_ = 0; // bytes before this are released
   uint64_t end_ = 0;  // bytes received
-  int attempts_ = 0;
+  int attempts_ = 0;       // connections asked for (pooled or fresh)
+  int connect_fails_ = 0;  // connects refused, failed or timed out
+  int drops_ = 0;          // connections closed before a byte of response
   bool idempotent_ = false;
   bool head_request_ = false;
   bool head_ready_ = false;

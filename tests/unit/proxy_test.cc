@@ -1057,6 +1057,49 @@ TEST_F(StreamedRequest, PastTheConnectionLimitRequestsWaitForAConnection) {
   proxy.end_of_pass();
 }
 
+// Regression: an upstream that dropped a request unanswered (a stale
+// keep-alive race) and a second upstream that refused the connect used
+// up the request's two tries between them: the client got 502 while the
+// first upstream was there to take a fresh connection. A failed connect
+// now gets its retry on another upstream whatever went before it.
+TEST_F(StreamedRequest, AFailedConnectAfterADroppedRequestStillTriesAnother) {
+  const std::string dead = path_ + "-nobody";
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ",unix:" + dead);
+  Proxy proxy(cfg, loop_);
+  auto a = get(proxy); // round robin: the live one first
+  std::string first, second;
+  Steps steps(loop_, {{[&] {
+                         first += upstream();
+                         return first.find("\r\n\r\n") != std::string::npos;
+                       },
+                       [&] {
+                         // Read and dropped without a byte of answer.
+                         ::close(up_);
+                         up_ = -1;
+                       }},
+                      {[&] {
+                         second += upstream();
+                         return second.find("\r\n\r\n") != std::string::npos || a->head_ready();
+                       },
+                       [&] {
+                         const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                         if (up_ >= 0) (void)!::send(up_, answer.data(), answer.size(), 0);
+                       }},
+                      {[&] { return a->head_ready(); }, nullptr}});
+  EXPECT_EQ(steps.run(), 3u);
+  ASSERT_TRUE(a->head_ready());
+  EXPECT_EQ(a->head().status, 200);
+  std::vector<UpstreamStats> st;
+  proxy.upstream_stats(st);
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].resets, 1u);
+  EXPECT_EQ(st[0].connects, 2u); // the dropped one and the fresh one
+  EXPECT_EQ(st[1].connect_failures, 1u);
+  a.reset();
+  proxy.end_of_pass();
+}
+
 // An upstream transfer coding other than one chunked is a 502 for the
 // client (the head is not handed on first).
 TEST_F(StreamedRequest, AnUpstreamTransferCodingOtherThanChunkedIsA502) {
