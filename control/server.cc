@@ -304,6 +304,9 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   h3_limits_.header_timeout = opts_.header_timeout_ms * 1'000'000ull;
   h3_limits_.response_headers = &opts_.response_headers;
 
+  // As many live early-data hellos as each worker used to keep alone.
+  replays_ = std::make_shared<quic::ReplayStore>(65536 * size_t{ecfg.worker_count});
+
   std::vector<dataplane::Address> listen = opts_.listen;
   std::string dataplane_info;
   if (opts_.dataplane == "afxdp") {
@@ -337,8 +340,8 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
       int cpu = opts_.cpus.empty() ? -1 : opts_.cpus[static_cast<size_t>(i) % opts_.cpus.size()];
       ecfg.worker_id = static_cast<uint8_t>(i);
       auto *raw = port.get();
-      workers_.push_back(std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets, router,
-                                                  ecfg, h3_limits_, capture_,
+      workers_.push_back(std::make_unique<Worker>(i, cpu, std::move(port), tls_cfg, secrets,
+                                                  replays_, router, ecfg, h3_limits_, capture_,
                                                   opts_.max_body_per_worker));
       if (i == 0) steering_port_ = raw;
     }
@@ -653,7 +656,8 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
     ecfg.worker_id = static_cast<uint8_t>(i);
     auto *raw = port.get();
     workers_.push_back(std::make_unique<Worker>(static_cast<int>(i), cpu, std::move(port), tls_cfg,
-                                                secrets, router, ecfg, h3_limits_, capture_,
+                                                secrets, replays_, router, ecfg, h3_limits_,
+                                                capture_,
                                                 opts_.max_body_per_worker));
     workers_.back()->set_afxdp(raw);
     if (i == 0) {

@@ -149,6 +149,8 @@ private:
   quic::TlsConfig tls_cfg_;
   http::H3Limits h3_limits_;
   quic::Secrets secrets_;
+  // The 0-RTT anti-replay store every worker's TLS contexts share.
+  std::shared_ptr<quic::ReplayStore> replays_;
   std::shared_ptr<http::AccessLog> access_log_; // --access-log; null: none
   std::string dataplane_info_;
   std::vector<dataplane::Address> listen_;

@@ -42,10 +42,12 @@ void read_heap(WorkerHeap &heap, uint64_t &cached) {
 
 Worker::Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
                const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
+               std::shared_ptr<quic::ReplayStore> replays,
                std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg,
                const http::H3Limits &h3, Capture &capture, size_t body_budget)
     : id_(id), cpu_(cpu), port_(std::move(port)), secrets_(secrets), capture_(capture),
-      tls_(std::make_unique<quic::TlsContext>(tls_cfg, secrets)), budget_(body_budget),
+      replays_(std::move(replays)),
+      tls_(std::make_unique<quic::TlsContext>(tls_cfg, secrets, replays_)), budget_(body_budget),
       h3_(router, with_budget(h3, budget_)),
       endpoint_(ecfg, *tls_, secrets, h3_, loop_.timers(), clock_, *this),
       generation_(ecfg.generation),
@@ -277,7 +279,11 @@ void Worker::heartbeat_fired(dataplane::Timer &t) {
   http::sweep_file_caches(w->loop_.now());
   if (w->access_log_) w->access_log_->flush(); // lines show within a heartbeat
   // Credentials a reload replaced go once their last connection has.
-  std::erase_if(w->retired_tls_, [](const auto &c) { return c->sessions() == 0; });
+  std::erase_if(w->retired_tls_, [w](const auto &c) {
+    if (c->sessions() != 0) return false;
+    w->replays_refused_gone_ += c->replays_refused();
+    return true;
+  });
   w->loop_.timers().schedule(t, w->loop_.now() + HEARTBEAT_NS);
 }
 
@@ -315,7 +321,7 @@ void Worker::finish() {
 
 void Worker::apply_reload(const quic::TlsConfig &cfg) {
   try {
-    auto fresh = std::make_unique<quic::TlsContext>(cfg, secrets_);
+    auto fresh = std::make_unique<quic::TlsContext>(cfg, secrets_, replays_);
     endpoint_.set_tls(*fresh);
     // Sessions started with the old credentials still point at them.
     retired_tls_.push_back(std::move(tls_));
@@ -331,6 +337,8 @@ void Worker::fill_snapshot() {
   s.cpu = cpu_;
   s.port = port_->stats();
   s.endpoint = endpoint_.stats();
+  s.endpoint.early_data_refused = replays_refused_gone_ + tls_->replays_refused();
+  for (const auto &c : retired_tls_) s.endpoint.early_data_refused += c->replays_refused();
   s.h3 = h3_.stats();
   s.gauges.quic_connections = endpoint_.connection_count();
   s.gauges.quic_memory_bytes = endpoint_.memory();

@@ -67,7 +67,7 @@ class Worker final : public dataplane::LoopHandler, public dataplane::FdHandler,
 public:
   Worker(int id, int cpu, std::unique_ptr<dataplane::DatagramPort> port,
          const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
-         std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg,
+         std::shared_ptr<quic::ReplayStore> replays, std::shared_ptr<const http::Router> router, const quic::EndpointConfig &ecfg,
          const http::H3Limits &h3, Capture &capture, size_t body_budget);
   int id() const { return id_; }
 
@@ -217,7 +217,9 @@ private:
   std::unique_ptr<dataplane::DatagramPort> port_;
   quic::Secrets secrets_;
   Capture &capture_;
+  std::shared_ptr<quic::ReplayStore> replays_; // the process's 0-RTT anti-replay store
   std::unique_ptr<quic::TlsContext> tls_;
+  uint64_t replays_refused_gone_ = 0; // counted by retired contexts since freed
   http::MemoryBudget budget_; // before the endpoint and the TCP side, which use it
   // This worker's access log lines (null: no log). Before the endpoint and
   // the TCP side: their connections log the requests open when they go.

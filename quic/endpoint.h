@@ -133,6 +133,8 @@ struct EndpointConfig {
   X(handshakes_failed, "connections that ended before their handshake completed")                  \
   X(sessions_resumed, "handshakes that resumed a TLS session")                                     \
   X(early_data_accepted, "connections whose requests arrived in 0-RTT")                            \
+  X(early_data_refused, "0-RTT hellos whose early data was refused as a replay (seen by this or "  \
+                        "another worker), or with the anti-replay store full")                     \
   X(new_tokens_accepted, "Initials with a valid NEW_TOKEN token")                                  \
   X(acks_held, "ACKs held after a read for a proxied answer to carry")                            \
   X(acks_held_expired, "held ACKs sent alone: no answer within the hold")                           \

@@ -11,7 +11,11 @@ namespace xdpq::quic {
 
 namespace {
 
-constexpr size_t MAX_REPLAY_ENTRIES = 65536;
+// GnuTLS's key for a hello is the start of its current recording window
+// (12 bytes: seconds as two 32-bit halves, nanoseconds) followed by the
+// PSK binder. The window starts differ between contexts (each rolls over on
+// its own), so only the binder identifies the hello across workers.
+constexpr size_t WINDOW_PREFIX = 12;
 std::atomic<KeylogSink> g_keylog{nullptr};
 std::atomic<KeylogActive> g_keylog_active{nullptr};
 
@@ -52,7 +56,9 @@ void check(int rv, const char *what) {
 
 } // namespace
 
-TlsContext::TlsContext(const TlsConfig &cfg, const Secrets &secrets) : cfg_(cfg) {
+TlsContext::TlsContext(const TlsConfig &cfg, const Secrets &secrets,
+                       std::shared_ptr<ReplayStore> replays)
+    : cfg_(cfg), replays_(replays ? std::move(replays) : std::make_shared<ReplayStore>()) {
   try {
     init(secrets);
   } catch (...) {
@@ -94,29 +100,38 @@ void TlsContext::release() {
   cred_ = nullptr;
 }
 
-int TlsContext::remember_client_hello(time_t expires, const gnutls_datum_t *key) {
-  time_t now = time(nullptr);
-  if (seen_.size() >= MAX_REPLAY_ENTRIES) {
+bool ReplayStore::remember(std::string_view id, time_t expires, time_t now) {
+  std::lock_guard lock(mu_);
+  if (seen_.size() >= capacity_) {
     // A sweep reads every entry; entries expire by the second, so one a
     // second finds all there is to find. (Each early-data hello on a full
     // store used to pay for a sweep of its own.)
     if (now != last_sweep_) {
       last_sweep_ = now;
-      replay_sweeps_ += 1;
+      sweeps_ += 1;
       std::erase_if(seen_, [now](const auto &kv) { return kv.second < now; });
     }
-    if (seen_.size() >= MAX_REPLAY_ENTRIES) {
-      // Full of live entries: refuse early data rather than forget one.
-      return GNUTLS_E_DB_ENTRY_EXISTS;
-    }
+    if (seen_.size() >= capacity_) return false; // full of live entries
   }
-  auto [it, inserted] =
-      seen_.try_emplace(std::string(reinterpret_cast<const char *>(key->data), key->size), expires);
+  auto [it, inserted] = seen_.try_emplace(std::string(id), expires);
   if (!inserted) {
-    if (it->second >= now) return GNUTLS_E_DB_ENTRY_EXISTS;
+    if (it->second >= now) return false;
     it->second = expires;
   }
-  return 0;
+  return true;
+}
+
+uint64_t ReplayStore::sweeps() const {
+  std::lock_guard lock(mu_);
+  return sweeps_;
+}
+
+int TlsContext::remember_client_hello(time_t expires, const gnutls_datum_t *key) {
+  std::string_view id(reinterpret_cast<const char *>(key->data), key->size);
+  if (id.size() > WINDOW_PREFIX) id.remove_prefix(WINDOW_PREFIX);
+  if (replays_->remember(id, expires, time(nullptr))) return 0;
+  replays_refused_ += 1;
+  return GNUTLS_E_DB_ENTRY_EXISTS;
 }
 
 void set_keylog_sink(KeylogSink sink, KeylogActive active) {

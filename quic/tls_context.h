@@ -1,8 +1,10 @@
 #pragma once
 // GnuTLS server configuration for QUIC: certificate, session ticket key,
-// 0-RTT anti-replay and the TLS 1.3 priorities. One per worker (nothing
-// here is shared between threads); every worker loads the same PEM data and
-// the same ticket key, so a ticket issued by one worker resumes on another.
+// 0-RTT anti-replay and the TLS 1.3 priorities. One per worker; every
+// worker loads the same PEM data and the same ticket key, so a ticket
+// issued by one worker resumes on another. The anti-replay store is the
+// one thing the workers share: a hello replayed to another worker is a
+// replay there too.
 
 #include "quic/secrets.h"
 
@@ -10,7 +12,10 @@
 
 #include <cstdint>
 #include <ctime>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace xdpq::quic {
@@ -37,11 +42,35 @@ using KeylogSink = void (*)(const std::string &line);
 using KeylogActive = bool (*)();
 void set_keylog_sink(KeylogSink sink, KeylogActive active);
 
+// The ClientHellos that carried early data, until their window expires:
+// one store for the whole process (every worker, and the contexts a reload
+// replaced), so that a hello replayed to any of them is refused.
+// Thread-safe; taken only for early-data hellos.
+class ReplayStore {
+public:
+  explicit ReplayStore(size_t capacity = 65536) : capacity_(capacity) {}
+  // Records the hello identified by id until expires. False if it was seen
+  // and has not expired (a replay), or the store is full of live entries
+  // (early data is then refused rather than a hello forgotten).
+  bool remember(std::string_view id, time_t expires, time_t now);
+  // Times the full store was swept for expired hellos.
+  uint64_t sweeps() const;
+
+private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, time_t> seen_;
+  time_t last_sweep_ = 0;
+  uint64_t sweeps_ = 0;
+};
+
 class TlsContext {
 public:
   // Throws std::runtime_error with GnuTLS's reason if the certificate or key
-  // cannot be used.
-  TlsContext(const TlsConfig &cfg, const Secrets &secrets);
+  // cannot be used. replays: the process's anti-replay store (one of its
+  // own if none is given).
+  TlsContext(const TlsConfig &cfg, const Secrets &secrets,
+             std::shared_ptr<ReplayStore> replays = nullptr);
   ~TlsContext();
   TlsContext(const TlsContext &) = delete;
   TlsContext &operator=(const TlsContext &) = delete;
@@ -56,10 +85,11 @@ public:
   // once none is left.
   size_t sessions() const { return sessions_; }
 
-  // Anti-replay store (called by GnuTLS through a C callback).
+  // Anti-replay check (called by GnuTLS through a C callback).
   int remember_client_hello(time_t expires, const gnutls_datum_t *key);
-  // Times the full store was swept for expired hellos.
-  uint64_t replay_sweeps() const { return replay_sweeps_; }
+  const ReplayStore &replay_store() const { return *replays_; }
+  // Early-data hellos this context refused as replays (or for a full store).
+  uint64_t replays_refused() const { return replays_refused_; }
 
 private:
   void init(const Secrets &secrets);
@@ -71,11 +101,9 @@ private:
   gnutls_anti_replay_t anti_replay_ = nullptr;
   gnutls_datum_t ticket_key_{};
   std::array<uint8_t, 64> ticket_key_bytes_{};
-  // ClientHellos that carried early data, until their window expires.
-  std::unordered_map<std::string, time_t> seen_;
+  std::shared_ptr<ReplayStore> replays_;
   mutable size_t sessions_ = 0;
-  time_t last_sweep_ = 0;
-  uint64_t replay_sweeps_ = 0;
+  uint64_t replays_refused_ = 0;
 };
 
 } // namespace xdpq::quic

@@ -7,9 +7,13 @@ migration and Retry actually happened."""
 
 import concurrent.futures
 import os
+import select
 import shutil
 import sys
+import socket
 import tempfile
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -166,8 +170,8 @@ class GtlsclientTest(TimedTestCase):
         self.assertEqual(stats["early_data_accepted"], 1, "0-RTT request not accepted")
 
     def test_unsafe_request_in_0rtt_gets_425(self):
-        # 0-RTT data can be replayed (and the anti-replay window is per
-        # worker): a POST that arrives in it is answered 425 Too Early
+        # 0-RTT data can be replayed (to another node behind a balancer,
+        # whose anti-replay store is its own): a POST that arrives in it is answered 425 Too Early
         # (RFC 8470), a GET is served.
         tmp = tempfile.mkdtemp(prefix="xdpq-425-")
         session = os.path.join(tmp, "session.pem")
@@ -185,6 +189,40 @@ class GtlsclientTest(TimedTestCase):
         self.assertEqual(second.statuses, {0: 425}, second.output[-2000:])
         self.assertEqual(stats["too_early"], 1, stats)
         self.assertEqual(stats["responses_2xx"], 1, stats)
+
+    def test_a_0rtt_hello_replayed_to_another_worker_is_refused(self):
+        # Regression: each worker kept its own anti-replay store, so the
+        # first flight of a 0-RTT connection, replayed from other source
+        # ports (which the kernel spreads over the workers' sockets), had
+        # its early data accepted once more by another worker. The workers
+        # share one store now: every replay is refused, on either worker.
+        tmp = tempfile.mkdtemp(prefix="xdpq-replay-")
+        session = os.path.join(tmp, "session.pem")
+        tp = os.path.join(tmp, "tp.txt")
+        replays = 16
+        with self.serve(workers=2) as srv:
+            first = gtlsclient(srv, ["/healthz"], f"--session-file={session}", f"--tp-file={tp}")
+            self.assertEqual(first.statuses, {0: 200})
+            with UdpRelay((srv.host, srv.port)) as relay:
+                second = gtlsclient(relay, ["/bytes/10"], f"--session-file={session}",
+                                    f"--tp-file={tp}", "--quic-dump")
+            self.assertIn("type=0RTT", second.output, "client sent no 0-RTT packets")
+            self.assertEqual(second.file("10"), pattern(10), second.output[-2000:])
+            # The client's connection is gone (its closing period too), so
+            # no route leads a replay back to the worker that served it.
+            time.sleep(1)
+            for _ in range(replays):
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    for d in relay.first_flight:
+                        s.sendto(d, (srv.host, srv.port))
+            time.sleep(1)
+            stats = srv.stop()
+        # The first replay a worker gets starts a connection; later ones
+        # carry its (client-chosen) connection ID and are routed to it.
+        # Sixteen source ports reach both workers (all but 1 in 2^15).
+        self.assertEqual(stats["handshakes_started"], 2 + 2, stats)
+        self.assertEqual(stats["early_data_accepted"], 1, stats)
+        self.assertEqual(stats["early_data_refused"], 2, stats)
 
     def test_resumption_survives_restart_with_same_secrets(self):
         tmp = tempfile.mkdtemp(prefix="xdpq-restart-")
@@ -257,6 +295,63 @@ class GtlsclientTest(TimedTestCase):
         self.assertEqual(r.statuses, {0: 200})
         self.assertEqual(sha256(r.file("echo")), sha256(body))
 
+
+
+class UdpRelay:
+    """Relays one client's datagrams to a server from a socket of its own,
+    and the answers back; keeps what the client sent before the server's
+    first answer (its first flight). Stands in for the server in
+    gtlsclient() (host, port, url)."""
+
+    def __init__(self, target):
+        self.target = target
+        self.host = "127.0.0.1"
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.front.bind((self.host, 0))
+        self.port = self.front.getsockname()[1]
+        self.back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.back.connect(target)
+        self.first_flight = []
+        self.client = None
+        self.answered = False
+        self.done = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def url(self, path):
+        return f"https://{self.target[0]}:{self.target[1]}{path}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done = True
+        self.thread.join()
+        self.front.close()
+        self.back.close()
+
+    def run(self):
+        self.front.setblocking(False)
+        self.back.setblocking(False)
+        while not self.done:
+            ready, _, _ = select.select([self.front, self.back], [], [], 0.05)
+            # Everything the client sent is read before any answer is
+            # passed on: the first flight is complete when one arrives.
+            while self.front in ready:
+                try:
+                    data, self.client = self.front.recvfrom(65536)
+                except BlockingIOError:
+                    break
+                if not self.answered:
+                    self.first_flight.append(data)
+                self.back.send(data)
+            while self.back in ready:
+                try:
+                    data = self.back.recv(65536)
+                except (BlockingIOError, ConnectionRefusedError):
+                    break
+                self.answered = True
+                self.front.sendto(data, self.client)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
