@@ -70,6 +70,14 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
     }
   }
   umem_area_ = static_cast<uint8_t *>(area);
+  // The kernel pins the UMEM for the sockets, and fork() copies pinned
+  // private pages into the child at once (huge ones from the pool: with
+  // none spare, fork() failed and so did every binary upgrade). The
+  // upgrade's child only execs: it gets no copy.
+  if (madvise(area, umem_size_, MADV_DONTFORK) != 0) {
+    LOG_WARN("%sMADV_DONTFORK on the UMEM: %s (a binary upgrade's fork copies it)",
+             where(opts_).c_str(), std::strerror(errno));
+  }
   try {
     for (uint32_t id : opts_.queues) {
       queues_.push_back(std::make_unique<Queue>());

@@ -83,6 +83,14 @@ def all_stats(log):
     return [json.loads(m) for m in re.findall(r"stats (\{.*\})", log)]
 
 
+def meminfo(field):
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/meminfo")
+
+
 class Upgrade(TimedTestCase):
     def setUp(self):
         require_tools()
@@ -564,6 +572,40 @@ h2c_listen = [{h2c}]
         self.assertGreater(old["requests"], 0, old)
         self.assertGreater(old["handoff_received"], 0, old)
         self.assertEqual(old["stateless_resets_sent"], 0, old)
+
+    def test_afxdp_upgrade_with_no_hugepage_to_spare(self):
+        # Regression: the UMEM is private memory the kernel pins for the
+        # AF_XDP socket, and fork() copies pinned pages into the child at
+        # once. With the UMEM on huge pages and none spare, fork() failed
+        # (ENOMEM) and so did every upgrade. The UMEM is not inherited
+        # now (MADV_DONTFORK); the new process maps its own, on ordinary
+        # pages if no huge one is left.
+        with open("/proc/sys/vm/nr_hugepages") as f:
+            saved = f.read().strip()
+        try:
+            with open("/proc/sys/vm/compact_memory", "w") as f:
+                f.write("1")  # room for huge pages on a busy machine
+            with open("/proc/sys/vm/nr_hugepages", "w") as f:
+                f.write("16")  # one queue's UMEM: 8192 frames of 4 KiB
+            self.assertEqual(meminfo("HugePages_Total"), 16, "the kernel found no 16 huge pages")
+            with Topology() as topo, self.afxdp_server(topo) as srv:
+                self.assertIn("hugepages", srv.output())
+                self.assertEqual(meminfo("HugePages_Free"), 0)
+                self.afxdp_config(topo, self.h2c[:1])
+                up = ctl(self.sock, "upgrade")
+                self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
+                pid = self.new_pid(up.stdout)
+                r = gtlsclient(srv, ["/bytes/4323"], netns=topo.cli_ns)
+                self.assertEqual(r.file("4323"), pattern(4323), srv.output()[-3000:])
+                self.assertEqual(srv.proc.wait(timeout=60), 0, srv.output()[-3000:])
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(200):
+                    if len(all_stats(srv.output())) == 2:
+                        break
+                    time.sleep(0.05)
+        finally:
+            with open("/proc/sys/vm/nr_hugepages", "w") as f:
+                f.write(saved)
 
     def test_afxdp_failed_upgrade_goes_back_to_af_xdp(self):
         # One worker on two queues (their sockets share a UMEM): going back
