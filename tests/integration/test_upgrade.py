@@ -132,6 +132,16 @@ class Upgrade(TimedTestCase):
         return Server("--config", self.config, host="127.0.0.1", port=self.port, workers=0,
                       listen=[])
 
+    @staticmethod
+    def stop_new(pid, srv):
+        """Stops the new process (the old one has exited) and waits for its
+        stats line, which it writes as it exits into the same log."""
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(200):
+            if len(all_stats(srv.output())) == 2:
+                break
+            time.sleep(0.05)
+
     def new_pid(self, out):
         m = re.search(r"upgraded: pid (\d+)", out)
         self.assertIsNotNone(m, out)
@@ -346,11 +356,7 @@ class Upgrade(TimedTestCase):
                     break
                 time.sleep(0.05)
             new_wake_fds = eventfds(pid)
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(200):  # it writes its stats as it exits
-                if len(all_stats(srv.output())) == 2:
-                    break
-                time.sleep(0.05)
+            self.stop_new(pid, srv)
             log = srv.output()
         self.assert_all_served(h3_out, h2_out, after, log)
         self.assertEqual(new_wake_fds, wake_fds, "the new process kept the old one's eventfds")
@@ -549,11 +555,7 @@ h2c_listen = [{h2c}]
             local = gtlsclient(srv, ["/bytes/1235"], netns=topo.srv_ns, timeout=20)
             stats_new = json.loads(ctl(self.sock, "--json", "stats").stdout)["total"]
             self.assertEqual(srv.proc.wait(timeout=60), 0, srv.output()[-3000:])
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(200):
-                if len(all_stats(srv.output())) == 2:
-                    break
-                time.sleep(0.05)
+            self.stop_new(pid, srv)
             log = srv.output()
         self.assert_all_served(h3_out, h2_out, after, log)
         self.assertEqual(fetch.file("1234"), pattern(1234))
@@ -598,11 +600,7 @@ h2c_listen = [{h2c}]
                 r = gtlsclient(srv, ["/bytes/4323"], netns=topo.cli_ns)
                 self.assertEqual(r.file("4323"), pattern(4323), srv.output()[-3000:])
                 self.assertEqual(srv.proc.wait(timeout=60), 0, srv.output()[-3000:])
-                os.kill(pid, signal.SIGTERM)
-                for _ in range(200):
-                    if len(all_stats(srv.output())) == 2:
-                        break
-                    time.sleep(0.05)
+                self.stop_new(pid, srv)
         finally:
             with open("/proc/sys/vm/nr_hugepages", "w") as f:
                 f.write(saved)
