@@ -712,15 +712,19 @@ void H3Session::proxy_progress(void *tag) {
   auto &s = *static_cast<Stream *>(tag);
   if (s.aborted || gone(s.id)) return;
   credit(s);
+  const bool head_now = !s.responded && s.exchange->head_ready();
+  if (head_now) respond(s);
   if (!s.responded) {
-    if (s.exchange->head_ready()) respond(s);
-  } else if (s.exchange->failed() && s.body_offset == s.exchange->received()) {
-    // Everything that came is with nghttp3 already: it may never ask for
-    // more (a client that grants no stream window), so reset from here.
+    // No head yet.
+  } else if (s.exchange->failed()) {
+    // Reset from here, not when nghttp3 next asks for data: it may never
+    // ask (a client that grants no stream window, with bytes still in the
+    // ring), and the stream would hold its ring and budget meanwhile. The
+    // client discards a reset stream's data anyway.
     s.aborted = true;
     aborted_.push_back(s.id);
     stats_.stream_errors += 1;
-  } else {
+  } else if (!head_now) {
     nghttp3_conn_resume_stream(conn_, s.id);
   }
   transport_.app_want_write();

@@ -1280,6 +1280,64 @@ TEST_F(StreamedRequest, Http3ResetLeavesWhileTheConnectionWindowIsSpent) {
   EXPECT_FALSE(client.responses[big].done);
 }
 
+// Regression: a proxied answer that failed while the client's stream
+// window was shut (here: the client took nothing for
+// --proxy-client-timeout), with bytes in the ring that nghttp3, blocked,
+// would not ask for, was never reset: the reset waited for a read that
+// never came, and the stream held its ring and budget for good.
+TEST_F(StreamedRequest, Http3ResetLeavesWhileTheStreamWindowIsShut) {
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_ + ";timeout_ms=300"); // when the stall is checked
+  cfg->client_timeout_ns = 200'000'000;
+  Proxy proxy(cfg, loop_);
+  xdpq::quic::ManualClock clock;
+  const auto secrets = xdpq::quic::Secrets::generate();
+  xdpq::testing::TestServer server(clock, xdpq::quic::EndpointConfig{}, secrets);
+  server.app->set_proxy(&proxy);
+  xdpq::testing::TestClient client(clock, xdpq::testing::make_test_path(), 0, false, 0, 0, {},
+                                   1000);
+  ASSERT_TRUE(xdpq::testing::run_until(client, server, clock, [&] {
+    return client.handshake_completed() && server.endpoint->stats().handshakes_completed > 0;
+  }));
+  auto wire = [&] {
+    for (auto &dg : client.write()) {
+      for (auto &back : server.deliver(dg)) client.read(back);
+    }
+    for (auto &back : server.tick()) client.read(back);
+  };
+  const int64_t proxied = client.request("GET", "/api/up");
+  ASSERT_EQ(::fcntl(listen_, F_SETFL, O_NONBLOCK), 0);
+  std::string got;
+  const std::string head = "HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n";
+  const std::string body(200 * 1024, 'x');
+  size_t sent = 0;
+  const uint64_t give_up = xdpq::monotonic_ns() + 5'000'000'000ull;
+  Steps steps(loop_,
+              {{[&] {
+                  wire();
+                  got += upstream();
+                  return got.find("\r\n\r\n") != std::string::npos;
+                },
+                [&] { (void)!::send(up_, head.data(), head.size(), 0); }},
+               // The proxy's ring fills; the client takes what its
+               // 1000-byte window lets through (the HEADERS frame counts
+               // too) and grants no more.
+               {[&] {
+                  wire();
+                  ssize_t n = ::send(up_, body.data() + sent, body.size() - sent,
+                                     MSG_DONTWAIT | MSG_NOSIGNAL); // closed once it fails
+                  if (n > 0) sent += static_cast<size_t>(n);
+                  return client.responses[proxied].reset || xdpq::monotonic_ns() > give_up;
+                },
+                nullptr}});
+  EXPECT_EQ(steps.run(), 2u);
+  EXPECT_LT(client.responses[proxied].body.size(), 1000u); // the window stayed shut
+  EXPECT_GT(sent, 64u * 1024);                              // past the proxy's ring
+  EXPECT_EQ(proxy.stats().proxy_client_timeouts, 1u);
+  EXPECT_TRUE(client.responses[proxied].reset);
+  EXPECT_EQ(client.responses[proxied].reset_code, static_cast<uint64_t>(NGHTTP3_H3_INTERNAL_ERROR));
+}
+
 // A URL listed twice in a route is two upstreams; across a reload each
 // keeps its own counters (the first listing the first's, and so on).
 TEST_F(StreamedRequest, AReloadKeepsTheCountersOfAUrlListedTwice) {
