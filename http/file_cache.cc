@@ -66,6 +66,14 @@ bool has_hidden_segment(std::string_view rel) {
   return false;
 }
 
+bool FileEntry::changed_on_disk() const {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return true;
+  // Not the ctime: an unlink or a rename changes it (the atomic replace
+  // of a file in flight), and the bytes are still this version's.
+  return static_cast<uint64_t>(st.st_size) != size || ns_of(st.st_mtim) != mtime_ns;
+}
+
 FileEntry::~FileEntry() {
   if (fd >= 0)
     close(fd);
@@ -139,8 +147,9 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
         break;
       got += static_cast<size_t>(n);
     }
-    if (got != e->size)
-      return Status::unavailable; // truncated while we read it
+    // Truncated or written while we read it: not one version's bytes.
+    if (got != e->size || e->changed_on_disk())
+      return Status::unavailable;
     e->in_memory = true;
     e->held = held_;
     *held_ += e->size;
@@ -218,8 +227,10 @@ FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
                       fresh->size == old.size && fresh->mtime_ns == old.mtime_ns &&
                       fresh->ctime_ns == old.ctime_ns;
     // A small file cached by its descriptor while evicted copies filled
-    // memory goes back to memory once there is room again.
-    if (same && !(fresh->in_memory && !old.in_memory)) {
+    // memory goes back to memory once there is room again; an entry a
+    // short read marked stale is replaced by the fresh one (it would be
+    // checked again at every request otherwise).
+    if (same && !old.stale && !(fresh->in_memory && !old.in_memory)) {
       stats_.hits += 1;
       slot.checked_ns = now_ns;
       lru_.splice(lru_.begin(), lru_, slot.lru);

@@ -53,9 +53,13 @@ struct FileEntry {
   std::string bytes; // the whole file when it is small; else empty
   bool in_memory = false;
   bool directory = false; // the path names a directory; this is its index.html
-  // A read found the file shorter than this entry says: the next lookup
-  // revalidates at once instead of waiting for the interval.
+  // A read found the file shorter than this entry says, or changed: the
+  // next lookup revalidates at once instead of waiting for the interval.
   mutable bool stale = false;
+  // The open file is no longer what this entry describes (written in
+  // place or truncated: its size or mtime changed): bytes read from it
+  // may belong to another version. One fstat().
+  bool changed_on_disk() const;
   // Its cache's count of file bytes in memory, which bytes are part of
   // while this entry lives (null when they are not in memory).
   std::shared_ptr<size_t> held;

@@ -130,7 +130,10 @@ public:
 
 private:
   // Up to len bytes of the body from offset (no further than its end);
-  // fewer when the file shrank under us (the cache entry is then stale).
+  // fewer when the file shrank under us, none when it was written since it
+  // was opened (the cache entry is then stale, and the response aborts:
+  // sent under the first version's ETag and length, another version's
+  // bytes would splice two files, in a resumed download say).
   size_t read_at(uint64_t offset, uint8_t *dst, size_t len) const {
     if (offset >= len_) return 0;
     len = static_cast<size_t>(std::min<uint64_t>(len, len_ - offset));
@@ -143,8 +146,10 @@ private:
         break;
       got += static_cast<size_t>(n);
     }
-    if (got < len)
-      entry_->stale = true; // shorter than the cache thinks
+    if (got < len || entry_->changed_on_disk()) {
+      entry_->stale = true;
+      return got < len ? got : 0;
+    }
     return got;
   }
 
@@ -267,8 +272,10 @@ std::string_view content_type_for(std::string_view path) {
 }
 
 int parse_range(std::string_view header, uint64_t size, uint64_t &first, uint64_t &last) {
-  constexpr std::string_view UNIT = "bytes=";
-  if (!header.starts_with(UNIT)) return 0;
+  constexpr std::string_view UNIT = "bytes="; // the unit is case-insensitive
+  if (header.size() < UNIT.size() || strncasecmp(header.data(), UNIT.data(), UNIT.size()) != 0) {
+    return 0;
+  }
   auto spec = header.substr(UNIT.size());
   if (spec.find(',') != std::string_view::npos) return 0; // one range only
   auto dash = spec.find('-');
@@ -278,7 +285,10 @@ int parse_range(std::string_view header, uint64_t size, uint64_t &first, uint64_
   auto parse = [](std::string_view s, uint64_t &v) {
     if (s.empty()) return false;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    return ec == std::errc{} && end == s.data() + s.size();
+    if (end != s.data() + s.size()) return false;
+    // Digits past 64 bits are still a position, past any file's end.
+    if (ec == std::errc::result_out_of_range) v = UINT64_MAX;
+    return ec == std::errc{} || ec == std::errc::result_out_of_range;
   };
   uint64_t x = 0, y = 0;
   if (a.empty()) { // suffix: last y bytes

@@ -1,13 +1,16 @@
 #include "http/router.h"
 #include "http/static_files.h"
+#include "base/clock.h"
 
 #include "body_text.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
@@ -120,6 +123,22 @@ TEST_F(StaticFilesTest, SingleRange) {
   EXPECT_EQ(get("/a.txt", {{"range", "items=0-1"}}).status, 200);
 }
 
+// Regression (RFC 9110 14.1): the range unit is case-insensitive, and a
+// position too large for 64 bits is still a position: a last one past
+// the end is clamped (206), a first one past it is unsatisfiable (416).
+// These were ignored (200, the whole file).
+TEST_F(StaticFilesTest, RangeUnitCaseAndHugePositions) {
+  EXPECT_EQ(body_of(get("/a.txt", {{"range", "Bytes=2-4"}})), "234");
+  auto clamped = get("/a.txt", {{"range", "bytes=8-99999999999999999999999"}});
+  EXPECT_EQ(clamped.status, 206);
+  EXPECT_EQ(body_of(clamped), "89");
+  EXPECT_EQ(get("/a.txt", {{"range", "bytes=99999999999999999999999-"}}).status, 416);
+  auto suffix = get("/a.txt", {{"range", "bytes=-99999999999999999999999"}});
+  EXPECT_EQ(suffix.status, 206);
+  EXPECT_EQ(body_of(suffix), "0123456789");
+  EXPECT_EQ(get("/a.txt", {{"range", "bytes=2-+4"}}).status, 200); // not a number: ignored
+}
+
 // RFC 9110 13.1.1: If-Match was not evaluated, so a client resuming a
 // download with the ETag it began with got another version's bytes.
 TEST_F(StaticFilesTest, IfMatchIsEvaluatedStrongly) {
@@ -206,6 +225,21 @@ TEST_F(StaticFilesTest, CacheHitsNeedNoFileSystem) {
   write(base_ / "root" / "a.txt", "changed!");
   EXPECT_EQ(body_of(get("/a.txt")), "0123456789");
   EXPECT_EQ(cache_stats().revalidations, 0u);
+}
+
+// Regression: an entry marked stale (a read came up short: an I/O error,
+// or a truncation undone) that its revalidation found unchanged stayed
+// stale, so every later request opened and checked the file again.
+TEST_F(StaticFilesTest, AStaleEntryFoundUnchangedIsFreshAgain) {
+  FileCacheLimits l;
+  l.revalidate_ns = 3600'000'000'000ull;
+  with_limits(l);
+  std::shared_ptr<const FileEntry> e;
+  ASSERT_EQ(handler_->cache().lookup("a.txt", xdpq::monotonic_ns(), e), FileCache::Status::ok);
+  e->stale = true;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(body_of(get("/a.txt")), "0123456789");
+  EXPECT_EQ(cache_stats().revalidations, 1u);
+  EXPECT_EQ(cache_stats().changed, 0u);
 }
 
 TEST_F(StaticFilesTest, CacheRevalidatesChangesAndDeletions) {
@@ -358,6 +392,37 @@ TEST_F(StaticFilesTest, LargeFilesAreReadOnDemandAndSurviveTruncation) {
   std::string rest = body_of(inflight);
   EXPECT_NE(rest.find(BODY_ABORTED), std::string::npos);
   EXPECT_LT(rest.size(), big.size());
+}
+
+// Regression: a large file written in place (same size, same inode:
+// cp over it, rsync --inplace, dd conv=notrunc) while a response read it
+// sent the new version's bytes under the old ETag and length, spliced
+// onto the old ones; with If-Range, a resumed download did the same.
+TEST_F(StaticFilesTest, ALargeFileWrittenInPlaceAbortsItsResponses) {
+  std::string big(600 * 1024, '\0');
+  for (size_t i = 0; i < big.size(); ++i)
+    big[i] = static_cast<char>('a' + i % 23);
+  write(base_ / "root" / "big.bin", big);
+  FileCacheLimits l;
+  l.revalidate_ns = 3600'000'000'000ull; // the cache does not look again
+  with_limits(l);
+  const std::string etag = *header(get("/big.bin"), "etag");
+  auto inflight = get("/big.bin");
+  ASSERT_FALSE(inflight.body->chunk(0).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20)); // a later timestamp
+  {
+    std::fstream f(base_ / "root" / "big.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300000);
+    f << "NEW VERSION";
+  }
+  std::string rest = body_of(inflight);
+  EXPECT_NE(rest.find(BODY_ABORTED), std::string::npos);
+  EXPECT_EQ(rest.find("NEW VERSION"), std::string::npos);
+  // The entry was found changed: a resume with the old ETag gets the whole
+  // new version, not a part of it.
+  auto resumed = get("/big.bin", {{"range", "bytes=299990-300020"}, {"if-range", etag}});
+  EXPECT_EQ(resumed.status, 200);
+  EXPECT_NE(*header(resumed, "etag"), etag);
 }
 
 TEST_F(StaticFilesTest, CacheIsBoundedByEntriesAndBytes) {
