@@ -193,6 +193,14 @@ void AdminServer::stop_listening(Which which) {
   }
 }
 
+void AdminServer::replace_control_fd(int fd) {
+  for (auto &l : listeners_) {
+    if (l->http || l->listening) continue;
+    l->fd = fd;
+    l->backoff = std::make_unique<dataplane::AcceptBackoff>(loop_, fd, l.get());
+  }
+}
+
 void AdminServer::resume_listening() {
   for (auto &l : listeners_) {
     if (l->listening) continue;

@@ -68,6 +68,9 @@ public:
   enum class Which { both, control, metrics };
   void stop_listening(Which which = Which::both);
   void resume_listening();
+  // The control socket bound afresh (the path of the one in use was
+  // removed); call while not listening. The old descriptor is the caller's.
+  void replace_control_fd(int fd);
   size_t client_count() const { return clients_.size(); }
   const AdminStats &stats() const { return stats_; }
 

@@ -483,6 +483,10 @@ void Server::upgrade_channel_closed() {
     for (auto &w : workers_) w->request_take_back();
     draining_ = false;
     handed_over_ = false;
+    if (const int old = rebind_control(); old >= 0) {
+      control_->admin.replace_control_fd(control_fd_);
+      close(old);
+    }
     control_->admin.resume_listening();
   } else if (inherited_) {
     LOG_INFO("upgrade: the previous process exited; its connection IDs are unknown from now on");

@@ -186,6 +186,23 @@ void Server::open_control() {
   }
 }
 
+int Server::rebind_control() {
+  // A new process that exits through its destructors after it became
+  // ready removes the path of the control socket it shares with us: bound
+  // afresh, xdpqctl (and systemctl reload) reach us again.
+  struct stat st {};
+  if (control_fd_ < 0 || lstat(control_path_.c_str(), &st) == 0 || errno != ENOENT) return -1;
+  try {
+    const int old = control_fd_;
+    control_fd_ = bind_control_socket(control_path_);
+    LOG_INFO("control socket %s bound afresh", control_path_.c_str());
+    return old;
+  } catch (const std::exception &e) {
+    LOG_ERROR("control socket %s: %s", control_path_.c_str(), e.what());
+    return -1;
+  }
+}
+
 void Server::close_control() {
   if (control_fd_ >= 0) {
     close(control_fd_);

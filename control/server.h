@@ -75,6 +75,9 @@ private:
   // control_socket.cc
   void open_control();
   void close_control();
+  // After a take-back: if the control socket's path went away, binds it
+  // afresh and returns the old descriptor (to close once unused), else -1.
+  int rebind_control();
   std::string command(const std::vector<std::string> &args, bool json);
   // Every worker's snapshot, all asked for at once with one deadline
   // (SNAPSHOT_WAIT); the ids of workers that did not answer in time (stuck,

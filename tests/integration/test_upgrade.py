@@ -279,6 +279,22 @@ class Upgrade(TimedTestCase):
         self.assertIn(b"200", keep.recv(4096))
         return keep
 
+    def upgrade_then_kill_the_new_process(self, srv, before_kill=None):
+        """Upgrades, kills the new process (a binary that crashes under
+        traffic) and waits until the old one answers again. Returns the idle
+        keep-alive connection that keeps the old process draining."""
+        old = srv.proc.pid
+        keep = self.keep_alive()
+        up = ctl(self.sock, "upgrade")
+        self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+        pid = self.new_pid(up.stdout)
+        if before_kill:
+            before_kill()
+        os.kill(pid, signal.SIGKILL)
+        status = self.status_once_back(old, srv)
+        self.assertEqual(status["state"], "running")
+        return keep
+
     def status_once_back(self, old, srv):
         """The status of the old process once it answers the control
         socket again (it took it back from the killed new one)."""
@@ -382,15 +398,7 @@ class Upgrade(TimedTestCase):
 
     def test_old_process_takes_the_sockets_back_when_the_new_one_dies(self):
         with self.start() as srv:
-            old = srv.proc.pid
-            # An idle keep-alive connection keeps the old process draining.
-            keep = self.keep_alive()
-            up = ctl(self.sock, "upgrade")
-            self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
-            pid = self.new_pid(up.stdout)
-            os.kill(pid, signal.SIGKILL)  # a new binary that crashes under traffic
-            status = self.status_once_back(old, srv)
-            self.assertEqual(status["state"], "running")
+            keep = self.upgrade_then_kill_the_new_process(srv)
             fetch = gtlsclient(srv, ["/bytes/4321"])
             h1 = subprocess.run(["h2load", "-n", "100", "-c", "2",
                                  f"http://127.0.0.1:{self.h2c[0]}/bytes/10"],
@@ -402,6 +410,18 @@ class Upgrade(TimedTestCase):
         self.assertEqual(fetch.file("4321"), pattern(4321))
         self.assertIn("100 succeeded, 0 failed", h1)
         self.assertIn("taking the sockets back", srv.output())
+
+    def test_a_control_socket_path_the_new_process_removed_is_bound_again(self):
+        # Regression: a new process that exits through its destructors
+        # after it became ready (a worker failed: status 1) removes the
+        # control socket's path, which it shares with the old process. The
+        # old one took the sockets back but listened on a socket nobody
+        # could reach: xdpqctl, and systemctl reload with it, got ENOENT.
+        # (The unlink here stands for the new process's own.)
+        with self.start() as srv:
+            keep = self.upgrade_then_kill_the_new_process(srv, lambda: os.unlink(self.sock))
+            self.assertIn("bound afresh", srv.output())
+            keep.close()
 
     def test_stopping_the_service_after_an_upgrade_stops_the_old_process_too(self):
         # systemd stops a service by sending SIGTERM to every process of
