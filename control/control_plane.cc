@@ -41,6 +41,14 @@ namespace xdpq::control {
 namespace {
 // How long a reload may take to check the new configuration.
 constexpr std::chrono::seconds RELOAD_CHECK_LIMIT{30};
+
+// SIGTERM or SIGINT waits to be read: the server signals are blocked in
+// every thread and read from the control loop's signalfd.
+bool stop_pending() {
+  sigset_t set;
+  if (sigpending(&set) != 0) return false;
+  return sigismember(&set, SIGTERM) == 1 || sigismember(&set, SIGINT) == 1;
+}
 } // namespace
 
 // A fresh access log file at the configured path (logrotate moved the old
@@ -189,6 +197,13 @@ std::string Server::reload() {
     const auto give_up = std::chrono::steady_clock::now() + RELOAD_CHECK_LIMIT;
     std::unique_lock lock(pending->mu);
     while (!pending->done) {
+      if (stop_pending()) {
+        // The stop is not kept waiting (systemd kills what has not
+        // stopped within TimeoutStopSec, drain or not): the signal stays
+        // queued for the loop, which drains as soon as this returns.
+        throw std::runtime_error("abandoned: the server was asked to stop while the new "
+                                 "configuration was being checked");
+      }
       if (std::chrono::steady_clock::now() >= give_up) {
         throw std::runtime_error("checking the new configuration took longer than " +
                                  std::to_string(RELOAD_CHECK_LIMIT.count()) +

@@ -5,6 +5,7 @@ new certificate during a download, SIGTERM drain (AF_XDP, nothing left
 attached), stateless reset after a restart with the same secrets, the control
 socket refusing others and surviving garbage, Prometheus metrics, sd_notify."""
 
+import contextlib
 import ctypes
 import json
 import os
@@ -698,72 +699,108 @@ class ControlTest(TimedTestCase):
         # a query's timeout at 30 s), so the reload gives up on it, the
         # server goes on serving, and it stops cleanly with the lookup
         # still running.
-        ns = f"xdpq-dns-{os.getpid()}"
-        etc = f"/etc/netns/{ns}"
-        subprocess.run(["ip", "netns", "add", ns], check=True)
-        dns = None
-        try:
-            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
-            os.makedirs(etc, exist_ok=True)
-            with open(os.path.join(etc, "resolv.conf"), "w") as f:
-                f.write("nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
-            # A resolver that takes every query and answers none.
-            dns = subprocess.Popen(
-                ["ip", "netns", "exec", ns, sys.executable, "-c",
-                 "import socket\n"
-                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                 "s.bind(('127.0.0.1', 53)); print('ready', flush=True)\n"
-                 "while True: s.recv(4096)\n"], stdout=subprocess.PIPE, text=True)
-            self.assertEqual(dns.stdout.readline().strip(), "ready")
-            cfg = os.path.join(self.tmp, "dns.toml")
+        with silent_resolver(self.tmp) as (ns, write, n, env):
+            with Server("--config", write.path, netns=ns, extra_env=env) as srv:
+                reload_to_an_unresolvable_name(srv, write, n)
+                pings = 0
+                while True:  # until the reload is over
+                    msg = n.recv(256).decode()
+                    if msg == "READY=1":
+                        break
+                    pings += msg == "WATCHDOG=1"
+                self.assertGreaterEqual(pings, 25, "watchdog pings stopped while the reload waited")
+                self.assertIn("reload failed, nothing changed", srv.output())
+                self.assertIn("took longer than 30 s", srv.output())
+                # Regression: each reload meanwhile left one more thread
+                # waiting on the resolver. The next one is refused at
+                # once while the first check still runs.
+                srv.proc.send_signal(signal.SIGHUP)
+                while n.recv(256).decode() != "READY=1":
+                    pass
+                self.assertIn("the previous reload's check of the configuration is still "
+                              "running", srv.output())
+                # The old configuration still serves (502: nothing at port 9).
+                r = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sk", "-o",
+                                    "/dev/null", "-w", "%{http_code}", srv.url("/app/x")],
+                                   capture_output=True, text=True, timeout=10)
+                self.assertEqual(r.stdout, "502", r.stderr)
+                stats = srv.stop()  # the lookup still waits on its thread
+                self.assertEqual(srv.proc.returncode, 0, srv.output()[-2000:])
+                self.assertIn("tcp_requests", stats)
 
-            def write(url):
-                with open(cfg, "w") as f:
-                    f.write(f'[[proxy]]\nprefix = "/app"\nupstreams = ["{url}"]\n')
-            write("http://127.0.0.1:9")
-            path = os.path.join(self.tmp, "notify-dns.sock")
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as n:
-                n.bind(path)
-                n.settimeout(30)
-                env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"}
-                with Server("--config", cfg, netns=ns, extra_env=env) as srv:
-                    while n.recv(256).decode() != "READY=1":
-                        pass
-                    write("http://app.example:8080")  # resolved by the reload
-                    srv.proc.send_signal(signal.SIGHUP)
-                    while n.recv(256).decode() != "RELOADING=1":
-                        pass
-                    pings = 0
-                    while True:  # until the reload is over
-                        msg = n.recv(256).decode()
-                        if msg == "READY=1":
-                            break
-                        pings += msg == "WATCHDOG=1"
-                    self.assertGreaterEqual(pings, 25, "watchdog pings stopped while the reload waited")
-                    self.assertIn("reload failed, nothing changed", srv.output())
-                    self.assertIn("took longer than 30 s", srv.output())
-                    # Regression: each reload meanwhile left one more thread
-                    # waiting on the resolver. The next one is refused at
-                    # once while the first check still runs.
-                    srv.proc.send_signal(signal.SIGHUP)
-                    while n.recv(256).decode() != "READY=1":
-                        pass
-                    self.assertIn("the previous reload's check of the configuration is still "
-                                  "running", srv.output())
-                    # The old configuration still serves (502: nothing at port 9).
-                    r = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sk", "-o",
-                                        "/dev/null", "-w", "%{http_code}", srv.url("/app/x")],
-                                       capture_output=True, text=True, timeout=10)
-                    self.assertEqual(r.stdout, "502", r.stderr)
-                    stats = srv.stop()  # the lookup still waits on its thread
-                    self.assertEqual(srv.proc.returncode, 0, srv.output()[-2000:])
-                    self.assertIn("tcp_requests", stats)
-        finally:
-            if dns:
-                dns.kill()
-                dns.wait()
-            subprocess.run(["ip", "netns", "del", ns])
-            shutil.rmtree(etc, ignore_errors=True)
+    def test_a_stop_during_a_reload_does_not_wait_for_it(self):
+        # Regression: SIGTERM during a reload that waited on a resolver was
+        # read only once the reload gave up, up to 30 s later: systemd's
+        # TimeoutStopSec (30 s) could kill the server before its drain
+        # began. The reload is abandoned now and the drain begins.
+        with silent_resolver(self.tmp) as (ns, write, n, env):
+            with Server("--config", write.path, netns=ns, extra_env=env) as srv:
+                reload_to_an_unresolvable_name(srv, write, n)
+                srv.proc.send_signal(signal.SIGTERM)
+                while n.recv(256).decode() != "STOPPING=1":
+                    pass
+                self.assertEqual(srv.proc.wait(timeout=20), 0, srv.output()[-2000:])
+                log = srv.output()
+        self.assertIn("reload failed, nothing changed: abandoned: the server was asked to stop",
+                      log)
+        self.assertNotIn("took longer than 30 s", log)
+        self.assertIn("draining", log)
+
+
+def reload_to_an_unresolvable_name(srv, write, notify):
+    """Once srv is ready: a route to a name the resolver never answers, and
+    SIGHUP; returns when the reload has begun (RELOADING=1)."""
+    while notify.recv(256).decode() != "READY=1":
+        pass
+    write("http://app.example:8080")  # resolved by the reload
+    srv.proc.send_signal(signal.SIGHUP)
+    while notify.recv(256).decode() != "RELOADING=1":
+        pass
+
+
+@contextlib.contextmanager
+def silent_resolver(tmp):
+    """A network namespace whose resolver takes every query and answers
+    none; yields (namespace, write, notify, env): write(url) writes a
+    config file (write.path) with one proxy route to url, notify is a bound
+    NOTIFY_SOCKET and env the environment that names it (with a 1 s
+    watchdog)."""
+    ns = f"xdpq-dns-{os.getpid()}"
+    etc = f"/etc/netns/{ns}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    dns = None
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        os.makedirs(etc, exist_ok=True)
+        with open(os.path.join(etc, "resolv.conf"), "w") as f:
+            f.write("nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
+        dns = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c",
+             "import socket\n"
+             "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+             "s.bind(('127.0.0.1', 53)); print('ready', flush=True)\n"
+             "while True: s.recv(4096)\n"], stdout=subprocess.PIPE, text=True)
+        assert dns.stdout.readline().strip() == "ready"
+        cfg = os.path.join(tmp, "dns.toml")
+
+        def write(url):
+            with open(cfg, "w") as f:
+                f.write(f'[[proxy]]\nprefix = "/app"\nupstreams = ["{url}"]\n')
+        write.path = cfg
+        write("http://127.0.0.1:9")
+        path = os.path.join(tmp, "notify-dns.sock")
+        if os.path.exists(path):
+            os.unlink(path)  # an earlier test's
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as n:
+            n.bind(path)
+            n.settimeout(30)
+            yield ns, write, n, {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"}
+    finally:
+        if dns:
+            dns.kill()
+            dns.wait()
+        subprocess.run(["ip", "netns", "del", ns])
+        shutil.rmtree(etc, ignore_errors=True)
 
 
 if __name__ == "__main__":
