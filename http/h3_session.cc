@@ -464,6 +464,11 @@ void H3Session::send_resets() {
     transport_.app_reset_writing(id, NGHTTP3_H3_INTERNAL_ERROR);
   }
   aborted_.clear();
+  for (int64_t id : cancelled_) {
+    transport_.app_stop_reading(id, NGHTTP3_H3_REQUEST_CANCELLED);
+    transport_.app_reset_writing(id, NGHTTP3_H3_REQUEST_CANCELLED);
+  }
+  cancelled_.clear();
 }
 
 int H3Session::add_write_offset(int64_t stream_id, size_t n) {
@@ -570,7 +575,7 @@ void H3Session::shutdown_stream_read(int64_t stream_id) {
   // a scan of this connection's streams.
   Stream *s = find(stream_id);
   if (s && s->exchange && s->exchange->body_expected() && !s->exchange->ended())
-    abort_request(*s);
+    abort_request(*s, true);
 }
 
 void H3Session::peer_reset(int64_t stream_id) {
@@ -585,7 +590,12 @@ void H3Session::peer_reset(int64_t stream_id) {
     if (s->heading) stop_heading(*s);
     s->refused = true;
   }
-  stats_.incomplete_resets += 1;
+  // A stream that is neither one of ours nor still opening was abandoned
+  // by us already (its head timed out): the client's reset answers ours,
+  // and is no second abandoned request.
+  const bool opening = std::any_of(opening_.begin(), opening_.end(),
+                                   [&](const Opening &o) { return o.id == stream_id; });
+  if (s || opening) stats_.incomplete_resets += 1;
   transport_.app_reset_writing(stream_id, NGHTTP3_H3_REQUEST_INCOMPLETE);
 }
 
@@ -753,14 +763,21 @@ void H3Session::flush_bodies() {
   if (credited) transport_.app_want_write();
 }
 
-void H3Session::abort_request(Stream &s) {
+void H3Session::abort_request(Stream &s, bool by_client) {
   s.exchange->abort_body();
   if (s.aborted) return;
   s.aborted = true;
   s.responded = true; // whatever the exchange says now, the stream is reset
   settle(s);
-  stats_.stream_errors += 1;
-  aborted_.push_back(s.id);
+  if (by_client) {
+    // The client reset its request mid-body: an incomplete request, not
+    // the server's error; our side goes with H3_REQUEST_CANCELLED.
+    stats_.incomplete_resets += 1;
+    cancelled_.push_back(s.id);
+  } else {
+    stats_.stream_errors += 1;
+    aborted_.push_back(s.id);
+  }
   transport_.app_want_write();
 }
 
@@ -866,6 +883,7 @@ void H3Session::on_stream_close(Stream &s) {
   stop_waiting(s);
   leave_pool_if_idle();
   std::erase(aborted_, s.id); // closed already: nothing to reset
+  std::erase(cancelled_, s.id);
   log_request(s);
   s.req.reset();
   s.exchange = nullptr;

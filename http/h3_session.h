@@ -205,10 +205,11 @@ private:
   bool credit(Stream &s);
   // Writes the bodies that on_data() handed to exchanges during one read.
   void flush_bodies();
-  void send_resets(); // the streams in aborted_, reset both ways
+  void send_resets(); // the streams in aborted_ and cancelled_, reset both ways
   // The proxied request cannot go on (body cut, overrun, over budget):
   // the stream is reset both ways, the upstream connection closed.
-  void abort_request(Stream &s);
+  // by_client: the client reset the request (counted as incomplete).
+  void abort_request(Stream &s, bool by_client = false);
   nghttp3_ssize read_streamed(Stream &s, nghttp3_vec *vec, size_t veccnt, uint32_t *flags);
   void respond(Stream &s);
   void settle(Stream &s); // no longer awaiting its upstream's head
@@ -264,6 +265,7 @@ private:
   SlotKeep keep_;                             // what free_'s slots keep, summed
   std::vector<nghttp3_nv> nva_;               // scratch for submit_response
   std::vector<int64_t> aborted_;              // streams to reset after this write
+  std::vector<int64_t> cancelled_;            // ... whose client cancelled them
   std::vector<Stream *> flush_;               // proxied bodies to write after this read
   bool reading_early_ = false;                // read_stream() is feeding 0-RTT bytes
   static constexpr uint64_t READ_AHEAD = 128 * 1024;

@@ -1217,26 +1217,39 @@ TEST_F(StreamedRequest, WaitingRequestsTakeFreedRoomOrTimeOut) {
   proxy.end_of_pass();
 }
 
+// An HTTP/3 client and server in memory, the server proxying through
+// proxy; wire() moves datagrams both ways with no time passing (the event
+// loop runs the upstream side).
+struct H3Pipe {
+  H3Pipe(Proxy &proxy, uint64_t fixed_window = 0, uint64_t stream_window = 0)
+      : server(clock, xdpq::quic::EndpointConfig{}, secrets),
+        client(clock, xdpq::testing::make_test_path(), fixed_window, false, 0, 0, {},
+               stream_window) {
+    server.app->set_proxy(&proxy);
+    EXPECT_TRUE(xdpq::testing::run_until(client, server, clock, [&] {
+      return client.handshake_completed() && server.endpoint->stats().handshakes_completed > 0;
+    }));
+  }
+  void wire() {
+    for (auto &dg : client.write()) {
+      for (auto &back : server.deliver(dg)) client.read(back);
+    }
+    for (auto &back : server.tick()) client.read(back);
+  }
+  xdpq::quic::ManualClock clock;
+  const xdpq::quic::Secrets secrets = xdpq::quic::Secrets::generate();
+  xdpq::testing::TestServer server;
+  xdpq::testing::TestClient client;
+};
+
 // HTTP/3: a proxied answer cut off by its upstream is reset at once, even
 // while the client's connection window is spent on another answer (a
 // RESET_STREAM takes no flow-control credit), not when the client next
 // grants some.
 TEST_F(StreamedRequest, Http3ResetLeavesWhileTheConnectionWindowIsSpent) {
-  xdpq::quic::ManualClock clock;
-  const auto secrets = xdpq::quic::Secrets::generate();
-  xdpq::testing::TestServer server(clock, xdpq::quic::EndpointConfig{}, secrets);
-  server.app->set_proxy(proxy_.get());
-  xdpq::testing::TestClient client(clock, xdpq::testing::make_test_path(), 64 * 1024);
-  ASSERT_TRUE(xdpq::testing::run_until(client, server, clock, [&] {
-    return client.handshake_completed() && server.endpoint->stats().handshakes_completed > 0;
-  }));
-  // Datagrams both ways, no time passing; the loop runs the upstream side.
-  auto wire = [&] {
-    for (auto &dg : client.write()) {
-      for (auto &back : server.deliver(dg)) client.read(back);
-    }
-    for (auto &back : server.tick()) client.read(back);
-  };
+  H3Pipe pipe(*proxy_, 64 * 1024);
+  auto &client = pipe.client;
+  auto wire = [&] { pipe.wire(); };
   const int64_t proxied = client.request("GET", "/api/up");
   ASSERT_EQ(::fcntl(listen_, F_SETFL, O_NONBLOCK), 0); // upstream() polls
   std::string got;
@@ -1290,21 +1303,9 @@ TEST_F(StreamedRequest, Http3ResetLeavesWhileTheStreamWindowIsShut) {
   cfg->add_route("/api=unix:" + path_ + ";timeout_ms=300"); // when the stall is checked
   cfg->client_timeout_ns = 200'000'000;
   Proxy proxy(cfg, loop_);
-  xdpq::quic::ManualClock clock;
-  const auto secrets = xdpq::quic::Secrets::generate();
-  xdpq::testing::TestServer server(clock, xdpq::quic::EndpointConfig{}, secrets);
-  server.app->set_proxy(&proxy);
-  xdpq::testing::TestClient client(clock, xdpq::testing::make_test_path(), 0, false, 0, 0, {},
-                                   1000);
-  ASSERT_TRUE(xdpq::testing::run_until(client, server, clock, [&] {
-    return client.handshake_completed() && server.endpoint->stats().handshakes_completed > 0;
-  }));
-  auto wire = [&] {
-    for (auto &dg : client.write()) {
-      for (auto &back : server.deliver(dg)) client.read(back);
-    }
-    for (auto &back : server.tick()) client.read(back);
-  };
+  H3Pipe pipe(proxy, 0, 1000);
+  auto &client = pipe.client;
+  auto wire = [&] { pipe.wire(); };
   const int64_t proxied = client.request("GET", "/api/up");
   ASSERT_EQ(::fcntl(listen_, F_SETFL, O_NONBLOCK), 0);
   std::string got;
@@ -1336,6 +1337,38 @@ TEST_F(StreamedRequest, Http3ResetLeavesWhileTheStreamWindowIsShut) {
   EXPECT_EQ(proxy.stats().proxy_client_timeouts, 1u);
   EXPECT_TRUE(client.responses[proxied].reset);
   EXPECT_EQ(client.responses[proxied].reset_code, static_cast<uint64_t>(NGHTTP3_H3_INTERNAL_ERROR));
+}
+
+// Regression: a client that cancelled its proxied upload (RESET_STREAM
+// mid-body) was counted as a stream the server reset for its own error
+// (stream_errors), so every cancelled upload looked like a server fault.
+// It is an incomplete request the client abandoned, as on the static path.
+TEST_F(StreamedRequest, Http3ClientCancellingItsUploadIsNoServerError) {
+  H3Pipe pipe(*proxy_);
+  auto &client = pipe.client;
+  auto &server = pipe.server;
+  auto wire = [&] { pipe.wire(); };
+  const int64_t sid = client.request("POST", "/api/up", {}, "the first part", false);
+  ASSERT_EQ(::fcntl(listen_, F_SETFL, O_NONBLOCK), 0);
+  std::string got;
+  int rounds = 0;
+  Steps steps(loop_,
+              {{[&] {
+                  wire();
+                  got += upstream();
+                  return got.find("the first part") != std::string::npos;
+                },
+                [&] { client.cancel(sid); }},
+               {[&] {
+                  wire();
+                  const auto &st = server.app->stats();
+                  return st.incomplete_resets + st.stream_errors > 0 || ++rounds > 200;
+                },
+                nullptr}});
+  EXPECT_EQ(steps.run(), 2u);
+  EXPECT_EQ(server.app->stats().stream_errors, 0u);
+  EXPECT_EQ(server.app->stats().incomplete_resets, 1u);
+  EXPECT_EQ(proxy_->stats().proxy_body_aborts, 1u);
 }
 
 // A URL listed twice in a route is two upstreams; across a reload each
