@@ -133,7 +133,9 @@ private:
   // fewer when the file shrank under us, none when it was written since it
   // was opened (the cache entry is then stale, and the response aborts:
   // sent under the first version's ETag and length, another version's
-  // bytes would splice two files, in a resumed download say).
+  // bytes would splice two files, in a resumed download say). Written is
+  // checked (fstat) once per 64 KiB read and at the body's last read: a
+  // response never ends whole with another version's bytes in it.
   size_t read_at(uint64_t offset, uint8_t *dst, size_t len) const {
     if (offset >= len_) return 0;
     len = static_cast<size_t>(std::min<uint64_t>(len, len_ - offset));
@@ -146,10 +148,12 @@ private:
         break;
       got += static_cast<size_t>(n);
     }
-    if (got < len || entry_->changed_on_disk()) {
+    const bool check = offset + got >= next_check_ || offset + got == len_;
+    if (got < len || (check && entry_->changed_on_disk())) {
       entry_->stale = true;
       return got < len ? got : 0;
     }
+    if (check) next_check_ = offset + got + BlockPool::BLOCK;
     return got;
   }
 
@@ -160,6 +164,7 @@ private:
   };
   std::shared_ptr<const FileEntry> entry_;
   uint64_t first_, len_;
+  mutable uint64_t next_check_ = 0; // read_at checks for a write at this offset
   // The window's bookkeeping from the worker's cache, like the blocks
   // (std::deque's own map and nodes were two mallocs per response).
   mutable std::deque<Block, small_alloc::StlAllocator<Block>> blocks_;
