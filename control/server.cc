@@ -225,6 +225,17 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   } catch (const std::exception &e) {
     throw UsageError(std::string("--cert/--key: ") + e.what());
   }
+  if (!opts_.echo && (opts_.tcp || !opts_.h2c_listen.empty())) {
+    // OpenSSL holds the certificate to its security level, which GnuTLS
+    // does not (a 1024-bit RSA key passes the check above): built here,
+    // --check-config refuses what the start would.
+    try {
+      tcp_tls_ = std::make_shared<http::TcpTlsContext>(tls_cfg.cert_pem, tls_cfg.key_pem,
+                                                       secrets.ticket_key);
+    } catch (const std::exception &e) {
+      throw UsageError(std::string("--cert/--key (TCP TLS): ") + e.what());
+    }
+  }
   secrets_ = secrets;
 
   std::shared_ptr<const quic::QuicLbCodec> quic_lb;
@@ -402,7 +413,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     for (auto &w : workers_) w->set_echo(true);
     dataplane_info += ", UDP echo mode (no QUIC, no TCP)";
   } else if (opts_.tcp || !opts_.h2c_listen.empty()) {
-    start_tcp(tls_cfg, secrets, router, listen);
+    start_tcp(router, listen);
   }
 
   std::string where;
@@ -419,16 +430,9 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
            n == 1 ? "" : "s", dataplane_info.c_str());
 }
 
-void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
-                       const std::shared_ptr<const http::Router> &router,
+void Server::start_tcp(const std::shared_ptr<const http::Router> &router,
                        const std::vector<dataplane::Address> &quic_listen) {
-  std::shared_ptr<http::TcpTlsContext> tls;
-  try {
-    tls = std::make_shared<http::TcpTlsContext>(tls_cfg.cert_pem, tls_cfg.key_pem,
-                                                secrets.ticket_key);
-  } catch (const std::exception &e) {
-    throw UsageError(std::string("--cert/--key (TCP TLS): ") + e.what());
-  }
+  std::shared_ptr<http::TcpTlsContext> tls = tcp_tls_; // checked up front
   // Alt-Svc advertises every UDP port QUIC actually serves.
   std::vector<uint16_t> ports;
   for (const auto &a : quic_listen) {
@@ -484,7 +488,6 @@ void Server::start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secr
       throw UsageError(e.what());
     }
   }
-  tcp_tls_ = tls;
 }
 
 #ifdef XDPQ_HAVE_AFXDP

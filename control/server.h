@@ -144,8 +144,9 @@ private:
   int xdp_link_fd() const;
 
   // Adds HTTP/2 + HTTP/1.1 over TLS on the QUIC addresses to every worker.
-  void start_tcp(const quic::TlsConfig &tls_cfg, const quic::Secrets &secrets,
-                 const std::shared_ptr<const http::Router> &router,
+  // The TCP side on every worker, with tcp_tls_ (built and checked in
+  // the constructor).
+  void start_tcp(const std::shared_ptr<const http::Router> &router,
                  const std::vector<dataplane::Address> &quic_listen);
 
   Options opts_;

@@ -94,6 +94,24 @@ class CliTest(TimedTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("configuration OK", r.stdout)
 
+    def test_check_config_refuses_a_certificate_tls_over_tcp_would(self):
+        # Regression: --check-config checked the certificate with GnuTLS
+        # (QUIC) only. OpenSSL (TLS over TCP) also holds it to its security
+        # level, which a 1024-bit RSA key fails: the check said OK and the
+        # start (ExecStartPre, then the restart loop) failed.
+        d = tempfile.mkdtemp(prefix="xdpq-weak-")
+        key, cert = os.path.join(d, "k.pem"), os.path.join(d, "c.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:1024", "-nodes", "-keyout",
+                        key, "-out", cert, "-days", "2", "-subj", "/CN=weak"], check=True,
+                       capture_output=True)
+        r = run("--check-config", "--listen", "127.0.0.1:1", "--cert", cert, "--key", key)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--cert/--key (TCP TLS)", r.stderr)
+        # Without TLS over TCP, QUIC alone takes it.
+        r = run("--check-config", "--listen", "127.0.0.1:1", "--cert", cert, "--key", key,
+                "--no-tcp")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_check_config_writes_nothing(self):
         # Run as root on a service's config, --check-config must not leave a
         # root-owned secrets file the service user then cannot read.
