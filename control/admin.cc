@@ -193,6 +193,13 @@ void AdminServer::stop_listening(Which which) {
   }
 }
 
+bool AdminServer::control_listening() const {
+  for (const auto &l : listeners_) {
+    if (!l->http) return l->listening;
+  }
+  return false;
+}
+
 void AdminServer::replace_control_fd(int fd) {
   for (auto &l : listeners_) {
     if (l->http || l->listening) continue;

@@ -68,6 +68,9 @@ public:
   enum class Which { both, control, metrics };
   void stop_listening(Which which = Which::both);
   void resume_listening();
+  // Whether the control listener accepts (not while a new process of a
+  // binary upgrade holds it).
+  bool control_listening() const;
   // The control socket bound afresh (the path of the one in use was
   // removed); call while not listening. The old descriptor is the caller's.
   void replace_control_fd(int fd);

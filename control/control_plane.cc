@@ -498,7 +498,9 @@ void Server::upgrade_channel_closed() {
     for (auto &w : workers_) w->request_take_back();
     draining_ = false;
     handed_over_ = false;
-    if (const int old = rebind_control(); old >= 0) {
+    // Only the socket the new process took (it may have bound another
+    // path, and ours was never stopped).
+    if (const int old = control_->admin.control_listening() ? -1 : rebind_control(); old >= 0) {
       control_->admin.replace_control_fd(control_fd_);
       close(old);
     }

@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #ifndef SO_PREFER_BUSY_POLL
@@ -31,6 +33,18 @@ namespace {
 std::string where(const AfXdpOptions &o) {
   return "AF_XDP " + o.ifname + (o.queues.size() == 1 ? " queue " : " queues ") +
          queue_list(o.queues) + ": ";
+}
+
+// The size of the huge pages MAP_HUGETLB maps (2 MiB unless the kernel was
+// told otherwise).
+size_t default_huge_page_size() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    unsigned long kib = 0;
+    if (std::sscanf(line.c_str(), "Hugepagesize: %lu kB", &kib) == 1 && kib > 0) return kib * 1024;
+  }
+  return 2u << 20;
 }
 
 Mac interface_mac(const std::string &ifname) {
@@ -58,12 +72,16 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
   if (opts_.queues.empty()) throw XdpError(where(opts_) + "no queue to bind");
   opts_.num_frames *= static_cast<uint32_t>(opts_.queues.size());
   umem_size_ = static_cast<size_t>(opts_.num_frames) * opts_.frame_size;
-  void *area = mmap(nullptr, umem_size_, PROT_READ | PROT_WRITE,
+  // Whole huge pages: madvise() and munmap() of a part of one fail.
+  const size_t huge = default_huge_page_size();
+  map_size_ = (umem_size_ + huge - 1) / huge * huge;
+  void *area = mmap(nullptr, map_size_, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
   if (area != MAP_FAILED) {
     hugepages_ = true;
   } else {
-    area = mmap(nullptr, umem_size_, PROT_READ | PROT_WRITE,
+    map_size_ = umem_size_;
+    area = mmap(nullptr, map_size_, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (area == MAP_FAILED) {
       throw XdpError(where(opts_) + "cannot map UMEM: " + std::strerror(errno));
@@ -74,7 +92,7 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
   // private pages into the child at once (huge ones from the pool: with
   // none spare, fork() failed and so did every binary upgrade). The
   // upgrade's child only execs: it gets no copy.
-  if (madvise(area, umem_size_, MADV_DONTFORK) != 0) {
+  if (madvise(area, map_size_, MADV_DONTFORK) != 0) {
     LOG_WARN("%sMADV_DONTFORK on the UMEM: %s (a binary upgrade's fork copies it)",
              where(opts_).c_str(), std::strerror(errno));
   }
@@ -87,7 +105,7 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
     }
   } catch (...) {
     close_sockets();
-    munmap(umem_area_, umem_size_);
+    munmap(umem_area_, map_size_);
     throw;
   }
   local_mac_ = interface_mac(opts_.ifname);
@@ -115,7 +133,7 @@ AfXdpPort::AfXdpPort(const AfXdpOptions &opts, XdpProgram &program)
   } catch (...) {
     for (const auto &q : queues_) program_.set_socket(q->id, -1);
     close_sockets();
-    munmap(umem_area_, umem_size_);
+    munmap(umem_area_, map_size_);
     throw;
   }
 }
@@ -210,7 +228,7 @@ AfXdpPort::~AfXdpPort() {
   submit_ring();
   for (const auto &q : queues_) program_.set_socket(q->id, -1);
   close_sockets();
-  if (umem_area_) munmap(umem_area_, umem_size_);
+  if (umem_area_) munmap(umem_area_, map_size_);
 }
 
 void AfXdpPort::refill() {

@@ -207,6 +207,7 @@ private:
   XdpProgram &program_;
   uint8_t *umem_area_ = nullptr;
   size_t umem_size_ = 0;
+  size_t map_size_ = 0; // umem_size_, in whole huge pages when on them
   bool hugepages_ = false;
   bool zerocopy_ = false;
   bool next_wait_polls_ = false; // the loop reported fds_[0] this pass

@@ -6,6 +6,7 @@ Every case checks status codes and content by sha256; server-side counters
 migration and Retry actually happened."""
 
 import concurrent.futures
+import json
 import os
 import select
 import shutil
@@ -18,7 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (Server, TimedTestCase, gtlsclient, pattern, require_tools,  # noqa: E402
-                     sha256)
+                     sha256, xdpqctl)
 
 TEN_MIB = 10 * 1024 * 1024
 
@@ -40,6 +41,16 @@ class GtlsclientTest(TimedTestCase):
         self.assertEqual(stats["responses_2xx"], n, stats)
         for cls in ("3xx", "4xx", "5xx"):
             self.assertEqual(stats["responses_" + cls], 0, stats)
+
+    def wait_for(self, srv, cond, timeout=10):
+        """Polls the server's summed counters until cond(them) holds."""
+        deadline = time.time() + timeout
+        while True:
+            rc, out, err = xdpqctl(srv, "stats", json_out=True)
+            self.assertEqual(rc, 0, err)
+            if cond(json.loads(out)["total"]) or time.time() > deadline:
+                return
+            time.sleep(0.05)
 
     def serve(self, *args, **kw):
         return Server("--dataplane", "socket", "--docroot", self.docroot, *args, **kw)
@@ -208,14 +219,14 @@ class GtlsclientTest(TimedTestCase):
                                     f"--tp-file={tp}", "--quic-dump")
             self.assertIn("type=0RTT", second.output, "client sent no 0-RTT packets")
             self.assertEqual(second.file("10"), pattern(10), second.output[-2000:])
-            # The client's connection is gone (its closing period too), so
-            # no route leads a replay back to the worker that served it.
-            time.sleep(1)
+            # Once the client's connection is gone (its closing period
+            # too), no route leads a replay back to the worker that served it.
+            self.wait_for(srv, lambda t: t["quic_connections"] == 0)
             for _ in range(replays):
                 with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                     for d in relay.first_flight:
                         s.sendto(d, (srv.host, srv.port))
-            time.sleep(1)
+            self.wait_for(srv, lambda t: t["handshakes_started"] >= 4)
             stats = srv.stop()
         # The first replay a worker gets starts a connection; later ones
         # carry its (client-chosen) connection ID and are routed to it.
