@@ -261,6 +261,13 @@ void AfXdpPort::refill() {
     }
     xsk_ring_prod__submit(&q.fill, n);
     q.in_fill += n;
+    // A driver that ran out of frames waits to be told of these (zero-copy
+    // with need_wakeup): with none posted it raises no interrupt, so
+    // nothing would look at the RX ring again until a send woke the queue.
+    if (!opts_.busy_poll && xsk_ring_prod__needs_wakeup(&q.fill)) {
+      xdp_stats_.rx_wakeups += 1;
+      recvfrom(q.fd, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+    }
   }
 }
 
