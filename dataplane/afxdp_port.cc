@@ -678,6 +678,7 @@ void AfXdpStats::count_invalid(ParseStatus st) {
   case ParseStatus::bad_udp_len: rx_invalid_bad_udp_len += 1; break;
   case ParseStatus::fragment: rx_invalid_fragment += 1; break;
   case ParseStatus::bad_address: rx_invalid_bad_address += 1; break;
+  case ParseStatus::no_udp_checksum: rx_invalid_no_udp_checksum += 1; break;
   }
 }
 

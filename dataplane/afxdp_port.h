@@ -74,6 +74,7 @@ struct AfXdpOptions {
   X(rx_invalid_bad_udp_len, "frames dropped: UDP length inconsistent with IP")         \
   X(rx_invalid_fragment, "frames dropped: IP fragment")                                \
   X(rx_invalid_bad_address, "frames dropped: source not unicast, destination not one host") \
+  X(rx_invalid_no_udp_checksum, "frames dropped: IPv6 UDP with a zero checksum")     \
   X(tx_no_neighbor, "datagrams not sent: no MAC known for the next hop")               \
   X(tx_ring_full, "flushes that left datagrams pending (TX ring full)")                \
   X(tx_kicks, "sendto() wakeups of the TX ring")                                       \

@@ -50,6 +50,7 @@ const char *parse_status_name(ParseStatus s) {
   case ParseStatus::bad_udp_len: return "bad_udp_len";
   case ParseStatus::fragment: return "fragment";
   case ParseStatus::bad_address: return "bad_address";
+  case ParseStatus::no_udp_checksum: return "no_udp_checksum";
   case ParseStatus::count_: break;
   }
   return "?";
@@ -185,6 +186,9 @@ ParseStatus parse_frame(const uint8_t *f, size_t len, ParsedFrame &out) {
   if (ip_payload < UDP_LEN) return ParseStatus::bad_ip_len;
   size_t ulen = rd16(udp + 4);
   if (ulen < UDP_LEN || ulen > ip_payload) return ParseStatus::bad_udp_len;
+  // The checksum is not verified (veth hands over checksums the sender
+  // left to offload), but IPv6 makes it mandatory: the kernel drops a zero.
+  if (proto == ETH_P_IPV6 && rd16(udp + 6) == 0) return ParseStatus::no_udp_checksum;
   std::memcpy(&out.path.remote.u.in.sin_port, udp, 2); // same offset for in6
   std::memcpy(&out.path.local.u.in.sin_port, udp + 2, 2);
   out.payload_offset = static_cast<size_t>(udp + UDP_LEN - f);

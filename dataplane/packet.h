@@ -27,6 +27,7 @@ enum class ParseStatus : uint8_t {
   bad_udp_len,    // UDP length inconsistent with IP
   fragment,       // IP fragment
   bad_address,    // source not unicast (or loopback), destination multicast or broadcast
+  no_udp_checksum, // IPv6 UDP with a zero checksum (RFC 8200 8.1: receivers drop it)
   count_
 };
 const char *parse_status_name(ParseStatus s);

@@ -26,6 +26,7 @@ struct FrameSpec {
   int tot_len_delta = 0;        // corrupts the IP length
   int udp_len_delta = 0;        // corrupts the UDP length
   uint8_t tos = 0;
+  uint16_t udp_checksum6 = 0xffff; // IPv6 UDP must carry one (its value is not checked)
 };
 
 inline void put16(std::vector<uint8_t> &v, uint16_t x) {
@@ -45,7 +46,7 @@ inline std::vector<uint8_t> make_frame(const FrameSpec &s) {
     put16(l4, s.sport);
     put16(l4, s.dport);
     put16(l4, static_cast<uint16_t>(8 + s.payload.size() + s.udp_len_delta));
-    put16(l4, 0);
+    put16(l4, s.ipv6 ? s.udp_checksum6 : 0);
     l4.insert(l4.end(), s.payload.begin(), s.payload.end());
   } else {
     l4.assign(20, 0); // a TCP-sized header of zeros
