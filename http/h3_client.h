@@ -77,6 +77,8 @@ public:
   // through Events::read_body when has_body). The stream id, or -1 when no
   // stream is available or nghttp3 refused (before the handshake too).
   int64_t submit_request(std::span<const nghttp3_nv> fields, bool has_body);
+  // A request body's data reader said it would block: ask it again.
+  void resume_stream(int64_t sid) { nghttp3_conn_resume_stream(h3_, sid); }
 
   // The next packet into buf: its length, 0 when there is nothing to send,
   // a negative ngtcp2 error when the connection failed. pi gets its ECN.

@@ -133,6 +133,8 @@ public:
   }
 
   bool connecting() const { return state_ == State::connecting; }
+  // Not a byte of the request head has gone up yet.
+  bool nothing_written() const { return head_off_ == 0; }
   // Where the Proxy keeps it among its open connections.
   size_t index = SIZE_MAX;
 
@@ -556,6 +558,7 @@ ProxyExchange::ProxyExchange(Proxy &proxy, size_t route, Request &req, std::stri
   gen_->users += 1;
   const auto &m = req.method;
   head_request_ = m == "HEAD";
+  body_method_ = m == "POST" || m == "PUT" || m == "PATCH";
   // RFC 9110 9.2.2; a request that may be repeated after a lost response.
   idempotent_ = m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "PUT" || m == "DELETE" ||
                 m == "TRACE";
@@ -817,8 +820,25 @@ bool ProxyExchange::end_body() {
     abort_body();
     return false;
   }
+  if (framing_ == RequestFraming::chunked && req_in_ == 0 && (!conn_ || conn_->nothing_written())) {
+    // The body that was to follow is empty (a client that ended its stream
+    // in a frame after its head) and nothing went up yet: the request goes
+    // as one without a body would, not as a chunked GET (which some
+    // upstreams refuse).
+    unchunk_head();
+  }
   req_ended_ = true;
   return true;
+}
+
+void ProxyExchange::unchunk_head() {
+  constexpr std::string_view CHUNKED = "\r\ntransfer-encoding: chunked\r\n";
+  const size_t at = request_.find(CHUNKED);
+  if (at == std::string::npos) return;
+  // A method that defines a body still says it has none (as the head
+  // built for no body does).
+  request_.replace(at, CHUNKED.size(), body_method_ ? "\r\ncontent-length: 0\r\n" : "\r\n");
+  framing_ = RequestFraming::none;
 }
 
 void ProxyExchange::flush_body() {

@@ -255,6 +255,9 @@ private:
   bool wait_in_queue();
   // Counts a failed connect; true if the request may try another.
   bool connect_retry();
+  // An empty body ended before the head went up: the head loses its
+  // chunked framing.
+  void unchunk_head();
   void join_queue();
   void leave_queue();
   void fail_with(int status);
@@ -315,6 +318,7 @@ private:
   int drops_ = 0;          // connections closed before a byte of response
   bool idempotent_ = false;
   bool head_request_ = false;
+  bool body_method_ = false; // POST, PUT, PATCH: a body defined (so content-length: 0 without)
   bool head_ready_ = false;
   bool has_body_ = false;
   bool ended_ = false;

@@ -842,11 +842,17 @@ TEST_F(StreamedRequest, WithoutALengthTheBodyGoesChunked) {
   EXPECT_EQ(body_of(wire), "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
 }
 
-TEST_F(StreamedRequest, AnEmptyChunkedBodyIsTheLastChunkAlone) {
+// A body announced (the stream did not end with the head) that ends empty
+// before the head went up: no chunked framing, and a method that defines
+// a body says it has none.
+TEST_F(StreamedRequest, AnEmptyBodyEndedBeforeTheHeadWentUpIsNotChunked) {
   auto &ex = start("PUT", {}, true);
   EXPECT_TRUE(ex.end_body());
   ex.flush_body();
-  EXPECT_EQ(body_of(upstream()), "0\r\n\r\n");
+  const std::string wire = upstream();
+  EXPECT_EQ(wire.find("transfer-encoding"), std::string::npos) << wire;
+  EXPECT_NE(wire.find("\r\ncontent-length: 0\r\n"), std::string::npos) << wire;
+  EXPECT_EQ(body_of(wire), "");
 }
 
 TEST_F(StreamedRequest, WithoutABodyNoFraming) {
@@ -1369,6 +1375,54 @@ TEST_F(StreamedRequest, Http3ClientCancellingItsUploadIsNoServerError) {
   EXPECT_EQ(server.app->stats().stream_errors, 0u);
   EXPECT_EQ(server.app->stats().incomplete_resets, 1u);
   EXPECT_EQ(proxy_->stats().proxy_body_aborts, 1u);
+}
+
+// Regression: a GET whose stream ended in a frame after its HEADERS (a
+// client that closes its side once the head is out; legal) went upstream
+// as "GET ... Transfer-Encoding: chunked" with an empty body, which some
+// upstreams and filters refuse. A body that ends empty before anything
+// went up now goes without a body's framing.
+TEST_F(StreamedRequest, Http3EmptyBodyEndedLaterGoesWithoutChunks) {
+  H3Pipe pipe(*proxy_);
+  auto &client = pipe.client;
+  // A pooled connection first, so that nothing is written before the end.
+  const int64_t first = client.request("GET", "/api/up");
+  const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  std::string got;
+  int64_t later = -1;
+  Steps steps(loop_,
+              {{[&] {
+                  pipe.wire();
+                  got += upstream();
+                  return got.find("\r\n\r\n") != std::string::npos;
+                },
+                [&] { (void)!::send(up_, answer.data(), answer.size(), 0); }},
+               {[&] {
+                  pipe.wire();
+                  return client.responses[first].done;
+                },
+                [&] {
+                  got.clear();
+                  later = client.request("GET", "/api/up", {}, "", false);
+                  for (int i = 0; i < 5; ++i) pipe.wire();
+                  client.end(later);
+                }},
+               {[&] {
+                  pipe.wire();
+                  got += upstream();
+                  return got.find("\r\n\r\n") != std::string::npos;
+                },
+                [&] { (void)!::send(up_, answer.data(), answer.size(), 0); }},
+               {[&] {
+                  pipe.wire();
+                  return client.responses[later].done;
+                },
+                nullptr}});
+  EXPECT_EQ(steps.run(), 4u);
+  EXPECT_EQ(client.responses[later].status, 200);
+  EXPECT_EQ(got.find("transfer-encoding"), std::string::npos) << got;
+  EXPECT_EQ(got.find("content-length"), std::string::npos) << got; // a GET says nothing
+  EXPECT_TRUE(got.ends_with("\r\n\r\n")) << got;                // and sends no chunk
 }
 
 // A URL listed twice in a route is two upstreams; across a reload each

@@ -159,12 +159,17 @@ int64_t TestClient::request(const std::string &method, const std::string &path,
                              NGHTTP3_NV_FLAG_NONE});
   }
   // nghttp3 reads the body when it writes the stream, not in submit.
-  int64_t sid = h3c_->submit_request(nva, !body.empty());
+  int64_t sid = h3c_->submit_request(nva, !body.empty() || !end_stream);
   if (sid < 0) return -1;
   if (!body.empty()) upload_[sid] = body;
   if (!end_stream) unended_.insert(sid);
   responses[sid] = Response{};
   return sid;
+}
+
+void TestClient::end(int64_t sid) {
+  unended_.erase(sid);
+  h3c_->resume_stream(sid);
 }
 
 std::vector<Datagram> TestClient::write() {

@@ -101,6 +101,9 @@ public:
   int migrate(uint16_t new_port, const std::string &new_ip = {});
   // Resets the request stream both ways (RESET_STREAM, STOP_SENDING).
   void cancel(int64_t sid);
+  // Ends a request sent with end_stream false (its FIN in a frame of its
+  // own when the body is empty).
+  void end(int64_t sid);
   // The client closes its connection: the CONNECTION_CLOSE to send.
   Datagram close_connection(uint64_t app_error);
   // Opens a request stream that nghttp3 does not know and sends bytes on
