@@ -1390,13 +1390,15 @@ TEST_F(StreamedRequest, Http3EmptyBodyEndedLaterGoesWithoutChunks) {
   const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
   std::string got;
   int64_t later = -1;
+  // The upstream takes a request head and answers it.
+  const Steps::Step take_and_answer{[&] {
+                                      pipe.wire();
+                                      got += upstream();
+                                      return got.find("\r\n\r\n") != std::string::npos;
+                                    },
+                                    [&] { (void)!::send(up_, answer.data(), answer.size(), 0); }};
   Steps steps(loop_,
-              {{[&] {
-                  pipe.wire();
-                  got += upstream();
-                  return got.find("\r\n\r\n") != std::string::npos;
-                },
-                [&] { (void)!::send(up_, answer.data(), answer.size(), 0); }},
+              {take_and_answer,
                {[&] {
                   pipe.wire();
                   return client.responses[first].done;
@@ -1407,12 +1409,7 @@ TEST_F(StreamedRequest, Http3EmptyBodyEndedLaterGoesWithoutChunks) {
                   for (int i = 0; i < 5; ++i) pipe.wire();
                   client.end(later);
                 }},
-               {[&] {
-                  pipe.wire();
-                  got += upstream();
-                  return got.find("\r\n\r\n") != std::string::npos;
-                },
-                [&] { (void)!::send(up_, answer.data(), answer.size(), 0); }},
+               take_and_answer,
                {[&] {
                   pipe.wire();
                   return client.responses[later].done;
