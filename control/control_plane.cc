@@ -65,7 +65,11 @@ std::string Server::reopen_access_log(const char *why) {
 }
 
 std::string Server::reload() {
-  sd_notify_state("RELOADING=1");
+  // With the time it began (systemd 253 and later match reload cycles by
+  // it; Type=notify-reload requires it).
+  sd_notify_state(("RELOADING=1\nMONOTONIC_USEC=" +
+                   std::to_string(dataplane::monotonic_ns() / 1000))
+                      .c_str());
   // The access log first, whatever else happens.
   std::string log_note = reopen_access_log("reload");
   // Staged: nothing is applied until every part has been checked.

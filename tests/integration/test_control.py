@@ -683,6 +683,18 @@ class ControlTest(TimedTestCase):
                     got.add(n.recv(256).decode())
                 self.assertIn("READY=1", got)
                 self.assertIn("WATCHDOG=1", got)
+                # A reload says when it began: RELOADING=1 with
+                # MONOTONIC_USEC (systemd 253 and later want both in one
+                # message), then READY=1.
+                before = time.monotonic()
+                srv.proc.send_signal(signal.SIGHUP)
+                msg = reloading(n)
+                fields = dict(line.split("=", 1) for line in msg.split("\n"))
+                self.assertIn("MONOTONIC_USEC", fields, msg)
+                at = int(fields["MONOTONIC_USEC"]) / 1e6
+                self.assertTrue(before <= at <= time.monotonic(), (before, at))
+                while n.recv(256).decode() != "READY=1":
+                    pass
                 srv.proc.send_signal(signal.SIGTERM)
                 deadline = time.time() + 5
                 while "STOPPING=1" not in got and time.time() < deadline:
@@ -754,8 +766,15 @@ def reload_to_an_unresolvable_name(srv, write, notify):
         pass
     write("http://app.example:8080")  # resolved by the reload
     srv.proc.send_signal(signal.SIGHUP)
-    while notify.recv(256).decode() != "RELOADING=1":
-        pass
+    reloading(notify)
+
+
+def reloading(notify):
+    """Reads notify messages until a reload's RELOADING=1; returns it."""
+    while True:
+        msg = notify.recv(256).decode()
+        if msg.split("\n")[0] == "RELOADING=1":
+            return msg
 
 
 @contextlib.contextmanager
