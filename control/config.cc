@@ -97,7 +97,7 @@ constexpr Key KEYS[] = {
     {"quic", "memory_per_worker", Kind::integer, "--quic-memory-per-worker", "bytes"},
     {"quic", "early_data", Kind::flag_if_false, "--no-early-data", "true or false"},
     {"quic_lb", "server_id", Kind::string, "--quic-lb-server-id",
-     "a hex string of 1 to 15 bytes like \"0a01\""},
+     "a hex string of 1 to 11 bytes like \"0a01\""},
     {"quic_lb", "config_id", Kind::integer, "--quic-lb-config-id", "an integer (0 to 6)"},
     {"quic_lb", "nonce_length", Kind::integer, "--quic-lb-nonce-length",
      "an integer (8 to 18)"},
@@ -723,7 +723,7 @@ memory_per_worker = 1073741824           # ngtcp2's and nghttp3's buffers for a 
 early_data = true
 
 [quic_lb]                                # scale-out behind a QUIC-LB balancer (docs/scale-out.md)
-# server_id = "01"                       # this node's ID (hex, 1-15 bytes); unset: QUIC-LB off
+# server_id = "01"                       # this node's ID (hex, 1-11 bytes); unset: QUIC-LB off
 # config_id = 0                          # config rotation codepoint, 0-6
 # nonce_length = 15                      # 8-18; default 16 minus the server ID's length
 # mode = "encrypted"                     # or "plaintext"; the key: quic_lb_key in tls.secrets

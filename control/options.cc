@@ -87,7 +87,7 @@ TLS and content:
                           generated in memory for this run only.
 
 Scale-out behind a load balancer (QUIC-LB, see docs/scale-out.md):
-  --quic-lb-server-id HEX This node's server ID (1 to 15 bytes in hex) in
+  --quic-lb-server-id HEX This node's server ID (1 to 11 bytes in hex) in
                           every connection ID it issues, in the format of
                           draft-ietf-quic-load-balancers, so a balancer with
                           the same configuration routes a connection to
@@ -525,8 +525,9 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     } else if (arg == "--quic-lb-server-id") {
       auto v = need();
       auto id = parse_hex(v);
-      if (!id || id->empty() || id->size() > 15) {
-        throw UsageError("--quic-lb-server-id: expected 1 to 15 bytes in hex, got '" +
+      // With a nonce of 8 bytes or more, 11 fit in a connection ID's 19.
+      if (!id || id->empty() || id->size() > 11) {
+        throw UsageError("--quic-lb-server-id: expected 1 to 11 bytes in hex, got '" +
                          std::string(v) + "'");
       }
       o.quic_lb_server_id = *id;
