@@ -75,8 +75,10 @@ bool FileEntry::changed_on_disk() const {
 }
 
 FileEntry::~FileEntry() {
-  if (fd >= 0)
+  if (fd >= 0) {
     close(fd);
+    if (fds) *fds -= 1;
+  }
   if (held) *held -= bytes.size();
 }
 
@@ -156,6 +158,18 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
     // Never read again: a deleted file's space is not kept by the cache.
     close(e->fd);
     e->fd = -1;
+  } else {
+    // Read on demand: its descriptor stays open with it, in the cache and
+    // in every response that still reads it after it left. A client that
+    // stalls responses of files cycled through the cache must not make
+    // the worker hold one per response (accept() and upstream connects
+    // would fail for want of descriptors).
+    if (*fds_ >= max_descriptors()) {
+      stats_.descriptors_refused += 1;
+      return Status::unavailable; // e closes it
+    }
+    e->fds = fds_;
+    *fds_ += 1;
   }
   out = std::move(e);
   return Status::ok;

@@ -31,6 +31,10 @@ struct FileCacheLimits {
   size_t max_bytes = 64u << 20;          // file contents held in memory, all entries
   size_t max_file_in_memory = 64u << 10; // larger files are read on demand
   uint64_t revalidate_ns = 1'000'000'000;
+  // Descriptors of large files held beyond max_entries (by responses of
+  // entries that left the cache, or of every file with the cache off), as
+  // many again as max_entries and this many more.
+  size_t extra_descriptors = 1024;
   bool allow_dotfiles = false;
 };
 
@@ -63,6 +67,9 @@ struct FileEntry {
   // Its cache's count of file bytes in memory, which bytes are part of
   // while this entry lives (null when they are not in memory).
   std::shared_ptr<size_t> held;
+  // Its cache's count of open descriptors, which fd is one of while it is
+  // open (null when it is not: a small file's is closed once read).
+  std::shared_ptr<size_t> fds;
 };
 
 struct FileCacheStats {
@@ -72,6 +79,7 @@ struct FileCacheStats {
   uint64_t changed = 0;       // entries found changed on disk and reloaded
   uint64_t evictions = 0;
   uint64_t swept = 0; // entries of deleted files let go by sweep()
+  uint64_t descriptors_refused = 0; // large files not opened: max_descriptors() held
   size_t entries = 0;
   size_t bytes = 0;
 };
@@ -107,6 +115,11 @@ public:
   // held to max_bytes too (a file that would pass it is read on demand
   // instead), so all of it stays within twice max_bytes.
   size_t bytes_held() const { return *held_; }
+  // Descriptors of large files held, cached or not (a response keeps its
+  // entry's open after it left the cache). Held to max_descriptors():
+  // past it, a large file not cached is unavailable (503).
+  size_t descriptors_held() const { return *fds_; }
+  size_t max_descriptors() const { return 2 * limits_.max_entries + limits_.extra_descriptors; }
 
 private:
   struct Slot;
@@ -128,6 +141,7 @@ private:
   // through rehashing, so the list points at them.
   std::list<Map::value_type *> lru_;
   std::shared_ptr<size_t> held_ = std::make_shared<size_t>(0);
+  std::shared_ptr<size_t> fds_ = std::make_shared<size_t>(0);
   uint64_t swept_at_ = 0;
   std::optional<std::string> sweep_from_; // the key the next sweep() starts at
   FileCacheStats stats_;

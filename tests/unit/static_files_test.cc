@@ -427,6 +427,35 @@ TEST_F(StaticFilesTest, ALargeFileWrittenInPlaceAbortsItsResponses) {
   EXPECT_NE(*header(resumed, "etag"), etag);
 }
 
+// Regression: the descriptors of large files were bounded only by the
+// cache's entries; an entry evicted while responses still read it kept its
+// descriptor, uncounted. A client that stalled responses for files cycled
+// through the cache could make a worker hold one per response, until
+// accept(), upstream connects and every other open failed with EMFILE.
+// They are now held to twice the cache's entries and some more
+// (extra_descriptors): past that a large file not cached gets 503.
+TEST_F(StaticFilesTest, DescriptorsHeldByResponsesAreBounded) {
+  FileCacheLimits l;
+  l.max_entries = 4;
+  l.max_file_in_memory = 4; // every file here is read on demand
+  l.extra_descriptors = 64;
+  with_limits(l);
+  fs::create_directories(base_ / "root" / "many");
+  for (int i = 0; i < 100; ++i) write(base_ / "root" / "many" / std::to_string(i), "0123456789");
+  std::vector<Response> stalled;
+  size_t refused = 0;
+  for (int i = 0; i < 100; ++i) {
+    stalled.push_back(get("/many/" + std::to_string(i)));
+    refused += stalled.back().status == 503;
+  }
+  const std::string dir = (base_ / "root" / "many").string();
+  EXPECT_LE(open_fds(dir), 2u * 4 + 64);
+  EXPECT_GT(refused, 0u);
+  stalled.clear();
+  EXPECT_LE(open_fds(dir), 4u); // the cached ones
+  EXPECT_EQ(body_of(get("/many/99")), "0123456789");
+}
+
 TEST_F(StaticFilesTest, CacheIsBoundedByEntriesAndBytes) {
   for (int i = 0; i < 10; ++i)
     write(base_ / "root" / ("f" + std::to_string(i)), "0123456789");
