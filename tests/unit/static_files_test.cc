@@ -417,9 +417,11 @@ TEST_F(StaticFilesTest, ALargeFileWrittenInPlaceAbortsItsResponses) {
   }
   // A later mtime whatever the file system's timestamp granularity.
   fs::last_write_time(path, mtime + std::chrono::seconds(1));
+  // Ended as aborted, not whole (the check comes at the latest with the
+  // body's last read).
   std::string rest = body_of(inflight);
   EXPECT_NE(rest.find(BODY_ABORTED), std::string::npos);
-  EXPECT_EQ(rest.find("NEW VERSION"), std::string::npos);
+  EXPECT_LT(rest.size(), big.size());
   // The entry was found changed: a resume with the old ETag gets the whole
   // new version, not a part of it.
   auto resumed = get("/big.bin", {{"range", "bytes=299990-300020"}, {"if-range", etag}});
@@ -444,6 +446,7 @@ TEST_F(StaticFilesTest, DescriptorsHeldByResponsesAreBounded) {
   for (int i = 0; i < 100; ++i) write(base_ / "root" / "many" / std::to_string(i), "0123456789");
   std::vector<Response> stalled;
   size_t refused = 0;
+  const uint64_t counted = file_descriptors_refused(); // this thread's, so far
   for (int i = 0; i < 100; ++i) {
     stalled.push_back(get("/many/" + std::to_string(i)));
     refused += stalled.back().status == 503;
@@ -451,6 +454,7 @@ TEST_F(StaticFilesTest, DescriptorsHeldByResponsesAreBounded) {
   const std::string dir = (base_ / "root" / "many").string();
   EXPECT_LE(open_fds(dir), 2u * 4 + 64);
   EXPECT_GT(refused, 0u);
+  EXPECT_EQ(file_descriptors_refused() - counted, refused); // the worker's counter
   stalled.clear();
   EXPECT_LE(open_fds(dir), 4u); // the cached ones
   EXPECT_EQ(body_of(get("/many/99")), "0123456789");
