@@ -153,6 +153,7 @@ void Worker::start() {
     // Thread-local figures must be read here; final_snapshot() runs on
     // the control thread after join().
     read_heap(heap_at_exit_, cached_at_exit_);
+    passes_.file_descriptors_refused = http::file_descriptors_refused();
     loop_done_ = true;
     {
       // Under the lock: a snapshot() waiting on cv_ sees it or is told.
@@ -350,6 +351,7 @@ void Worker::fill_snapshot() {
   s.passes = passes_;
   if (side_door_) s.passes.side_door_datagrams = side_door_->stats().rx_datagrams;
   if (access_log_) s.passes.access_log_lost_writes = access_log_->lost_writes();
+  if (!loop_done_) s.passes.file_descriptors_refused = http::file_descriptors_refused();
   s.loop = loop_.stats();
   if (loop_done_) {
     s.heap = heap_at_exit_;

@@ -57,7 +57,9 @@ struct WorkerHandoff {
                              "100 us of further work (a burst of handshakes, say)")             \
   X(side_door_datagrams, "datagrams read from the sockets reserving the ports (AF_XDP: UDP "     \
                          "that reached the kernel, from this host or another interface)")       \
-  X(access_log_lost_writes, "access log writes that lost lines (a full disk, an I/O error)")
+  X(access_log_lost_writes, "access log writes that lost lines (a full disk, an I/O error)")     \
+  X(file_descriptors_refused, "large files answered 503: the worker held its bound of file "     \
+                              "descriptors (twice file_cache_entries, and 1,024)")
 
 struct WorkerPasses {
   XDPQ_COUNTER_FIELDS(XDPQ_WORKER_PASS_COUNTERS)

@@ -25,6 +25,8 @@ int open_beneath(int dirfd, const char *rel) {
 
 namespace {
 
+thread_local uint64_t descriptors_refused = 0; // over every cache of the thread
+
 uint64_t ns_of(const struct timespec &t) {
   return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
 }
@@ -51,6 +53,8 @@ FileCache::Status status_for_errno(int err) {
 }
 
 } // namespace
+
+uint64_t file_descriptors_refused() { return descriptors_refused; }
 
 bool has_hidden_segment(std::string_view rel) {
   size_t pos = 0;
@@ -166,6 +170,7 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
     // would fail for want of descriptors).
     if (*fds_ >= max_descriptors()) {
       stats_.descriptors_refused += 1;
+      descriptors_refused += 1;
       return Status::unavailable; // e closes it
     }
     e->fds = fds_;

@@ -147,6 +147,10 @@ private:
   FileCacheStats stats_;
 };
 
+// Large files this thread's caches refused to open for their bound of
+// descriptors (FileCache::max_descriptors()), since the thread began.
+uint64_t file_descriptors_refused();
+
 // True when a path segment starts with '.' (other than ".well-known").
 bool has_hidden_segment(std::string_view rel);
 
