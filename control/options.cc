@@ -108,7 +108,7 @@ Scale-out behind a load balancer (QUIC-LB, see docs/scale-out.md):
 
 QUIC behaviour and limits:
   --retry off|on|auto     Address validation with Retry: never, always, or
-                          (auto, default) while more than
+                          (auto, default) while at least
                           --retry-threshold handshakes are in progress.
   --retry-threshold N     Handshakes in progress per worker before auto
                           Retry starts (default 128).
@@ -129,7 +129,7 @@ QUIC behaviour and limits:
                           host needs no Retry; 0: no cap).
   --per-source-validated-rate N
                           New connections per second a proven source (a
-                          Retry or NEW_TOKEN token, or a TCP handshake) may
+                          Retry token, or a TCP handshake) may
                           open per worker; past it QUIC answers
                           CONNECTION_REFUSED and TCP closes the connection
                           (default 5000, above one core's handshake rate,

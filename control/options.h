@@ -54,7 +54,7 @@ struct Options {
   // quic_lb_server_id is empty.
   std::vector<uint8_t> quic_lb_server_id;
   int quic_lb_config_id = -1;     // -1: 0
-  size_t quic_lb_nonce_length = 0; // 0: 16 minus the server ID's length, at least 4
+  size_t quic_lb_nonce_length = 0; // 0: 16 minus the server ID's length, at least 8
   std::string quic_lb_mode;       // encrypted (default) or plaintext
   int workers = 0;          // 0: one per CPU in cpus (or per available CPU)
   std::vector<int> cpus;    // pin worker i to cpus[i % size]

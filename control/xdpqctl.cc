@@ -27,7 +27,7 @@ Commands:
   status                      version, uptime, dataplane, XDP mode, workers
   stats                       counters, per worker and total
   conns                       live connections (peer, age, RTT, bytes, streams)
-  reload                      reload certificates (and the log level) now
+  reload                      reload the certificate, log level and proxy routes now
   drain                       graceful shutdown: GOAWAY, finish, stop
   upgrade                     start the binary at xdpqd's path with the current
                               configuration, hand it the sockets; the old

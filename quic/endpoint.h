@@ -71,7 +71,7 @@ struct EndpointConfig {
   double retry_rate = 5000;
   // Per-source caps on connections and on new handshakes per second: over
   // the unvalidated rate a source gets a Retry, over the validated rate
-  // (after a Retry or with a NEW_TOKEN) CONNECTION_REFUSED.
+  // (with a Retry token) CONNECTION_REFUSED.
   dataplane::SourceLimits per_source{256, 5000, 10000, 5000};
   uint64_t idle_timeout = 30'000'000'000ull;
   uint64_t handshake_timeout = 10'000'000'000ull;
