@@ -58,8 +58,9 @@ struct WorkerHandoff {
   X(side_door_datagrams, "datagrams read from the sockets reserving the ports (AF_XDP: UDP "     \
                          "that reached the kernel, from this host or another interface)")       \
   X(access_log_lost_writes, "access log writes that lost lines (a full disk, an I/O error)")     \
-  X(file_descriptors_refused, "large files answered 503: the worker held its bound of file "     \
-                              "descriptors (twice file_cache_entries, and 1,024)")
+  X(file_descriptors_refused, "large files not opened: the worker held its bound of file "       \
+                              "descriptors (twice file_cache_entries, and 1,024); 503 unless "  \
+                              "a cached copy could be served")
 
 struct WorkerPasses {
   XDPQ_COUNTER_FIELDS(XDPQ_WORKER_PASS_COUNTERS)

@@ -267,6 +267,14 @@ public:
       sent_at_ = proxy_.loop().now();
       up_.stats->connect_time.record(sent_at_ - opened_at_);
       if (ex_) ex_->connected();
+      if (ex_ && !ex_->ready_to_send()) {
+        // As a pooled connection does (assign()): the head waits for the
+        // first body bytes or the body's end (an empty body then goes
+        // without chunks), and the client has --proxy-timeout for them.
+        interest(ex_->room() > 0, false);
+        ex_->send_state(ProxyExchange::Send::waiting);
+        break;
+      }
       wrote_and_tell();
       break;
     }

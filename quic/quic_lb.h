@@ -26,8 +26,8 @@ namespace xdpq::quic {
 struct QuicLbConfig {
   static constexpr uint8_t UNROUTABLE = 7; // config rotation codepoint 0b111
   uint8_t config_id = 0;                   // 0..6
-  std::vector<uint8_t> server_id;          // 1..15 bytes
-  size_t nonce_len = 0;                    // 4..18; server ID + nonce <= 19
+  std::vector<uint8_t> server_id;          // 1..15 bytes (xdpqd's options: 1..11)
+  size_t nonce_len = 0;                    // 4..18 (xdpqd's: 8..18); server ID + nonce <= 19
   bool encode_length = true;               // the first octet's low bits: length - 1
   std::optional<std::array<uint8_t, 16>> key; // none: plaintext
 

@@ -1223,6 +1223,13 @@ TEST_F(StreamedRequest, WaitingRequestsTakeFreedRoomOrTimeOut) {
   proxy.end_of_pass();
 }
 
+// The request went up without a body's framing: no transfer-encoding and
+// no last chunk after the head.
+void expect_no_body_framing(const std::string &wire) {
+  EXPECT_EQ(wire.find("transfer-encoding"), std::string::npos) << wire;
+  EXPECT_TRUE(wire.ends_with("\r\n\r\n")) << wire;
+}
+
 // An HTTP/3 client and server in memory, the server proxying through
 // proxy; wire() moves datagrams both ways with no time passing (the event
 // loop runs the upstream side).
@@ -1241,6 +1248,14 @@ struct H3Pipe {
       for (auto &back : server.deliver(dg)) client.read(back);
     }
     for (auto &back : server.tick()) client.read(back);
+  }
+  // A step: wires until the answer to request *sid has come whole.
+  Steps::Step until_answered(const int64_t *sid) {
+    return {[this, sid] {
+              wire();
+              return client.responses[*sid].done;
+            },
+            nullptr};
   }
   xdpq::quic::ManualClock clock;
   const xdpq::quic::Secrets secrets = xdpq::quic::Secrets::generate();
@@ -1409,17 +1424,59 @@ TEST_F(StreamedRequest, Http3EmptyBodyEndedLaterGoesWithoutChunks) {
                   for (int i = 0; i < 5; ++i) pipe.wire();
                   client.end(later);
                 }},
-               take_and_answer,
-               {[&] {
-                  pipe.wire();
-                  return client.responses[later].done;
-                },
-                nullptr}});
+               take_and_answer, pipe.until_answered(&later)});
   EXPECT_EQ(steps.run(), 4u);
   EXPECT_EQ(client.responses[later].status, 200);
-  EXPECT_EQ(got.find("transfer-encoding"), std::string::npos) << got;
+  expect_no_body_framing(got);
   EXPECT_EQ(got.find("content-length"), std::string::npos) << got; // a GET says nothing
-  EXPECT_TRUE(got.ends_with("\r\n\r\n")) << got;                // and sends no chunk
+}
+
+// The same on a fresh TCP connection: its connect ends after the request
+// began, and the head went up then, before the body (empty) had ended.
+TEST_F(StreamedRequest, Http3EmptyBodyEndedLaterGoesWithoutChunksOnAFreshConnection) {
+  const int tcp = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(tcp, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof(a);
+  ASSERT_EQ(::bind(tcp, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(tcp, 8), 0);
+  ASSERT_EQ(::getsockname(tcp, reinterpret_cast<sockaddr *>(&a), &alen), 0);
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  Proxy proxy(cfg, loop_);
+  H3Pipe pipe(proxy);
+  auto &client = pipe.client;
+  const int64_t sid = client.request("GET", "/api/up", {}, "", false);
+  int up = -1;
+  std::string got;
+  int rounds = 0;
+  const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  auto read_up = [&] {
+    if (up < 0) up = ::accept4(tcp, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    char buf[4096];
+    for (ssize_t r; up >= 0 && (r = ::recv(up, buf, sizeof(buf), 0)) > 0;) got.append(buf, r);
+  };
+  Steps steps(loop_, {{[&] {
+                         // The connect ends, and some time passes.
+                         pipe.wire();
+                         read_up();
+                         return up >= 0 && ++rounds > 20;
+                       },
+                       [&] { client.end(sid); }},
+                      {[&] {
+                         pipe.wire();
+                         read_up();
+                         return got.find("\r\n\r\n") != std::string::npos;
+                       },
+                       [&] { (void)!::send(up, answer.data(), answer.size(), 0); }},
+                      pipe.until_answered(&sid)});
+  EXPECT_EQ(steps.run(), 3u);
+  EXPECT_EQ(client.responses[sid].status, 200);
+  expect_no_body_framing(got);
+  if (up >= 0) ::close(up);
+  ::close(tcp);
 }
 
 // A URL listed twice in a route is two upstreams; across a reload each
