@@ -202,7 +202,7 @@ bool etag_matches(std::string_view header, std::string_view etag, bool weak) {
 
 } // namespace
 
-bool normalize_path(std::string_view target, std::string &out) {
+bool normalize_path(std::string_view target, std::string &out, bool *names_directory) {
   out.clear();
   auto path = path_only(target);
   if (path.empty() || path.front() != '/') {
@@ -230,6 +230,7 @@ bool normalize_path(std::string_view target, std::string &out) {
     decoded.push_back(c);
   }
   // Rebuild from segments: drop "" and ".", refuse "..".
+  if (names_directory) *names_directory = decoded.ends_with('/') || decoded.ends_with("/.");
   size_t pos = 0;
   while (pos <= decoded.size()) {
     auto slash = decoded.find('/', pos);
@@ -372,8 +373,8 @@ void sweep_file_caches(uint64_t now_ns) {
   for (auto &[id, cache] : caches) cache->sweep(now_ns);
 }
 
-void StaticFiles::serve_embedded(const Request &, Response &resp, std::string_view rel) const {
-  if (rel.empty() || rel == "index.html") {
+void StaticFiles::serve_embedded(Response &resp, std::string_view rel, bool names_directory) const {
+  if (rel.empty() || (rel == "index.html" && !names_directory)) {
     resp.set(200, "text/html; charset=utf-8", std::make_unique<StaticBody>(EMBEDDED_INDEX));
   } else {
     make_error(resp, 404);
@@ -418,12 +419,13 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
     return;
   }
   thread_local std::string rel; // scratch: no allocation per request once warm
-  if (!normalize_path(req.path, rel)) {
+  bool names_directory = false;
+  if (!normalize_path(req.path, rel, &names_directory)) {
     make_error(resp, 400);
     return;
   }
   if (root_fd_ < 0) {
-    serve_embedded(req, resp, rel);
+    serve_embedded(resp, rel, names_directory);
     return;
   }
   std::shared_ptr<const FileEntry> e;
@@ -444,8 +446,9 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
     redirect_to_directory(req, resp, rel);
     return;
   }
-  if (!e->directory && (path_only(req.path).ends_with('/') || path_only(req.path).ends_with("/."))) {
-    // "/a.txt/" names no file (open() says ENOTDIR): one URL per file.
+  if (!e->directory && names_directory) {
+    // "/a.txt/" or "/a.txt%2F" names no file (open() says ENOTDIR): one
+    // URL per file.
     make_error(resp, 404);
     return;
   }

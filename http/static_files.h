@@ -28,7 +28,7 @@ public:
   FileCache &cache() const;
 
 private:
-  void serve_embedded(const Request &req, Response &resp, std::string_view rel) const;
+  void serve_embedded(Response &resp, std::string_view rel, bool names_directory) const;
   int root_fd_ = -1;
   uint64_t id_ = 0;
   FileCacheLimits limits_;
@@ -36,8 +36,10 @@ private:
 
 // Decodes %XX and normalises target into a path relative to the root
 // ("" for the root itself). Returns false for a path that is malformed or
-// tries to climb out (".." segments, NUL bytes, bad escapes).
-bool normalize_path(std::string_view target, std::string &out);
+// tries to climb out (".." segments, NUL bytes, bad escapes). When
+// names_directory is given, it says whether the decoded path ends in a
+// slash or "/." (escaped or not): such a path can name no file.
+bool normalize_path(std::string_view target, std::string &out, bool *names_directory = nullptr);
 
 std::string_view content_type_for(std::string_view path);
 

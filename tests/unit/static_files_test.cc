@@ -175,7 +175,20 @@ TEST_F(StaticFilesTest, AFileNamedAsADirectoryIsNotFound) {
   EXPECT_EQ(get("/a.txt/").status, 404);
   EXPECT_EQ(get("/a.txt/.").status, 404);
   EXPECT_EQ(get("/a.txt//").status, 404);
+  // The same slash or dot written as an escape.
+  EXPECT_EQ(get("/a.txt%2F").status, 404);
+  EXPECT_EQ(get("/a.txt%2f").status, 404);
+  EXPECT_EQ(get("/a.txt/%2e").status, 404);
+  EXPECT_EQ(get("/a.txt%2F%2E").status, 404);
   EXPECT_EQ(get("/a.txt").status, 200);
+  EXPECT_EQ(get("/a%2Etxt").status, 200);
+  // The embedded page (no document root) likewise.
+  handler_ = std::make_unique<StaticFiles>("");
+  EXPECT_EQ(get("/index.html").status, 200);
+  EXPECT_EQ(get("/index.html/").status, 404);
+  EXPECT_EQ(get("/index.html%2F").status, 404);
+  EXPECT_EQ(get("/").status, 200);
+  with_limits({});
   EXPECT_EQ(body_of(get("/sub/")), "sub index");
   EXPECT_EQ(body_of(get("/")), "<h1>home</h1>");
 }
