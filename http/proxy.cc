@@ -501,7 +501,7 @@ private:
     ProxyExchange *ex = ex_;
     ex_ = nullptr;
     close();
-    if (ex) ex->conn_failed(connect);
+    if (ex) ex->conn_failed(connect, nothing_written());
   }
 
   void broke(bool malformed) {
@@ -896,7 +896,7 @@ void ProxyExchange::drop_body() {
   req_off_ = 0;
 }
 
-void ProxyExchange::conn_failed(bool connect) {
+void ProxyExchange::conn_failed(bool connect, bool unsent) {
   conn_ = nullptr;
   if (counted_) {
     upstream_->load->outstanding -= 1;
@@ -911,11 +911,13 @@ void ProxyExchange::conn_failed(bool connect) {
   } else {
     // Closed or reset before a byte of response: a stale pooled
     // connection, or an upstream that dropped the request. Only a request
-    // that may be repeated goes again, twice at most.
+    // that may be repeated goes again, twice at most; so does one of which
+    // not a byte left (its head waited for the body while the upstream's
+    // idle or header timeout ran out): the upstream never saw it.
     upstream_->stats->resets += 1;
     drops_ += 1;
     // Body bytes that left cannot be sent again: the request is not repeated.
-    retry = idempotent_ && drops_ < 3 && req_out_ == 0;
+    retry = (idempotent_ || unsent) && drops_ < 3 && req_out_ == 0;
   }
   if (!retry) {
     fail_with(502);

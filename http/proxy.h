@@ -207,8 +207,9 @@ public:
   // its place and deadline.
   void move_to(ProxyGeneration &g, ProxyRouteState &to);
   void connected();
-  // The connection failed before a response byte (connect: while connecting).
-  void conn_failed(bool connect);
+  // The connection failed before a response byte (connect: while
+  // connecting; unsent: before a byte of the request went up).
+  void conn_failed(bool connect, bool unsent = true);
   void conn_broke(std::string_view why); // after response bytes: reset or cut short
   void conn_done();                      // the response is complete
   size_t room() const { return cap_ - static_cast<size_t>(end_ - base_); }

@@ -1106,6 +1106,47 @@ TEST_F(StreamedRequest, AFailedConnectAfterADroppedRequestStillTriesAnother) {
   proxy.end_of_pass();
 }
 
+// A request whose head waits for its body has sent nothing when the
+// upstream closes the connection (its idle or header timeout ran out
+// while the client was slow to start the body): it goes on a new
+// connection whatever its method, since not a byte of it left.
+TEST_F(StreamedRequest, AConnectionClosedBeforeAByteWentUpIsTriedAgainForAPost) {
+  auto &ex = start("POST", {{"content-length", "5"}}, true);
+  EXPECT_EQ(upstream(), ""); // accepted: the head waits for the body
+  ASSERT_GE(up_, 0);
+  ::close(up_);
+  up_ = -1;
+  std::string wire;
+  Steps steps(loop_, {{[&] {
+                         // A new connection came, or the exchange gave up.
+                         (void)upstream();
+                         return up_ >= 0 || ex.head_ready();
+                       },
+                       [&] {
+                         ASSERT_TRUE(put("hello"));
+                         EXPECT_TRUE(ex.end_body());
+                         ex.flush_body();
+                       }},
+                      {[&] {
+                         wire += upstream();
+                         return body_of(wire) == "hello" || ex.head_ready();
+                       },
+                       [&] {
+                         const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                         (void)!::send(up_, answer.data(), answer.size(), 0);
+                       }},
+                      {[&] { return ex.head_ready(); }, nullptr}});
+  EXPECT_EQ(steps.run(), 3u);
+  ASSERT_TRUE(ex.head_ready());
+  EXPECT_EQ(ex.head().status, 200);
+  EXPECT_NE(wire.find("POST /api/up HTTP/1.1\r\n"), std::string::npos) << wire;
+  std::vector<UpstreamStats> st;
+  proxy_->upstream_stats(st);
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].connects, 2u);
+  EXPECT_EQ(st[0].retries, 1u);
+}
+
 // An upstream transfer coding other than one chunked is a 502 for the
 // client (the head is not handed on first).
 TEST_F(StreamedRequest, AnUpstreamTransferCodingOtherThanChunkedIsA502) {
