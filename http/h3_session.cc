@@ -171,6 +171,7 @@ int cb_reset_stream(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void 
   return guarded(
       [&]() -> int {
         if (sud) session_of(ud).abandoned(*static_cast<H3Session::Stream *>(sud));
+        session_of(ud).message_error_reset(app_error);
         if (session_of(ud).transport_gone(stream_id)) return 0;
         session_of(ud).transport().app_reset_writing(stream_id, app_error);
         return 0;
@@ -431,7 +432,8 @@ void H3Session::stop_heading(Stream &s) {
 }
 
 uint64_t H3Session::app_error_code(int64_t error) const {
-  if (error == ERR_READ_AHEAD_STALLED) return NGHTTP3_H3_EXCESSIVE_LOAD;
+  if (error == ERR_READ_AHEAD_STALLED || error == ERR_CANCELS_SPENT)
+    return NGHTTP3_H3_EXCESSIVE_LOAD;
   return nghttp3_err_infer_quic_app_error_code(static_cast<int>(error));
 }
 
@@ -444,6 +446,7 @@ int64_t H3Session::read_stream(int64_t stream_id, const uint8_t *data, size_t le
   reading_early_ = early;
   auto n = nghttp3_conn_read_stream(conn_, stream_id, data, len, fin ? 1 : 0);
   reading_early_ = false;
+  if (cancels_spent_) return ERR_CANCELS_SPENT;
   if (!flush_.empty()) flush_bodies();
   return n;
 }

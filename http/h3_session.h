@@ -163,6 +163,15 @@ public:
   }
   // The transport closed the stream while nghttp3 kept it (see gone_).
   bool transport_gone(int64_t stream_id) const { return gone(stream_id); }
+  // nghttp3 resets a request stream over the peer's bytes (a malformed
+  // message): counted, and charged as the peer's cancel (see
+  // AppTransport::app_charge_cancel); a stream refused after GOAWAY
+  // began no work and is not charged.
+  void message_error_reset(uint64_t app_error) {
+    stats_.stream_errors += 1;
+    if (app_error != NGHTTP3_H3_REQUEST_REJECTED && !transport_.app_charge_cancel())
+      cancels_spent_ = true;
+  }
   void set_max_client_streams_bidi(uint64_t n) override;
   // GOAWAY with the largest id, then the final one; streams in flight finish.
   void shutdown_notice() override;
@@ -299,6 +308,10 @@ private:
   // (a read, a timer, a wake asked for at the limit) past it. Nothing is
   // timed while nobody waits.
   static constexpr int64_t ERR_READ_AHEAD_STALLED = -100000; // not one of nghttp3's
+  // The peer's cancels, its malformed messages among them, spent the
+  // connection's allowance: its read fails with H3_EXCESSIVE_LOAD.
+  static constexpr int64_t ERR_CANCELS_SPENT = -100001; // not one of nghttp3's
+  bool cancels_spent_ = false;
   uint64_t ra_released_ = 0; // read-ahead bytes ever released
   uint64_t stall_seen_ = 0;  // ra_released_ when stall_since_ was set
   uint64_t stall_since_ = 0; // 0: not timing

@@ -27,6 +27,12 @@ public:
   virtual void app_stop_reading(int64_t stream_id, uint64_t app_error) = 0;
   // Abandon our side of the stream (RESET_STREAM).
   virtual void app_reset_writing(int64_t stream_id, uint64_t app_error) = 0;
+  // The peer's bytes had the application abandon a request it may have
+  // begun serving (a malformed message): a cancel like the peer's own
+  // RESET_STREAM, charged alike. False, counted, when the connection's
+  // allowance is spent: the application then fails its read with
+  // excessive_load_code().
+  virtual bool app_charge_cancel() { return true; }
   // Opens a unidirectional stream of ours; its id, or -1.
   virtual int64_t app_open_uni_stream() = 0;
   // The application has new data to send outside the connection's own

@@ -962,6 +962,12 @@ void Connection::app_reset_writing(int64_t stream_id, uint64_t app_error) {
   ngtcp2_conn_shutdown_stream_write(conn_, 0, stream_id, app_error);
 }
 
+bool Connection::app_charge_cancel() {
+  if (take_reset_token()) return true;
+  ep_.mutable_stats().stream_reset_closes += 1;
+  return false;
+}
+
 void Connection::reset_seen(int64_t stream_id) {
   // Open streams only (erased as they close): at most max_streams_bidi.
   if (std::find(resets_seen_.begin(), resets_seen_.end(), stream_id) == resets_seen_.end())

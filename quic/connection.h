@@ -98,6 +98,7 @@ public:
   void app_consume(int64_t stream_id, uint64_t n) override;
   void app_stop_reading(int64_t stream_id, uint64_t app_error) override;
   void app_reset_writing(int64_t stream_id, uint64_t app_error) override;
+  bool app_charge_cancel() override;
   int64_t app_open_uni_stream() override;
   void app_want_write() override;
   const dataplane::Address *app_peer() const override;

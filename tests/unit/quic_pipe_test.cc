@@ -1701,6 +1701,28 @@ TEST_F(QuicPipe, RapidStopSendingCancelsCloseTheConnection) {
 }
 
 
+// Regression (review): a request whose trailers nghttp3 finds malformed (a
+// pseudo-header in them) is reset both ways by the server, which had
+// already begun answering it: the client cancels work through the
+// server's own resets, so each counts as its cancel would.
+TEST_F(QuicPipe, RapidMalformedTrailersCloseTheConnection) {
+  // HEADERS: GET https://x/ (QPACK, static table only), then HEADERS
+  // holding ":path /" as a trailer, and the stream's end.
+  const std::string request("\x01\x08\x00\x00\xd1\xd7\xc1\x50\x01x"
+                            "\x01\x03\x00\x00\xc1",
+                            15);
+  expect_cancels_limited([&] {
+    clock_.set(clock_.now() + 10'000'000); // past the client's pacing
+    int64_t sid = -1;
+    const Datagram dg = client_->raw_request_stream(request, &sid, true);
+    if (dg.data.empty()) return false;
+    for (auto &back : server_->deliver(dg)) client_->read(back);
+    exchange(1000);
+    return true;
+  });
+  EXPECT_GE(server_->app->stats().stream_errors, 15u);
+}
+
 // Regression (review): the same, on requests left without their end. The
 // server answers such a request and stops reading it (the body is not
 // wanted); the client's RESET_STREAM that answers that is no cancel, and
