@@ -27,6 +27,7 @@ struct Queued {
   ProxyExchange *ex = nullptr; // a proxied response (owned by body); head empty until it arrives
   bool chunked = false;        // ... of unknown length, sent chunked
   bool http10 = false;         // asked in HTTP/1.0: no chunked framing
+  bool close_delimited = false; // ... so the close ends its body
   // For the access log (when there is one): what was asked, when, and the
   // answer's status (a proxied one's once its head is in).
   std::unique_ptr<Request> logged;
@@ -258,7 +259,12 @@ public:
   }
 
   bool finished() const override { return closing_ && queue_.empty(); }
-  bool cut_short() const override { return cut_short_; }
+  // Also when the connection ends (a deadline, the server's stop) with an
+  // answer at the front that only the close delimits: it is not whole (a
+  // whole one leaves the queue as it ends).
+  bool cut_short() const override {
+    return cut_short_ || (!queue_.empty() && queue_.front().close_delimited);
+  }
 
   void proxy_progress(void *) override {
     if (host_) host_->session_wake();
@@ -724,7 +730,7 @@ private:
     head_.build(r, env_.alt_svc);
     const bool unknown = r.length_unknown && q.ex->has_body();
     q.chunked = unknown && !q.http10;
-    if (unknown && q.http10) q.close_after = true;
+    if (unknown && q.http10) q.close_after = q.close_delimited = true;
     q.head.reserve(256);
     head_.append_http1(q.head, q.close_after);
     if (q.chunked) q.head.insert(q.head.size() - 2, "transfer-encoding: chunked\r\n");

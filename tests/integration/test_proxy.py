@@ -570,6 +570,22 @@ class ProxyTest(TimedTestCase):
             ask(b"GET /app/chunked?n=%d HTTP/1.0\r\nhost: x\r\nconnection: keep-alive\r\n"
                 b"\r\nGET /healthz HTTP/1.0\r\nhost: x\r\nconnection: keep-alive\r\n\r\n" % n)
 
+    def http10_ending(self, srv, path):
+        """Reads an HTTP/1.0 client's answer to the close; returns it and
+        how the connection ended (clean close, truncated, reset)."""
+        t = tls(srv, strict_eof=True)
+        t.sendall(b"GET " + path + b" HTTP/1.0\r\nhost: x\r\n\r\n")
+        raw, ending = b"", "clean close"
+        try:
+            while chunk := t.recv(65536):
+                raw += chunk
+        except ssl.SSLError as e:
+            ending = "truncated" if "UNEXPECTED_EOF" in str(e) or "EOF occurred" in str(e) else str(e)
+        except ConnectionResetError:
+            ending = "reset"
+        t.close()
+        return raw, ending
+
     def test_an_http10_body_cut_short_does_not_end_like_a_whole_one(self):
         # Regression: an HTTP/1.0 client's answer without a length is
         # delimited by the close, and when the upstream broke off mid-body
@@ -578,17 +594,19 @@ class ProxyTest(TimedTestCase):
         # for the whole one. Now it ends without close_notify, which TLS
         # clients report as a truncation.
         with self.serve(f"/app={self.app.url}") as srv:
-            t = tls(srv, strict_eof=True)
-            t.sendall(b"GET /app/chunked-cut?n=100000 HTTP/1.0\r\nhost: x\r\n\r\n")
-            raw, ending = b"", "clean close"
-            try:
-                while chunk := t.recv(65536):
-                    raw += chunk
-            except ssl.SSLError as e:
-                ending = "truncated" if "UNEXPECTED_EOF" in str(e) or "EOF occurred" in str(e) else str(e)
-            except ConnectionResetError:
-                ending = "reset"
-            t.close()
+            raw, ending = self.http10_ending(srv, b"/app/chunked-cut?n=100000")
+        self.assertTrue(raw.startswith(b"HTTP/1.1 200"), raw[:200])
+        self.assertLess(len(raw.partition(b"\r\n\r\n")[2]), 100000)
+        self.assertIn(ending, ("truncated", "reset"), (len(raw), raw[:300]))
+
+    def test_an_http10_body_the_write_timeout_cuts_does_not_end_like_a_whole_one(self):
+        # Regression (review): the same answer ended by the connection's
+        # write timeout while its upstream stalled got close_notify: only
+        # a cut the session made itself was known as one.
+        with self.serve(f"/app={self.app.url}",
+                        extra=("--tcp-write-timeout", "1000", "--proxy-timeout", "10000")) as srv:
+            raw, ending = self.http10_ending(srv, b"/app/chunked-stall?n=100000&s=4")
+            self.assertGreaterEqual(total(stats_json(srv), "tcp_timeouts_write"), 1)
         self.assertTrue(raw.startswith(b"HTTP/1.1 200"), raw[:200])
         self.assertLess(len(raw.partition(b"\r\n\r\n")[2]), 100000)
         self.assertIn(ending, ("truncated", "reset"), (len(raw), raw[:300]))
