@@ -333,10 +333,18 @@ private:
       if (ssl_) {
         ERR_clear_error();
         int rv = SSL_read(ssl_, buf.data(), static_cast<int>(buf.size()));
+        // A read that wanted to write (a KeyUpdate to answer into a full
+        // socket) has written once it reads or wants to read again: the
+        // socket is no longer watched for room on its account (what the
+        // session has to send keeps it watched), or every pass would wake
+        // on a writable socket with nothing to do.
+        if (rv > 0) want_write_ = false;
         if (rv <= 0) {
           int err = SSL_get_error(ssl_, rv);
-          if (err == SSL_ERROR_WANT_READ)
+          if (err == SSL_ERROR_WANT_READ) {
+            want_write_ = false;
             break;
+          }
           if (err == SSL_ERROR_WANT_WRITE) {
             want_write_ = true;
             break;
