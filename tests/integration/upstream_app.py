@@ -194,30 +194,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 part = data[i:i + 7000]
                 self.wfile.write(b"%x\r\n" % len(part) + part + b"\r\n")
             self.wfile.write(b"0\r\nx-trailer: dropped\r\n\r\n")
-        elif p.endswith("/chunked-cut"):
-            # Chunks for a tenth of n, then an abortive close (RST) before
-            # the last chunk: a crashed application's unfinished answer.
+        elif p.endswith("/chunked-cut") or p.endswith("/chunked-stall"):
+            # Chunks for a tenth of n, then (cut) an abortive close (RST)
+            # before the last chunk: a crashed application's unfinished
+            # answer; or (stall) silence with the connection open for s
+            # seconds, then the end: an application stuck mid-answer.
             self.send_response(200)
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
             part = pattern(n // 10)
             self.wfile.write(b"%x\r\n" % len(part) + part + b"\r\n")
             self.wfile.flush()
+            if p.endswith("/chunked-stall"):
+                time.sleep(float(q.get("s", "20")))
+                self.wfile.write(b"0\r\n\r\n")
+                return
             time.sleep(0.2)
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        b"\x01\x00\x00\x00\x00\x00\x00\x00")
             self.close_connection = True
-        elif p.endswith("/chunked-stall"):
-            # Chunks for a tenth of n, then silence (the connection open)
-            # for s seconds, then the rest: an application stuck mid-answer.
-            self.send_response(200)
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-            part = pattern(n // 10)
-            self.wfile.write(b"%x\r\n" % len(part) + part + b"\r\n")
-            self.wfile.flush()
-            time.sleep(float(q.get("s", "20")))
-            self.wfile.write(b"0\r\n\r\n")
         elif p.endswith("/close"):
             self.send_response(200)
             self.send_header("connection", "close")
