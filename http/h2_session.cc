@@ -633,14 +633,17 @@ public:
     auto &st = *static_cast<H2Stream *>(tag);
     if (st.refused) return;
     credit(st);
+    const bool head_now = !st.responded && st.exchange->head_ready();
+    if (head_now) respond(st);
     if (!st.responded) {
-      if (st.exchange->head_ready()) respond(st);
+      // No head yet.
     } else if (st.exchange->failed()) {
       // Reset now, not from the data callback: a client that keeps its
       // window at 0 would never be asked for data, and never hear of it.
+      // Also when the head came with the failure, in one read.
       st.refused = true;
       nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
-    } else {
+    } else if (!head_now) {
       nghttp2_session_resume_data(session_, st.id);
     }
     if (host_) host_->session_wake();

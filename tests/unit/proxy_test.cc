@@ -8,9 +8,12 @@
 #include "http/proxy.h"
 #include "http/proxy_config.h"
 #include "http/proxy_headers.h"
+#include "http/router.h"
+#include "http/tcp_session.h"
 #include "http/upstream_response.h"
 
 #include "epoll_refusal.h"
+#include "h2_frames.h"
 #include "loop_steps.h"
 #include "parse_args.h"
 #include "quic_pipe.h"
@@ -1399,6 +1402,70 @@ TEST_F(StreamedRequest, Http3ResetLeavesWhileTheStreamWindowIsShut) {
   EXPECT_EQ(proxy.stats().proxy_client_timeouts, 1u);
   EXPECT_TRUE(client.responses[proxied].reset);
   EXPECT_EQ(client.responses[proxied].reset_code, static_cast<uint64_t>(NGHTTP3_H3_INTERNAL_ERROR));
+}
+
+// Regression (review): an HTTP/2 client's proxied answer whose head and
+// failure came in one read (a bad chunk size right behind the head) was
+// never reset: the session left that to nghttp2's next read of the body,
+// which never comes while the client's window is shut, and the stream
+// kept its ring and budget meanwhile.
+TEST_F(StreamedRequest, Http2HeadAndFailureTogetherResetTheStream) {
+  using xdpq::testing::h2_frame;
+  TcpStats stats;
+  SessionEnv env;
+  env.router = make_default_router(RouterConfig{"", 65536, {}});
+  env.stats = &stats;
+  env.budget = &worker_;
+  env.proxy = proxy_.get();
+  auto session = make_h2_session(env);
+  auto feed = [&](const std::string &in) {
+    session->on_input(reinterpret_cast<const uint8_t *>(in.data()), in.size(), loop_.now());
+  };
+  auto output = [&] {
+    std::string all;
+    for (std::vector<uint8_t> out; session->produce(out, 256 * 1024), !out.empty(); out.clear())
+      all.append(out.begin(), out.end());
+    return all;
+  };
+  // SETTINGS_INITIAL_WINDOW_SIZE 0; then GET https://x/api/up.
+  const std::string settings("\x00\x04\x00\x00\x00\x00", 6);
+  const std::string head = std::string("\x82\x87\x04\x07/api/up\x01\x01x", 14);
+  feed("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, settings) + h2_frame(1, 5, 1, head));
+  std::string out = output();
+  std::string got;
+  const uint64_t give_up = xdpq::monotonic_ns() + 2'000'000'000ull;
+  Steps steps(loop_, {{[&] {
+                         got += upstream();
+                         return got.find("\r\n\r\n") != std::string::npos;
+                       },
+                       [&] {
+                         const std::string answer =
+                             "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n";
+                         (void)!::send(up_, answer.data(), answer.size(), 0);
+                       }},
+                      {[&] {
+                         out += output();
+                         for (const auto &f : xdpq::testing::h2_frames(out))
+                           if (f.type == 3 && f.stream == 1) return true;
+                         return xdpq::monotonic_ns() > give_up;
+                       },
+                       nullptr}});
+  EXPECT_EQ(steps.run(), 2u);
+  // (nghttp2 drops the head it had not sent yet once the reset goes.)
+  bool reset = false, data = false;
+  uint32_t code = 0;
+  for (const auto &f : xdpq::testing::h2_frames(out)) {
+    if (f.stream != 1) continue;
+    data |= f.type == 0;
+    if (f.type == 3) {
+      reset = true;
+      code = f.word();
+    }
+  }
+  EXPECT_FALSE(data);
+  EXPECT_TRUE(reset);
+  EXPECT_EQ(code, 2u); // INTERNAL_ERROR
+  session.reset();
 }
 
 // Regression: a client that cancelled its proxied upload (RESET_STREAM

@@ -5,6 +5,8 @@
 #include "http/router.h"
 #include "http/tcp_session.h"
 
+#include "h2_frames.h"
+
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -126,31 +128,13 @@ TEST_F(H1Drain, AKeptPipelineHoldsNoMoreThanOneRead) {
 
 namespace {
 
-std::string h2_frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
-  std::string f;
-  const size_t n = payload.size();
-  f += static_cast<char>(n >> 16);
-  f += static_cast<char>(n >> 8);
-  f += static_cast<char>(n);
-  f += static_cast<char>(type);
-  f += static_cast<char>(flags);
-  for (int shift = 24; shift >= 0; shift -= 8) f += static_cast<char>(stream >> shift);
-  f += payload;
-  return f;
-}
+using xdpq::testing::h2_frame;
 
 // The error codes of the GOAWAY frames in a server's output.
 std::vector<uint32_t> goaway_codes(const std::string &out) {
   std::vector<uint32_t> codes;
-  for (size_t i = 0; i + 9 <= out.size();) {
-    const size_t len = (static_cast<uint8_t>(out[i]) << 16) | (static_cast<uint8_t>(out[i + 1]) << 8) |
-                       static_cast<uint8_t>(out[i + 2]);
-    if (out[i + 3] == 7 && i + 17 <= out.size()) {
-      uint32_t code = 0;
-      for (size_t k = 13; k < 17; ++k) code = code << 8 | static_cast<uint8_t>(out[i + k]);
-      codes.push_back(code);
-    }
-    i += 9 + len;
+  for (const auto &f : xdpq::testing::h2_frames(out)) {
+    if (f.type == 7 && f.payload.size() >= 8) codes.push_back(f.word(4));
   }
   return codes;
 }
