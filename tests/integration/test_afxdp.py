@@ -314,7 +314,7 @@ class AfXdpCases:
                 "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
                 f"a=('{self.topo.srv_ip}', 4433)\n"
                 f"for i in range({n}): s.sendto(bytes([0x40])+os.urandom({size - 1}), a)\n"
-                "s.settimeout(1)\n"
+                "s.settimeout(3)\n"  # every reset the server sends, however late
                 "got=0\n"
                 "try:\n"
                 "    while True: got+=len(s.recv(2048))\n"
@@ -506,8 +506,14 @@ class AfXdpLifecycle(TimedTestCase):
             base = topo.srv_ip.rsplit(".", 1)[0]
             extra, stranger = f"{base}.50", f"{base}.9"
             with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
-                        "native", host=topo.srv_ip, port=4433, netns=topo.srv_ns, workers=0,
-                        listen=["0.0.0.0:4433", "[::]:4433"]) as srv:
+                        "native", "--log-level", "debug", host=topo.srv_ip, port=4433,
+                        netns=topo.srv_ns, workers=0, listen=["0.0.0.0:4433", "[::]:4433"]) as srv:
+                def wait_for_log(line):
+                    # The control thread puts the change into the XDP map.
+                    until = time.time() + 10
+                    while line not in srv.output() and time.time() < until:
+                        time.sleep(0.05)
+                    self.assertIn(line, srv.output())
                 r1 = gtlsclient(srv, ["/bytes/1000"], netns=topo.cli_ns)
                 # A QUIC Initial to an address of nobody's on the link,
                 # sent to the server's MAC: the kernel's, never answered.
@@ -522,12 +528,12 @@ class AfXdpLifecycle(TimedTestCase):
                 sh("/usr/bin/python3", "-c", code, ns=topo.cli_ns)
                 # An address the host gains while serving is served at once.
                 sh("ip", "-n", topo.srv_ns, "addr", "add", f"{extra}/32", "dev", topo.srv_if)
-                time.sleep(0.3)
+                wait_for_log(f"local address {extra}:0 known")
                 srv.host = extra
                 r2 = gtlsclient(srv, ["/bytes/1001"], netns=topo.cli_ns)
                 mid = json.loads(xdpqctl(srv, "--json", "stats")[1])["total"]
                 sh("ip", "-n", topo.srv_ns, "addr", "del", f"{extra}/32", "dev", topo.srv_if)
-                time.sleep(0.3)
+                wait_for_log(f"local address {extra}:0 gone")
                 sh("/usr/bin/python3", "-c", code.replace(stranger, extra), ns=topo.cli_ns)
                 stats = srv.stop()
         self.assertEqual(r1.file("1000"), pattern(1000), r1.output[-2000:])
@@ -773,14 +779,16 @@ class AfXdpLifecycle(TimedTestCase):
             holder = subprocess.Popen(
                 ["ip", "netns", "exec", topo.srv_ns, "/usr/bin/python3", "-c",
                  f"import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-                 f"s.bind(('{topo.srv_ip}', 4433)); time.sleep(30)"])
+                 f"s.bind(('{topo.srv_ip}', 4433)); print('ready', flush=True); time.sleep(30)"],
+                stdout=subprocess.PIPE, text=True)
             try:
-                time.sleep(0.3)
+                self.assertEqual(holder.stdout.readline().strip(), "ready")
                 r = sh("ip", "netns", "exec", topo.srv_ns, os.environ["XDPQD"], "--dataplane",
                        "afxdp", "--interface", topo.srv_if, "--listen", f"{topo.srv_ip}:4433",
                        check=False, timeout=20)
             finally:
                 holder.kill()
+                holder.wait()
             self.assertEqual(r.returncode, 2)
             self.assertIn("in use", r.stderr)
             self.assertIsNone(topo.xdp_attached())

@@ -20,7 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase,  # noqa: E402
                      check_burst_of_handshakes, cpu_seconds, gtlsclient, pattern, read_pcap,
-                     read_to_end, require_tools, xdpqctl)
+                     read_to_end, require_tools, udp_queued, xdpqctl)
 
 
 
@@ -55,18 +55,6 @@ def tls_client_hello():
     except ssl.SSLWantReadError:
         pass
     return out.read()
-
-
-def udp_queued(port):
-    """Bytes waiting in the receive queues of the IPv4 UDP sockets bound to
-    port (/proc/net/udp)."""
-    total = 0
-    with open("/proc/net/udp") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if int(fields[1].split(":")[1], 16) == port:
-                total += int(fields[4].split(":")[1], 16)
-    return total
 
 
 def server_send_order(packets, port):

@@ -1769,6 +1769,7 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         a, b = App("a"), App("b")
         a.gate, b.gate = threading.Event(), threading.Event()
         checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100",
+                  "--proxy-health-timeout", "10000",  # a slow answer is no failed probe
                   "--proxy-max-connections", "1", "--proxy-queue-timeout", "20000")
         got = {}
 
@@ -1818,7 +1819,8 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         # ones it has), a proxied request gets 503 and neither it nor the
         # health check holds the upstream down; with descriptors back, the
         # upstream serves at once.
-        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100")
+        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100",
+                  "--proxy-health-timeout", "10000")  # a slow answer is no failed probe
         with self.serve(f"/app={self.app.url}", extra=checks) as srv:
             wait_for(lambda: self.app.health_checks >= 1, "a first health check")
             pid = str(srv.proc.pid)
@@ -1847,7 +1849,8 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
     def test_health_check_skips_a_failing_upstream_until_it_recovers(self):
         sick, well = App("sick"), App("well")
         sick.health = 503
-        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100")
+        checks = ("--proxy-health-check", "/health", "--proxy-health-interval", "100",
+                  "--proxy-health-timeout", "10000")  # a slow answer is no failed probe
         with sick, well, self.serve(f"/hc={sick.url},{well.url}", extra=checks) as srv:
             # Two failed checks in a row take it out (one is a blip).
             ups = wait_for(lambda: (lambda u: u if u[0]["probe_failures"] >= 2 and

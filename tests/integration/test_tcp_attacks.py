@@ -480,7 +480,9 @@ class AttackTest(TimedTestCase):
         big = os.urandom(1 << 20)
         with open(os.path.join(root, "big.bin"), "wb") as f:
             f.write(big)
-        with Server(*FAST_TIMEOUTS, "--docroot", root) as srv:
+        # A write timeout well past the sample below, however slow the
+        # machine: the connection must still be open when it is taken.
+        with Server(*FAST_TIMEOUTS, "--tcp-write-timeout", "10000", "--docroot", root) as srv:
             s = tls_socket(srv)
             c = h2.connection.H2Connection(h2.config.H2Configuration(
                 client_side=True, header_encoding="utf-8"))
@@ -494,7 +496,7 @@ class AttackTest(TimedTestCase):
             s.sendall(c.data_to_send())
             got = 0
             s.settimeout(0.1)
-            end = time.time() + 0.8  # (well within the 2 s write timeout)
+            end = time.time() + 0.8  # (well within the write timeout)
             while time.time() < end:
                 try:
                     data = s.recv(65536)
