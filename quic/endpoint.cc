@@ -7,6 +7,7 @@
 #include <gnutls/crypto.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -443,8 +444,21 @@ void Endpoint::send_stateless_reset(const dataplane::RxDatagram &dg,
 void Endpoint::end_of_pass() {
   write_blocked_ = false;
   write_pending();
-  if (cfg_.max_memory && memory() > cfg_.max_memory) reap_memory();
-  if (retired_.empty() && apps_finished_.empty()) return;
+  // What closed in this pass is freed before the limit is checked: its
+  // memory must not have others closed for it.
+  bool freed = free_retired();
+  if (cfg_.max_memory && memory() > cfg_.max_memory) {
+    reap_memory();
+    freed = free_retired() || freed;
+  }
+  // A connection freed just now may have let others go on (the file
+  // read-ahead it held, an upstream connection): they write in this pass,
+  // not at the next event.
+  if (freed && !write_blocked_) write_pending();
+}
+
+bool Endpoint::free_retired() {
+  if (retired_.empty() && apps_finished_.empty()) return false;
   // Out of every call chain of theirs: what the applications of connections
   // that closed hold (streams, bodies, read-ahead, upstream exchanges) goes
   // now, before any of them is freed below.
@@ -460,10 +474,7 @@ void Endpoint::end_of_pass() {
     conns_.erase(c);
   }
   retired_.clear();
-  // A connection freed just now may have let others go on (the file
-  // read-ahead it held, an upstream connection): they write in this pass,
-  // not at the next event.
-  if (!write_blocked_) write_pending();
+  return true;
 }
 
 void Endpoint::write_pending() {
@@ -489,19 +500,25 @@ void Endpoint::write_pending() {
 // Over the worker's QUIC memory: the connections holding the most are
 // closed and freed at once (a peer that fills its receive window with
 // out-of-order data holds up to the window in ngtcp2's buffers), until the
-// rest fits. Freed below, in this pass.
+// rest fits, 64 at most per pass. Freed by the caller, in this pass. One
+// walk of the connections, whatever their number.
 void Endpoint::reap_memory() {
+  static constexpr size_t MAX_PER_PASS = 64;
   int64_t over = static_cast<int64_t>(memory() - cfg_.max_memory);
-  for (int k = 0; k < 64 && over > 0; ++k) {
-    Connection *worst = nullptr;
-    for (const auto &[c, owner] : conns_) {
-      if (!c->retired && (!worst || c->memory() > worst->memory())) worst = c;
-    }
-    if (!worst) break;
-    over -= static_cast<int64_t>(worst->memory());
-    stats_.memory_closes += 1;
-    worst->abandon(app_.excessive_load_code());
+  auto &picks = reap_scratch_;
+  picks.clear();
+  for (const auto &[c, owner] : conns_) {
+    if (!c->retired) picks.emplace_back(c->memory(), c);
   }
+  const size_t n = std::min(MAX_PER_PASS, picks.size());
+  std::partial_sort(picks.begin(), picks.begin() + static_cast<long>(n), picks.end(),
+                    [](const auto &a, const auto &b) { return a.first > b.first; });
+  for (size_t k = 0; k < n && over > 0; ++k) {
+    over -= static_cast<int64_t>(picks[k].first);
+    stats_.memory_closes += 1;
+    picks[k].second->abandon(app_.excessive_load_code());
+  }
+  picks.clear();
 }
 
 void Endpoint::start_drain() {

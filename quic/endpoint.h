@@ -287,6 +287,9 @@ private:
   size_t handshakes_in_progress_ = 0;
   int64_t memory_ = 0; // what ngtcp2 and nghttp3 hold for all our connections (charge_memory)
   void reap_memory();
+  // Frees what closed in this pass (apps first); false if nothing had.
+  bool free_retired();
+  std::vector<std::pair<size_t, Connection *>> reap_scratch_; // reap_memory()'s picks
   void write_pending(); // the connections that asked to write, in order
 
 public:

@@ -1054,6 +1054,40 @@ TEST_F(QuicPipe, OverTheWorkersQuicMemoryTheLargestConnectionCloses) {
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
 
+// Regression (review): the memory of connections that closed in a pass
+// (an idle timeout, the end of a closing period) still counted when the
+// worker's limit was checked, before they were freed at the end of that
+// pass: over the limit only because of them, others were closed for it.
+TEST_F(QuicPipe, MemoryOfAConnectionEndingInThePassIsNotTakenFromOthers) {
+  quic::EndpointConfig cfg;
+  cfg.idle_timeout = 3'000'000'000ull;
+  start(cfg);
+  TestClient big(clock_, make_test_path(50001));
+  ASSERT_TRUE(run_until(big, *server_, clock_, [&] { return big.handshake_completed(); }));
+  // As above: an upload whose first datagram is lost holds the most.
+  ASSERT_GE(big.request("POST", "/echo", {}, std::string(200000, 'u'), /*end_stream=*/false), 0);
+  clock_.set(clock_.now() + 1'000'000);
+  const uint64_t quiet_from = clock_.now();
+  auto flight = big.write();
+  ASSERT_GE(flight.size(), 3u);
+  for (size_t i = 1; i < flight.size(); ++i) server_->deliver(flight[i]);
+  // The fixture's client stays busy; the uploader says nothing more.
+  clock_.set(quiet_from + 2'000'000'000ull);
+  ASSERT_EQ(fetch("GET", "/healthz").status, 200);
+  ASSERT_EQ(server_->endpoint->connection_count(), 2u);
+  ASSERT_LT(clock_.now(), quiet_from + 3'000'000'000ull);
+  // Over the limit by the uploader's memory alone, in the very pass where
+  // its idle timeout ends it.
+  server_->endpoint->set_max_memory(server_->endpoint->memory() - 1);
+  clock_.set(quiet_from + 3'500'000'000ull);
+  server_->tick();
+  EXPECT_EQ(stats().conns_idle_closed, 1u);
+  EXPECT_EQ(stats().memory_closes, 0u);
+  EXPECT_EQ(server_->endpoint->connection_count(), 1u);
+  EXPECT_FALSE(client_->closed());
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+}
+
 // Regression: nghttp3's memory was not counted with the connection's. A
 // client that announces a long Huffman-coded field value on each request
 // stream and sends no more of it makes nghttp3 allocate twice that length
