@@ -330,13 +330,18 @@ void Endpoint::accept(const dataplane::RxDatagram &dg, const ngtcp2_version_cid 
     return;
   }
   conns_.emplace(c, std::move(conn));
-  stats_.handshakes_started += 1;
   ++handshakes_in_progress_;
   // The client's DCID routes its further Initials (and 0-RTT) until it
   // switches CIDs; never a Handshake or 1-RTT packet (Route::long_only).
   add_cid(hd.dcid, c, true);
   c->on_datagram(dg);
-  if (c->wants_retry()) send_retry(dg, hd);
+  // A connection given up for a Retry (ngtcp2 asked for one) is no
+  // handshake started: the datagram's outcome is the Retry.
+  if (c->wants_retry()) {
+    send_retry(dg, hd);
+  } else {
+    stats_.handshakes_started += 1;
+  }
 }
 
 bool Endpoint::send_stateless(const dataplane::RxDatagram &dg, const uint8_t *data, size_t len) {

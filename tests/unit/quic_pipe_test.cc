@@ -2045,6 +2045,11 @@ TEST_F(QuicPipe, AClientHelloWhoseSecondHalfComesFirstGetsARetry) {
   ASSERT_TRUE(run_until(big, *server_, clock_, [&] { return big.handshake_completed(); }));
   EXPECT_LT(clock_.now() - before, 100'000'000u); // no retransmission timeout waited out
   EXPECT_EQ(stats().handshakes_failed, failed);
+  // The connection given up for the Retry was no handshake started: each
+  // datagram has one outcome, and every handshake started ends one way.
+  EXPECT_EQ(stats().handshakes_started,
+            stats().handshakes_completed + stats().handshakes_failed +
+                server_->endpoint->handshakes_in_progress());
 }
 
 // Regression: once the 0-RTT anti-replay store was full of live hellos,
