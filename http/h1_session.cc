@@ -225,6 +225,7 @@ public:
         closing_ = true;
       }
       if (q.ex && q.ex == flush_ex_) flush_ex_ = nullptr;
+      if (q.ex && q.ex == serial_ex_) serial_ex_ = nullptr;
       budget_.give_back(q.charged);
       finish_log(q);
       queue_.pop_front();
@@ -235,7 +236,7 @@ public:
         if (!queue_.empty()) abort_output(false);
         return;
       }
-      if (paused_ && queue_.size() < env_.limits.max_pipelined / 2) {
+      if (paused_ && !serial_ex_ && queue_.size() < env_.limits.max_pipelined / 2) {
         http_parser_pause(&parser_, 0);
         paused_ = false;
       }
@@ -250,7 +251,7 @@ public:
   void abort_output(bool cut = true) {
     cut_short_ = cut_short_ || cut;
     closing_ = true;
-    body_ex_ = flush_ex_ = nullptr; // their exchanges go with the queue
+    body_ex_ = flush_ex_ = serial_ex_ = nullptr; // their exchanges go with the queue
     for (auto &q : queue_) {
       budget_.give_back(q.charged);
       finish_log(q);
@@ -671,7 +672,12 @@ private:
     // The body (or the response made from it) stays charged until written.
     queue_.back().charged = charged_;
     charged_ = 0;
-    if (queue_.size() >= env_.limits.max_pipelined) {
+    // A proxied request's successor is parsed once its answer is whole:
+    // pipelined requests are served in parallel only when all are safe
+    // (RFC 9112 9.3.2), and one behind an answer that ends the connection
+    // (an HTTP/1.0 answer only the close delimits) must not be sent at all.
+    if (proxied && !tunnel_ && !queue_.back().close_after) serial_ex_ = queue_.back().ex;
+    if (serial_ex_ || queue_.size() >= env_.limits.max_pipelined) {
       http_parser_pause(&parser_, 1); // let the responses drain first
       paused_ = true;
     }
@@ -819,6 +825,7 @@ private:
   bool in_message_ = false;
   bool in_headers_ = false;
   bool paused_ = false;
+  ProxyExchange *serial_ex_ = nullptr; // a proxied answer the next request waits for
   bool closing_ = false;
   bool cut_short_ = false; // see abort_output()
   bool close_after_current_ = false;

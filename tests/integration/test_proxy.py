@@ -586,6 +586,47 @@ class ProxyTest(TimedTestCase):
         t.close()
         return raw, ending
 
+    def test_pipelined_requests_go_upstream_one_after_another(self):
+        # Regression (review): every pipelined request went upstream as soon
+        # as its head was parsed, so a GET behind a PUT could be served
+        # before the PUT was applied (RFC 9112 9.3.2 allows parallel work
+        # for safe methods alone), and a request behind an HTTP/1.0 answer
+        # that only the close delimits was sent and its answer dropped. A
+        # proxied request's successor now waits for its answer.
+        app = App("p")
+        app.gate = threading.Event()
+        with app, self.serve(f"/app={app.url}") as srv:
+            t = tls(srv)
+            try:
+                t.sendall(b"PUT /app/echo?first HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\nabc"
+                          b"GET /app/info?second HTTP/1.1\r\nhost: x\r\n\r\n")
+                wait_for(lambda: app.requests, "the PUT at the upstream")
+                time.sleep(0.5)  # room for a GET that would go up meanwhile
+                self.assertEqual([p for _, p in app.requests], ["/app/echo?first"])
+                app.gate.set()
+                f = t.makefile("rb")
+                self.assertEqual(read_http1_response(f), (200, b"abc"))
+                st, body = read_http1_response(f)
+                self.assertEqual((st, json.loads(body)["path"]), (200, "/app/info?second"))
+                self.assertEqual([p for _, p in app.requests],
+                                 ["/app/echo?first", "/app/info?second"])
+                # HTTP/1.0, keep-alive: the first answer has no length and
+                # ends the connection; the POST behind it never goes up.
+                t.close()
+                t = tls(srv, strict_eof=True)
+                t.sendall(b"GET /app/chunked?n=1000 HTTP/1.0\r\nhost: x\r\nconnection: keep-alive\r\n\r\n"
+                          b"POST /app/echo?never HTTP/1.0\r\nhost: x\r\nconnection: keep-alive\r\n"
+                          b"content-length: 1\r\n\r\nx")
+                raw = b""
+                while chunk := t.recv(65536):
+                    raw += chunk
+                self.assertEqual(raw.partition(b"\r\n\r\n")[2], pattern(1000))
+                time.sleep(0.3)
+                self.assertNotIn(("POST", "/app/echo?never"), app.requests)
+            finally:
+                app.gate.set()
+                t.close()
+
     def test_an_http10_body_cut_short_does_not_end_like_a_whole_one(self):
         # Regression: an HTTP/1.0 client's answer without a length is
         # delimited by the close, and when the upstream broke off mid-body
