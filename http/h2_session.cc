@@ -278,6 +278,9 @@ private:
               me.headers_since_ = me.now_;
             me.env_.stats->requests += 1;
             if (st->too_large) {
+              // Whole (END_STREAM): the answer ends the stream, with no
+              // RST_STREAM after it (see on_frame_send).
+              if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) st->ended = true;
               me.env_.stats->header_limit_rejects += 1;
               make_error(st->resp, 431, st->req.method == "HEAD");
               me.respond(*st);

@@ -203,6 +203,30 @@ std::string hpack_int(uint8_t high, int n, size_t v) {
 }
 } // namespace
 
+// Regression (review): a 431 to a HEADERS frame that ended its stream was
+// followed by RST_STREAM(NO_ERROR), meant for a request whose body is
+// still coming: the stream had closed with the answer.
+TEST(H2Errors, A431ToAWholeRequestIsNotFollowedByAReset) {
+  H2Setup h;
+  // GET https /healthz with :authority x and a 20,000-byte field (over the
+  // 16 KiB head limit): HEADERS with END_STREAM, then CONTINUATION with
+  // END_HEADERS (a frame holds 16 KiB).
+  const std::string big(20000, 'b');
+  const std::string head = std::string("\x82\x87\x04\x08/healthz\x01\x01x", 15) + std::string(1, '\0') +
+                           hpack_int(0, 7, 5) + "x-big" + hpack_int(0, 7, big.size()) + big;
+  const std::string out = h.exchange(h.preface + h2_frame(1, 1, 1, head.substr(0, 10000)) +
+                                     h2_frame(9, 4, 1, head.substr(10000)));
+  bool answered = false, reset = false;
+  for (const auto &f : xdpq::testing::h2_frames(out)) {
+    if (f.stream != 1) continue;
+    answered |= f.type == 1;
+    reset |= f.type == 3;
+  }
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(h.stats.header_limit_rejects, 1u);
+  EXPECT_FALSE(reset);
+}
+
 // Regression: each of a connection's stream slots kept, for the
 // connection's life, the buffers its largest request head needed (up to
 // 16 KiB of fields, lines and body each): a client that opened 100
