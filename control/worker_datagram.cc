@@ -29,7 +29,10 @@ void Worker::on_io(uint32_t) {
 
 size_t Worker::receive_batches(dataplane::DatagramPort &from) {
   size_t total = 0;
-  for (int round = 0; round < 16; ++round) {
+  // 16 rounds, then other descriptors get their turn; but what a read
+  // already took from the socket is handed out whole (its queue may be
+  // empty now: nothing would wake us for the rest).
+  for (int round = 0; round < 16 || from.rx_pending(); ++round) {
     size_t n = from.receive(batch_);
     if (n == 0) break;
     total += n;

@@ -85,6 +85,10 @@ public:
   virtual ~DatagramPort() = default;
   // Receives up to out.size() datagrams without blocking; 0 when none.
   virtual size_t receive(std::span<RxDatagram> out) = 0;
+  // Datagrams already read that receive() has not handed out yet (a read
+  // of GRO batches split into more than one receive() takes): no event
+  // will come for them.
+  virtual bool rx_pending() const { return false; }
   // Pushes committed datagrams to the wire. Returns false when the backend
   // would block with datagrams still queued (wait for writability).
   virtual bool flush() = 0;

@@ -48,6 +48,7 @@ public:
   UdpSocketPort &operator=(const UdpSocketPort &) = delete;
 
   size_t receive(std::span<RxDatagram> out) override;
+  bool rx_pending() const override { return rx_pending_pos_ < rx_pending_.size(); }
   std::span<uint8_t> tx_alloc(size_t max_len) override;
   void tx_commit(const Path &path, uint8_t ecn, size_t len) override;
   bool flush() override;
@@ -118,7 +119,7 @@ private:
   std::vector<sockaddr_storage> rx_names_;
   std::vector<uint8_t> rx_cmsg_;
   // Trains split into datagrams waiting to be handed out.
-  std::vector<RxDatagram> rx_pending_;
+  std::vector<RxDatagram> rx_pending_; // what the last read split GRO batches into
   size_t rx_pending_pos_ = 0;
 
   // Send side.

@@ -280,6 +280,33 @@ class CliTest(TimedTestCase):
                     s.sendto(payload, (srv.host, srv.port))
                     self.assertEqual(s.recv(2048), payload)
 
+    def test_echo_mode_leaves_no_split_datagram_waiting(self):
+        # Regression (review): one read of the socket (32 messages) can
+        # hold 2,048 datagrams when each message is a GRO batch of 64; a
+        # wakeup handed out 1,024 and the rest waited, the socket's queue
+        # empty, until some later datagram woke the worker: a client
+        # uploading in large batches stalled on its retransmission timer.
+        segment, count, batches = 1000, 64, 32
+        with Server("--echo", "--no-tcp") as srv:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE: every echo
+                s.setsockopt(socket.IPPROTO_UDP, 103, segment)  # UDP_SEGMENT
+                s.connect((srv.host, srv.port))
+                srv.proc.send_signal(signal.SIGSTOP)  # the batches wait in its socket
+                try:
+                    for i in range(batches):
+                        s.send(bytes([i]) * (segment * count))
+                finally:
+                    srv.proc.send_signal(signal.SIGCONT)
+                s.settimeout(3)
+                got = 0
+                try:
+                    while got < batches * count:
+                        got += len(s.recv(65536)) // segment
+                except socket.timeout:
+                    pass
+        self.assertEqual(got, batches * count)
+
     def test_given_certificate_is_used(self):
         d = tempfile.mkdtemp()
         key, cert = os.path.join(d, "k.pem"), os.path.join(d, "c.pem")
