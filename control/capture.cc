@@ -142,14 +142,23 @@ std::string KeyLog::start(const std::string &file) {
   int fd = open_private_output(file, false, &why);
   if (fd < 0)
     return why;
+  bytes_ = 0;
+  started_ = true;
+  file_ = file;
+  ended_.clear();
   fd_.store(fd);
   return "";
 }
 
-void KeyLog::stop() {
+bool KeyLog::stop(std::string *ended) {
   std::lock_guard lock(mu_);
   int fd = fd_.exchange(-1);
   if (fd >= 0) close(fd);
+  const bool was = started_;
+  started_ = false;
+  if (ended) *ended = ended_;
+  ended_.clear();
+  return was;
 }
 
 void KeyLog::write_line(const std::string &line) {
@@ -157,7 +166,18 @@ void KeyLog::write_line(const std::string &line) {
   int fd = fd_.load();
   if (fd < 0) return;
   std::string l = line + "\n";
-  [[maybe_unused]] auto r = ::write(fd, l.data(), l.size());
+  const ssize_t r = ::write(fd, l.data(), l.size());
+  if (r == static_cast<ssize_t>(l.size())) {
+    bytes_ += l.size();
+    if (bytes_ < Capture::MAX_BYTES) return;
+    ended_ = "the file reached its limit of " + std::to_string(Capture::MAX_BYTES >> 20) + " MiB";
+  } else {
+    ended_ = std::string("writing failed: ") +
+             (r < 0 ? std::strerror(errno) : "short write (the disk is full?)");
+  }
+  LOG_WARN("key log to %s stopped: %s", file_.c_str(), ended_.c_str());
+  fd_.store(-1);
+  close(fd);
 }
 
 } // namespace xdpq::control

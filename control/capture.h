@@ -58,10 +58,14 @@ private:
 
 // TLS secrets in NSS key log format (for Wireshark), from QUIC's GnuTLS
 // sessions and the TCP side's OpenSSL sessions.
+// Like a capture, it stops by itself when a write fails (a full disk) or
+// the file reaches Capture::MAX_BYTES: a key log left running under a
+// flood of handshakes cannot fill the disk the logs share.
 class KeyLog {
 public:
   std::string start(const std::string &file);
-  void stop();
+  // Whether it was running; ended: why it had stopped by itself, if it had.
+  bool stop(std::string *ended = nullptr);
   bool active() const { return fd_.load(std::memory_order_relaxed) >= 0; }
   void write_line(const std::string &line);
   static KeyLog &instance();
@@ -69,6 +73,10 @@ public:
 private:
   std::atomic<int> fd_{-1};
   std::mutex mu_;
+  uint64_t bytes_ = 0;
+  bool started_ = false; // since start(), whether or not it stopped by itself
+  std::string file_;
+  std::string ended_;
 };
 
 } // namespace xdpq::control

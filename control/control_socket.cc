@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 #include "xdpq_version.h"
@@ -311,7 +312,6 @@ std::string Server::status_text(bool json) {
   }
   t << "worker  cpu  queue  zero-copy  quic-conns  tcp-conns\n";
   for (const auto &s : snaps) {
-    char line[128];
     std::string queue = "-", zc = "-";
 #ifdef XDPQ_HAVE_AFXDP
     if (s.has_afxdp) {
@@ -319,10 +319,13 @@ std::string Server::status_text(bool json) {
       zc = s.zerocopy ? "yes" : "no";
     }
 #endif
-    snprintf(line, sizeof(line), "%6d  %3d  %5s  %9s  %10zu  %9zu\n", s.id, s.cpu, queue.c_str(),
-             zc.c_str(), static_cast<size_t>(s.gauges.quic_connections),
-             static_cast<size_t>(s.gauges.tcp_connections));
-    t << line;
+    // Streamed, not into a fixed buffer: a worker's queue list has no
+    // bound in length (32 queues of one worker cut a 128-byte row's
+    // newline, and the next row ran on).
+    t << std::setw(6) << s.id << "  " << std::setw(3) << s.cpu << "  " << std::setw(5) << queue
+      << "  " << std::setw(9) << zc << "  " << std::setw(10)
+      << static_cast<size_t>(s.gauges.quic_connections) << "  " << std::setw(9)
+      << static_cast<size_t>(s.gauges.tcp_connections) << "\n";
   }
   for (int id : unanswered) {
     char line[128];
@@ -523,7 +526,9 @@ std::string Server::command(const std::vector<std::string> &args, bool json) {
     return why.empty() ? ok("logging TLS secrets to " + args[2]) : err(why);
   }
   if (cmd == "keylog" && args.size() == 2 && args[1] == "stop") {
-    KeyLog::instance().stop();
+    std::string ended;
+    if (!KeyLog::instance().stop(&ended)) return ok("key logging was not running");
+    if (!ended.empty()) return ok("key logging had stopped by itself (" + ended + ")");
     return ok("key logging stopped");
   }
   return err("unknown command '" + cmd +

@@ -389,22 +389,27 @@ class ControlTest(TimedTestCase):
         # Regression: pcap_dump's write errors were ignored: on a full disk
         # the capture went on counting packets "written", the file cut mid
         # record and unreadable after it.
-        mnt = os.path.join(self.tmp, "small")
-        os.mkdir(mnt)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt], check=True)
+        with self.small_disk("64k") as mnt, Server() as srv:
+            rc, out, _ = xdpqctl(srv, "capture", "start", os.path.join(mnt, "cap.pcap"))
+            self.assertEqual(rc, 0, out)
+            self.assertEqual(gtlsclient(srv, ["/bytes/300000"]).statuses, {0: 200})
+            rc, out, _ = xdpqctl(srv, "capture", "stop")
+            self.assertEqual(rc, 0, out)
+            self.assertIn("capture had stopped by itself (writing failed: No space left on "
+                          "device", out)
+            n = int(re.search(r"(\d+) packets written", out).group(1))
+            self.assertIn("No space left on device", srv.output())
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+        self.assertLess(n, 100)  # 64 KiB of 1.2 KB packets, not all 300 kB
+
+    @contextlib.contextmanager
+    def small_disk(self, size):
+        """A tmpfs of size mounted in the test's directory, for as long as
+        the block runs."""
+        mnt = tempfile.mkdtemp(dir=self.tmp, prefix="small-")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mnt], check=True)
         try:
-            with Server() as srv:
-                rc, out, _ = xdpqctl(srv, "capture", "start", os.path.join(mnt, "cap.pcap"))
-                self.assertEqual(rc, 0, out)
-                self.assertEqual(gtlsclient(srv, ["/bytes/300000"]).statuses, {0: 200})
-                rc, out, _ = xdpqctl(srv, "capture", "stop")
-                self.assertEqual(rc, 0, out)
-                self.assertIn("capture had stopped by itself (writing failed: No space left on "
-                              "device", out)
-                n = int(re.search(r"(\d+) packets written", out).group(1))
-                self.assertIn("No space left on device", srv.output())
-                self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
-            self.assertLess(n, 100)  # 64 KiB of 1.2 KB packets, not all 300 kB
+            yield mnt
         finally:
             subprocess.run(["umount", mnt], check=True)
 
@@ -420,6 +425,24 @@ class ControlTest(TimedTestCase):
         self.assertEqual(os.stat(keys).st_mode & 0o777, 0o600)
         secrets = re.findall(r"^CLIENT_TRAFFIC_SECRET_0 [0-9a-f]{64} [0-9a-f]+$", text, re.M)
         self.assertEqual(len(secrets), 2, "one QUIC and one TCP handshake logged:\n" + text)
+
+    def test_a_key_log_that_fills_its_disk_stops_and_says_so(self):
+        # Regression (review): the key log's write errors were ignored and
+        # its size had no bound, while a capture stops at either: one left
+        # running under a flood of handshakes could fill the disk the logs
+        # share.
+        with self.small_disk("8k") as mnt, Server() as srv:
+            rc, out, _ = xdpqctl(srv, "keylog", "start", os.path.join(mnt, "keys.log"))
+            self.assertEqual(rc, 0, out)
+            for _ in range(20):  # a kilobyte or so of secrets each
+                self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+            rc, out, _ = xdpqctl(srv, "keylog", "stop")
+            self.assertEqual(rc, 0, out)
+            self.assertIn("key logging had stopped by itself (writing failed", out)
+            self.assertIn("key log to", srv.output())
+            rc, out, _ = xdpqctl(srv, "keylog", "stop")
+            self.assertIn("key logging was not running", out)
+            self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
 
     def test_sighup_new_certificate_while_download_continues(self):
         key_a, cert_a, fp_a = make_cert(self.tmp, "xdpq-cert-a")
