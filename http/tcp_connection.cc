@@ -56,11 +56,6 @@ public:
       return;
     if (lingering_)
       return linger_read();
-    if (alert_waits_) {
-      // Room for the close_notify that did not fit (or the end of it).
-      if (events & (EPOLLERR | EPOLLHUP)) return finish();
-      return linger();
-    }
     if (events & (EPOLLERR | EPOLLHUP)) {
       if (!(events & EPOLLIN))
         return finish();
@@ -93,7 +88,7 @@ public:
 
   void resume() override {
     wake_pending_ = false;
-    if (!dead_ && !lingering_ && !alert_waits_)
+    if (!dead_ && !lingering_)
       step();
   }
 
@@ -110,7 +105,7 @@ public:
   bool session_tls() const override { return tls_; }
 
   void shutdown() override {
-    if (dead_ || lingering_ || alert_waits_)
+    if (dead_ || lingering_)
       return;
     if (session_) {
       // The goodbye's round trip (HTTP/2: GOAWAY, PING, the last GOAWAY)
@@ -510,23 +505,9 @@ private:
   void linger() {
     if (ssl_ && state_ == State::open && !session_->cut_short()) {
       ERR_clear_error();
-      const int r = SSL_shutdown(ssl_);
-      if (r < 0 && SSL_get_error(ssl_, r) == SSL_ERROR_WANT_WRITE) {
-        // The socket is full with the end of the last answer: the alert
-        // waits for room (within the write timeout), or the FIN would go
-        // without it and a strict client would call the answer cut.
-        ERR_clear_error();
-        if (!alert_waits_) {
-          alert_waits_ = true;
-          deadline_kind_ = Deadline::write;
-          srv_.loop().timers().schedule(timer_, srv_.loop().now() + srv_.config().write_timeout);
-        }
-        srv_.loop().set_interest(fd_, this, false, true);
-        return;
-      }
+      SSL_shutdown(ssl_);
       ERR_clear_error();
     }
-    alert_waits_ = false;
     if (::shutdown(fd_, SHUT_WR) != 0)
       return finish();
     notified_ = true;
@@ -585,7 +566,6 @@ private:
   static constexpr size_t MAX_LINGER_INPUT = 1 << 20;
   bool lingering_ = false;  // linger(): output done, reading what still comes
   bool notified_ = false;   // close_notify sent
-  bool alert_waits_ = false; // linger(): the close_notify waits for room to be written
   int linger_unsent_ = 0;   // unacknowledged output at the last look
   uint64_t linger_started_ = 0;
   uint64_t linger_moved_ = 0; // when the unacknowledged output last shrank
