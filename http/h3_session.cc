@@ -171,8 +171,9 @@ int cb_reset_stream(nghttp3_conn *, int64_t stream_id, uint64_t app_error, void 
   return guarded(
       [&]() -> int {
         if (sud) session_of(ud).abandoned(*static_cast<H3Session::Stream *>(sud));
-        session_of(ud).message_error_reset(app_error);
+        // A stream the client reset already (charged then) gets no reset.
         if (session_of(ud).transport_gone(stream_id)) return 0;
+        session_of(ud).message_error_reset(app_error);
         session_of(ud).transport().app_reset_writing(stream_id, app_error);
         return 0;
       },

@@ -169,7 +169,10 @@ public:
   // began no work and is not charged.
   void message_error_reset(uint64_t app_error) {
     stats_.stream_errors += 1;
-    if (app_error != NGHTTP3_H3_REQUEST_REJECTED && !transport_.app_charge_cancel())
+    // Once spent, the connection is closing: one count of it, not one per
+    // stream the same read unblocked.
+    if (app_error != NGHTTP3_H3_REQUEST_REJECTED && !cancels_spent_ &&
+        !transport_.app_charge_cancel())
       cancels_spent_ = true;
   }
   void set_max_client_streams_bidi(uint64_t n) override;

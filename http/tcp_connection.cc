@@ -197,6 +197,11 @@ private:
       progressed |= write_output();
       if (dead_)
         return;
+      // Writing may have let the session parse again (an answer it waited
+      // for is whole) without a byte to send: its held input is taken in
+      // the next round, not left until the idle timeout.
+      if (session_->has_buffered_input())
+        progressed = true;
       if (session_->finished() && output_pending() == 0)
         return peer_closed_ ? finish() : linger();
       // Requests still buffered in the session are answered before the
