@@ -237,6 +237,10 @@ std::vector<WorkerSnapshot> Server::snapshots(bool with_conns, std::vector<int> 
     unanswered.push_back(workers_[i]->id());
     if (last_known && last_snapshots_[i]) v.push_back(*last_snapshots_[i]);
   }
+  // A batch of admin requests, each waiting for a slow worker, can keep
+  // this thread from its tick for longer than the watchdog allows: the
+  // ping (still only while every worker's loop turns) is due here too.
+  feed_watchdog();
   return v;
 }
 
