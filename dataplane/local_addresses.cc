@@ -91,15 +91,18 @@ void LocalAddresses::apply(const nlmsghdr *h, Table &t,
   const Address &a = have_local ? local : address;
   if (!on_the_wire(a)) return;
   const std::string key = key_of(a);
-  const int ifindex = static_cast<int>(ifa.ifa_index);
+  // What the kernel tells one entry from another by (a notification for an
+  // entry it has already is an update: the same entry again).
+  std::string entry = std::to_string(ifa.ifa_index) + "/" + std::to_string(ifa.ifa_prefixlen);
+  if (have_local && have_address) entry += "/" + key_of(address);
   if (h->nlmsg_type == RTM_NEWADDR) {
-    auto &ifs = t[key];
-    if (ifs.empty() && events) events->emplace_back(key, true);
-    ifs.insert(ifindex);
+    auto &entries = t[key];
+    if (entries.empty() && events) events->emplace_back(key, true);
+    entries.insert(std::move(entry));
   } else {
     auto it = t.find(key);
     if (it == t.end()) return;
-    it->second.erase(ifindex);
+    it->second.erase(entry);
     if (it->second.empty()) {
       t.erase(it);
       if (events) events->emplace_back(key, false);
@@ -164,9 +167,9 @@ void LocalAddresses::resync() {
       ++it;
     }
   }
-  for (auto &[key, ifs] : fresh) {
+  for (auto &[key, entries] : fresh) {
     bool is_new = !present_.count(key);
-    present_[key] = ifs;
+    present_[key] = entries;
     if (is_new) report(key, true);
   }
 }

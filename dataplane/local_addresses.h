@@ -38,8 +38,10 @@ public:
   uint64_t resyncs() const { return resyncs_; }
 
 private:
-  // Address bytes with their family in front -> interfaces that have it.
-  using Table = std::map<std::string, std::set<int>>;
+  // Address bytes with their family in front -> the entries that hold it
+  // (interface, prefix length and peer: Linux lets one link have the same
+  // address twice with other prefixes). Gone when its last entry goes.
+  using Table = std::map<std::string, std::set<std::string>>;
   // Lists every address (a blocking dump on a socket of its own) and
   // reports what changed since the table was last right.
   void resync();

@@ -74,3 +74,29 @@ TEST(LocalAddresses, AnOverflowIsNotUndoneByOlderQueuedNotifications) {
   });
   EXPECT_EQ(rc, 0) << "1: the removed address came back; 100+: setup step failed";
 }
+
+// Regression (review): the table knew which interfaces had an address,
+// not which of their entries: with the same address twice on one link
+// (two prefix lengths, as Linux allows), removing either entry took the
+// address away while the other still held it, and the XDP program
+// stopped serving it.
+TEST(LocalAddresses, AnAddressHeldTwiceStaysUntilItsLastEntryGoes) {
+  if (geteuid() != 0 && std::getenv("CI") == nullptr) {
+    GTEST_SKIP() << "needs root for a network namespace; CI runs it as root";
+  }
+  int rc = in_own_namespace([] {
+    LocalAddresses la([](const Address &, bool) {});
+    const Address a = *parse_address("10.77.0.1:0");
+    if (std::system("ip addr add 10.77.0.1/24 dev xq0 && ip addr add 10.77.0.1/32 dev xq0") != 0)
+      return 103;
+    la.on_readable();
+    if (!la.contains(a)) return 104;
+    if (std::system("ip addr del 10.77.0.1/32 dev xq0") != 0) return 105;
+    la.on_readable();
+    if (!la.contains(a)) return 1; // the /24 entry still holds it
+    if (std::system("ip addr del 10.77.0.1/24 dev xq0") != 0) return 106;
+    la.on_readable();
+    return la.contains(a) ? 2 : 0;
+  });
+  EXPECT_EQ(rc, 0) << "1: gone with one of its two entries; 2: kept after both; 100+: setup";
+}
