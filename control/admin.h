@@ -49,9 +49,7 @@ public:
   static constexpr size_t MAX_CONTROL_CLIENTS = 16;
   static constexpr size_t MAX_METRICS_CLIENTS = 32;
   static constexpr uint64_t DEADLINE_NS = 2'000'000'000;
-  // A client taking its answer gets DEADLINE_NS more each time it took
-  // some of it since the last deadline, up to this in all.
-  static constexpr uint64_t MAX_REPLY_NS = 30'000'000'000;
+
   static constexpr size_t MAX_CONTROL_REQUEST = 4096;
   static constexpr size_t MAX_HTTP_REQUEST = 8192;
 

@@ -10,6 +10,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -142,7 +144,13 @@ std::string KeyLog::start(const std::string &file) {
   int fd = open_private_output(file, false, &why);
   if (fd < 0)
     return why;
-  bytes_ = 0;
+  struct stat st {};
+  bytes_ = fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0; // appended to
+  if (bytes_ >= Capture::MAX_BYTES) {
+    close(fd);
+    return file + " already holds " + std::to_string(bytes_ >> 20) + " MiB, the key log's limit " +
+           "is " + std::to_string(Capture::MAX_BYTES >> 20) + " MiB";
+  }
   started_ = true;
   file_ = file;
   ended_.clear();

@@ -92,9 +92,14 @@ void LocalAddresses::apply(const nlmsghdr *h, Table &t,
   if (!on_the_wire(a)) return;
   const std::string key = key_of(a);
   // What the kernel tells one entry from another by (a notification for an
-  // entry it has already is an update: the same entry again).
-  std::string entry = std::to_string(ifa.ifa_index) + "/" + std::to_string(ifa.ifa_prefixlen);
-  if (have_local && have_address) entry += "/" + key_of(address);
+  // entry it has already is an update: the same entry again): IPv4 by
+  // interface, prefix length and peer; IPv6 by interface alone (a change
+  // of its prefix or peer rewrites the one entry in place).
+  std::string entry = std::to_string(ifa.ifa_index);
+  if (ifa.ifa_family == AF_INET) {
+    entry += "/" + std::to_string(ifa.ifa_prefixlen);
+    if (have_local && have_address) entry += "/" + key_of(address);
+  }
   if (h->nlmsg_type == RTM_NEWADDR) {
     auto &entries = t[key];
     if (entries.empty() && events) events->emplace_back(key, true);

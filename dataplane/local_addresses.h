@@ -39,8 +39,9 @@ public:
 
 private:
   // Address bytes with their family in front -> the entries that hold it
-  // (interface, prefix length and peer: Linux lets one link have the same
-  // address twice with other prefixes). Gone when its last entry goes.
+  // (IPv4: interface, prefix length and peer, as Linux lets one link have
+  // the same address twice with other prefixes; IPv6: interface). Gone
+  // when its last entry goes.
   using Table = std::map<std::string, std::set<std::string>>;
   // Lists every address (a blocking dump on a socket of its own) and
   // reports what changed since the table was last right.

@@ -287,6 +287,14 @@ class CliTest(TimedTestCase):
         # empty, until some later datagram woke the worker: a client
         # uploading in large batches stalled on its retransmission timer.
         segment, count, batches = 1000, 64, 32
+        # The server asks for a 4 MiB receive buffer (SO_RCVBUF, capped by
+        # rmem_max): all 32 batches must fit in it while it is stopped.
+        with open("/proc/sys/net/core/rmem_max") as f:
+            rmem_max = int(f.read())
+        if rmem_max < 4 << 20:
+            with open("/proc/sys/net/core/rmem_max", "w") as f:
+                f.write(str(4 << 20))
+            self.addCleanup(lambda: open("/proc/sys/net/core/rmem_max", "w").write(str(rmem_max)))
         with Server("--echo", "--no-tcp") as srv:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 s.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE: every echo

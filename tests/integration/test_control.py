@@ -443,6 +443,14 @@ class ControlTest(TimedTestCase):
             rc, out, _ = xdpqctl(srv, "keylog", "stop")
             self.assertIn("key logging was not running", out)
             self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+            # The limit is the file's, whatever earlier runs appended to it.
+            full = os.path.join(self.tmp, "full-keys.log")
+            with open(full, "wb") as f:
+                f.truncate(1 << 30)  # sparse
+            os.chmod(full, 0o600)
+            rc, out, _ = xdpqctl(srv, "keylog", "start", full)
+            self.assertNotEqual(rc, 0, out)
+            self.assertIn("already holds 1024 MiB", out)
 
     def test_sighup_new_certificate_while_download_continues(self):
         key_a, cert_a, fp_a = make_cert(self.tmp, "xdpq-cert-a")

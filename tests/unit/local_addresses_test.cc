@@ -96,7 +96,19 @@ TEST(LocalAddresses, AnAddressHeldTwiceStaysUntilItsLastEntryGoes) {
     if (!la.contains(a)) return 1; // the /24 entry still holds it
     if (std::system("ip addr del 10.77.0.1/24 dev xq0") != 0) return 106;
     la.on_readable();
-    return la.contains(a) ? 2 : 0;
+    if (la.contains(a)) return 2;
+    // IPv6 has one entry per address and link, whose peer may change in
+    // place: removed after that, it is gone.
+    const Address b = *parse_address("[fd00::1]:0");
+    if (std::system("ip -6 addr add fd00::1 peer fd00::2 dev xq0 nodad && "
+                    "ip -6 addr change fd00::1 peer fd00::3 dev xq0 nodad") != 0)
+      return 107;
+    la.on_readable();
+    if (!la.contains(b)) return 108;
+    if (std::system("ip -6 addr del fd00::1 peer fd00::3 dev xq0") != 0) return 109;
+    la.on_readable();
+    return la.contains(b) ? 3 : 0;
   });
-  EXPECT_EQ(rc, 0) << "1: gone with one of its two entries; 2: kept after both; 100+: setup";
+  EXPECT_EQ(rc, 0) << "1: gone with one of its two entries; 2: kept after both; "
+                      "3: IPv6 kept after its peer changed and it went; 100+: setup";
 }
