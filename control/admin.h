@@ -49,7 +49,6 @@ public:
   static constexpr size_t MAX_CONTROL_CLIENTS = 16;
   static constexpr size_t MAX_METRICS_CLIENTS = 32;
   static constexpr uint64_t DEADLINE_NS = 2'000'000'000;
-
   static constexpr size_t MAX_CONTROL_REQUEST = 4096;
   static constexpr size_t MAX_HTTP_REQUEST = 8192;
 

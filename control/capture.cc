@@ -7,10 +7,9 @@
 
 #include <fcntl.h>
 #include <pcap/pcap.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
-
-#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdio>

@@ -119,7 +119,7 @@ private:
   std::vector<sockaddr_storage> rx_names_;
   std::vector<uint8_t> rx_cmsg_;
   // Trains split into datagrams waiting to be handed out.
-  std::vector<RxDatagram> rx_pending_; // what the last read split GRO batches into
+  std::vector<RxDatagram> rx_pending_;
   size_t rx_pending_pos_ = 0;
 
   // Send side.
