@@ -566,7 +566,7 @@ ProxyExchange::ProxyExchange(Proxy &proxy, size_t route, Request &req, std::stri
   gen_->users += 1;
   const auto &m = req.method;
   head_request_ = m == "HEAD";
-  body_method_ = m == "POST" || m == "PUT" || m == "PATCH";
+  body_method_ = method_defines_body(m);
   // RFC 9110 9.2.2; a request that may be repeated after a lost response.
   idempotent_ = m == "GET" || m == "HEAD" || m == "OPTIONS" || m == "PUT" || m == "DELETE" ||
                 m == "TRACE";

@@ -187,7 +187,7 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
     break;
   case RequestFraming::none:
     // A method that defines a body still says it has none.
-    if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
+    if (method_defines_body(req.method)) {
       field(out, "content-length", "0");
     }
     break;

@@ -36,6 +36,12 @@ struct ForwardContext {
 // the message's Connection field adds; empty if none).
 bool is_hop_by_hop(std::string_view name, std::string_view connection);
 
+// POST, PUT and PATCH define a body: sent without one, they say
+// "content-length: 0".
+inline bool method_defines_body(std::string_view method) {
+  return method == "POST" || method == "PUT" || method == "PATCH";
+}
+
 // The HTTP/1.1 request head for the upstream, appended to out, with the
 // body framing ctx says (Content-Length, Transfer-Encoding: chunked, or
 // none; a POST, PUT or PATCH without a body still says "content-length:
