@@ -195,13 +195,18 @@ void Worker::on_iteration_end() {
   port_->next_wait_polls(false); // flushes outside a pass kick for themselves
   wait_polls_ = false;
   held_since_ = 0;
-  if (drained == want_write_) {
+  // Writability is watched only on the descriptors whose send buffer is
+  // full, and afresh after each blocked flush: which ones are full can
+  // change from pass to pass. Watching a descriptor with room would wake
+  // every pass.
+  if (!drained || want_write_) {
     want_write_ = !drained;
     for (int fd : port_->fds()) {
+      const bool watch = want_write_ && port_->waits_for_room(fd);
       if (send_only_.contains(fd)) {
-        loop_.set_interest(fd, port_handler(fd), false, want_write_);
+        loop_.set_interest(fd, port_handler(fd), false, watch);
       } else {
-        loop_.set_want_write(fd, port_handler(fd), want_write_ && port_->sends_through(fd));
+        loop_.set_want_write(fd, port_handler(fd), watch);
       }
     }
   }

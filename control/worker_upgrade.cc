@@ -75,7 +75,7 @@ void Worker::take_back() {
   drain_requested_.store(false, std::memory_order_relaxed);
   for (int fd : send_only_) {
     port_->resume_receiving(fd);
-    loop_.set_interest(fd, port_handler(fd), true, want_write_);
+    loop_.set_interest(fd, port_handler(fd), true, want_write_ && port_->waits_for_room(fd));
   }
   send_only_.clear();
   watch_side_door(true);
@@ -134,7 +134,7 @@ void Worker::take_handover() {
   for (int fd : fds) {
     if (port_->stop_receiving(fd)) {
       send_only_.insert(fd);
-      loop_.set_interest(fd, port_handler(fd), false, want_write_);
+      loop_.set_interest(fd, port_handler(fd), false, want_write_ && port_->waits_for_room(fd));
     }
   }
   watch_side_door(false); // the new process reads the reservations now

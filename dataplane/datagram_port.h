@@ -103,6 +103,10 @@ public:
   // Whether writability of fd (one of fds()) can unblock a flush(): a port
   // that sends through only some of its descriptors says which.
   virtual bool sends_through(int /*fd*/) const { return true; }
+  // After a flush() that returned false: whether writability of fd can
+  // unblock what is still queued (a port with one send buffer per
+  // descriptor names the full ones only).
+  virtual bool waits_for_room(int fd) const { return sends_through(fd); }
   // Whether receive() should run on every pass while the worker spins, not
   // only when a descriptor is readable (busy polling: the receive call
   // itself brings packets in).

@@ -315,7 +315,7 @@ std::span<uint8_t> UdpSocketPort::tx_alloc(size_t max_len) {
 void UdpSocketPort::tx_commit(const Path &path, uint8_t ecn, size_t len) {
   if (len == 0) return;
   tx_datagrams_ += 1;
-  if (gso_ && tx_entries_.size() > tx_sent_entries_) {
+  if (gso_ && !tx_entries_.empty()) {
     TxEntry &last = tx_entries_.back();
     bool open_train = last.len == last.segment * last.count; // no short tail yet
     if (open_train && last.ecn == ecn && len <= last.segment &&
@@ -332,16 +332,36 @@ void UdpSocketPort::tx_commit(const Path &path, uint8_t ecn, size_t len) {
 }
 
 bool UdpSocketPort::flush() {
-  while (tx_sent_entries_ < tx_entries_.size()) {
-    // One sendmmsg per run of entries that leave through the same socket.
-    size_t first = tx_sent_entries_;
+  // A socket whose send buffer is full holds back only its own datagrams:
+  // they stay queued, in order, moved to the front of the buffer, while the
+  // other sockets' go out.
+  blocked_.assign(sockets_.size(), 0);
+  bool any_blocked = false;
+  size_t kept = 0;      // entries still queued, at the front of tx_entries_
+  size_t kept_used = 0; // their bytes, at the front of tx_buf_
+  auto keep = [&](TxEntry e) {
+    // Entries lie in tx_buf_ in order, so this moves data only towards the
+    // front, below every entry not yet looked at.
+    if (e.offset != kept_used) std::memmove(tx_buf_.data() + kept_used, tx_buf_.data() + e.offset, e.len);
+    e.offset = kept_used;
+    kept_used += e.len;
+    tx_entries_[kept++] = e;
+  };
+  size_t first = 0;
+  while (first < tx_entries_.size()) {
     int sock = socket_for(tx_entries_[first].path.local);
     if (sock < 0) {
       stats_.tx_dropped += tx_entries_[first].count;
-      tx_sent_entries_ += 1;
+      first += 1;
       continue;
     }
-    const Socket &s = sockets_[sock];
+    if (blocked_[static_cast<size_t>(sock)]) {
+      keep(tx_entries_[first]);
+      first += 1;
+      continue;
+    }
+    // One sendmmsg per run of entries that leave through the same socket.
+    const Socket &s = sockets_[static_cast<size_t>(sock)];
     size_t n = 0;
     for (size_t i = first; i < tx_entries_.size(); ++i, ++n) {
       TxEntry &e = tx_entries_[i];
@@ -360,7 +380,9 @@ bool UdpSocketPort::flush() {
     int sent = sendmmsg(s.fd, tx_msgs_.data(), static_cast<unsigned>(n), MSG_DONTWAIT);
     if (sent < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
-        return false;
+        blocked_[static_cast<size_t>(sock)] = 1;
+        any_blocked = true;
+        continue; // this run is kept by the check above
       }
       if (errno == EINTR) continue;
       // The first message failed for good (unreachable, too big, GSO not
@@ -368,7 +390,7 @@ bool UdpSocketPort::flush() {
       TxEntry &e = tx_entries_[first];
       if (errno == EIO && e.count > 1) gso_ = false;
       stats_.tx_dropped += e.count;
-      tx_sent_entries_ += 1;
+      first += 1;
       continue;
     }
     stats_.tx_sends += 1;
@@ -378,12 +400,18 @@ bool UdpSocketPort::flush() {
       stats_.tx_bytes += e.len;
       if (e.count > 1) stats_.tx_gso_batches += 1;
     }
-    tx_sent_entries_ += static_cast<size_t>(sent);
+    first += static_cast<size_t>(sent);
   }
-  tx_entries_.clear();
-  tx_sent_entries_ = 0;
-  tx_used_ = 0;
-  return true;
+  tx_entries_.resize(kept);
+  tx_used_ = kept_used;
+  return !any_blocked;
+}
+
+bool UdpSocketPort::waits_for_room(int fd) const {
+  for (size_t i = 0; i < sockets_.size() && i < blocked_.size(); ++i) {
+    if (sockets_[i].fd == fd) return blocked_[i] != 0;
+  }
+  return false;
 }
 
 } // namespace xdpq::dataplane

@@ -52,6 +52,7 @@ public:
   std::span<uint8_t> tx_alloc(size_t max_len) override;
   void tx_commit(const Path &path, uint8_t ecn, size_t len) override;
   bool flush() override;
+  bool waits_for_room(int fd) const override;
   std::span<const int> fds() const override { return fds_; }
   const PortStats &stats() const override { return stats_; }
 
@@ -126,7 +127,8 @@ private:
   std::vector<uint8_t> tx_buf_;
   size_t tx_used_ = 0;
   std::vector<TxEntry> tx_entries_;
-  size_t tx_sent_entries_ = 0; // entries already sent by a partial flush
+  // Per socket: whether the last flush found its send buffer full.
+  std::vector<uint8_t> blocked_;
   std::vector<mmsghdr> tx_msgs_;
   std::vector<iovec> tx_iov_;
   std::vector<uint8_t> tx_cmsg_;
