@@ -344,9 +344,13 @@ int H3Session::start(uint64_t max_client_bidi_streams) {
 
 bool H3Session::read_ahead_stalled() {
   const uint64_t now = transport_.app_now();
-  if (stall_since_ == 0 || ra_released_ != stall_seen_) {
+  // Progress is a block's worth let go of (or all that was held, if less)
+  // within the period, not any acknowledgement: a few bytes now and then
+  // would keep the rest held for ever.
+  if (stall_since_ == 0 || ra_released_ - stall_seen_ >= stall_need_) {
     stall_since_ = now;
     stall_seen_ = ra_released_;
+    stall_need_ = std::min(read_ahead_held_, ReadAheadPool::STALL_PROGRESS);
   } else if (now - stall_since_ >= ReadAheadPool::STALL) {
     stats_.read_ahead_closes += 1;
     return true;

@@ -44,6 +44,10 @@ struct ReadAheadPool {
   // While sessions wait, one holding blocks none of which were acknowledged
   // for this long is closed (H3Session::read_ahead_stalled()).
   static constexpr uint64_t STALL = 10'000'000'000ull;
+  // What such a connection must let go of within STALL (or all it holds,
+  // if less) not to count as stalled: one file block. About 6.5 KB/s,
+  // asked of a connection only while others wait for the pool.
+  static constexpr uint64_t STALL_PROGRESS = 64 * 1024;
 };
 
 struct H3Limits {
@@ -304,8 +308,8 @@ private:
   uint64_t read_ahead_room() const;
   // A peer that never acknowledges some block it was sent (or nothing at
   // all) keeps its read-ahead as long as it keeps the connection alive. So
-  // while other sessions wait for the worker's pool, a connection whose
-  // held blocks saw no acknowledgement (nor release) for
+  // while other sessions wait for the worker's pool, a connection that let
+  // go of less than ReadAheadPool::STALL_PROGRESS (or all it held) in
   // ReadAheadPool::STALL, with packets in flight at the end of each of its
   // writes meanwhile, is closed with H3_EXCESSIVE_LOAD, at its first write
   // (a read, a timer, a wake asked for at the limit) past it. Nothing is
@@ -317,6 +321,7 @@ private:
   bool cancels_spent_ = false;
   uint64_t ra_released_ = 0; // read-ahead bytes ever released
   uint64_t stall_seen_ = 0;  // ra_released_ when stall_since_ was set
+  uint64_t stall_need_ = 0;  // released since then that restarts the timing
   uint64_t stall_since_ = 0; // 0: not timing
   bool others_wait_for_pool() const {
     return ra_pool_->waiting.size() > (pool_waiting_ ? 1u : 0u);

@@ -1398,6 +1398,64 @@ TEST_F(QuicPipe, TinyStreamWindowsDoNotPinTheReadAhead) {
   std::filesystem::remove_all(docroot_);
 }
 
+// Regression: any acknowledgement restarted the stall clock, so a client
+// that let a few bytes of one stream through every few seconds kept its
+// blocks (up to its 4 MiB) for as long as it liked while others waited for
+// the worker's pool: 64 such connections starved every other download of
+// a large file on the worker.
+TEST_F(QuicPipe, ATrickleOfAcknowledgementsDoesNotKeepTheReadAhead) {
+  make_docroot_with(pattern_bytes(1 << 20));
+  quic::EndpointConfig cfg;
+  cfg.idle_timeout = 120'000'000'000ull;
+  http::ReadAheadPool pool;
+  pool.limit = 512 * 1024;
+  http::H3Limits h3;
+  h3.read_ahead = &pool;
+  start(cfg, h3);
+  TestClient a(clock_, make_test_path(50001), /*fixed_window=*/64u << 20, false, 0, 0, {},
+               /*stream_window=*/256);
+  TestClient b(clock_, make_test_path(50002));
+  std::vector<TestClient *> clients{client_.get(), &a, &b};
+  ServerFirst server_first{server_};
+  std::vector<int64_t> a_sids;
+  int64_t b_sid = -1;
+  uint64_t a_asked_at = 0, b_asked_at = 0, trickled_at = 0;
+  size_t trickles = 0;
+  for (int step = 0; step < 200000; ++step) {
+    if (a_sids.empty() && a.handshake_completed() && b.handshake_completed()) {
+      // More streams than the pool has blocks: what the first streams'
+      // windows let through and is acknowledged goes to the others.
+      for (int i = 0; i < 12; ++i) a_sids.push_back(a.request("GET", "/big.bin"));
+      ngtcp2_conn_set_keep_alive_timeout(a.conn(), 1'000'000'000ull); // nothing idles out
+      a_asked_at = clock_.now();
+    }
+    if (!a_sids.empty() && b_sid < 0 && pool.full() &&
+        clock_.now() - a_asked_at > 1'000'000'000ull) {
+      b_sid = b.request("GET", "/big.bin");
+      ngtcp2_conn_set_keep_alive_timeout(b.conn(), 1'000'000'000ull);
+      b_asked_at = trickled_at = clock_.now();
+    }
+    // 200 more bytes of one of the first 8 streams (those the pool gave
+    // blocks) every 5 s (ngtcp2 announces a window
+    // that grows by more than half of its 256 bytes): acknowledged, so
+    // released.
+    if (b_sid >= 0 && !a.closed() && clock_.now() - trickled_at >= 5'000'000'000ull) {
+      ngtcp2_conn_extend_max_stream_offset(a.conn(), a_sids[trickles++ % 8], 200);
+      trickled_at = clock_.now();
+    }
+    if (b_sid >= 0 && (b.responses[b_sid].done || clock_.now() - b_asked_at > 90'000'000'000ull))
+      break;
+    if (!step_clients(clients)) break;
+  }
+  ASSERT_GE(b_sid, 0) << "the pool never filled";
+  EXPECT_GE(trickles, 1u);
+  EXPECT_TRUE(b.responses[b_sid].done) << "b still waits for the pool";
+  EXPECT_EQ(b.responses[b_sid].body.size(), 1u << 20);
+  EXPECT_GE(server_->app->stats().read_ahead_closes, 1u);
+  EXPECT_TRUE(a.closed());
+  std::filesystem::remove_all(docroot_);
+}
+
 // Regression: a session queued for the worker's read-ahead stayed queued
 // after its waiting stream ended, until woken: a wasted slot of a wake
 // batch, and one more waiter for the stall check to count.
