@@ -175,6 +175,53 @@ protected:
     }
   };
 
+  // Client a's streams keep windows of stream_window bytes; it asks for n
+  // large downloads and, once they have filled the worker's read-ahead pool
+  // (512 KiB) and settle has passed, client b asks for one. Before each
+  // step, between(a, a's streams, when b asked or 0) may act for a. b must
+  // be served within wait, a closed for holding its blocks.
+  template <typename F>
+  void expect_narrow_windows_lose_the_pool(uint64_t stream_window, int n, uint64_t settle,
+                                           uint64_t wait, F &&between) {
+    make_docroot_with(pattern_bytes(1 << 20));
+    quic::EndpointConfig cfg;
+    cfg.idle_timeout = 120'000'000'000ull;
+    http::ReadAheadPool pool;
+    pool.limit = 512 * 1024;
+    http::H3Limits h3;
+    h3.read_ahead = &pool;
+    start(cfg, h3);
+    TestClient a(clock_, make_test_path(50001), /*fixed_window=*/64u << 20, false, 0, 0, {},
+                 stream_window);
+    TestClient b(clock_, make_test_path(50002));
+    std::vector<TestClient *> clients{client_.get(), &a, &b};
+    ServerFirst server_first{server_};
+    std::vector<int64_t> a_sids;
+    int64_t b_sid = -1;
+    uint64_t a_asked_at = 0, b_asked_at = 0;
+    for (int step = 0; step < 200000; ++step) {
+      if (a_sids.empty() && a.handshake_completed() && b.handshake_completed()) {
+        for (int i = 0; i < n; ++i) a_sids.push_back(a.request("GET", "/big.bin"));
+        ngtcp2_conn_set_keep_alive_timeout(a.conn(), 1'000'000'000ull); // nothing idles out
+        a_asked_at = clock_.now();
+      }
+      if (!a_sids.empty() && b_sid < 0 && pool.full() && clock_.now() - a_asked_at >= settle) {
+        b_sid = b.request("GET", "/big.bin");
+        ngtcp2_conn_set_keep_alive_timeout(b.conn(), 1'000'000'000ull);
+        b_asked_at = clock_.now();
+      }
+      between(a, a_sids, b_asked_at);
+      if (b_sid >= 0 && (b.responses[b_sid].done || clock_.now() - b_asked_at > wait)) break;
+      if (!step_clients(clients)) break;
+    }
+    ASSERT_GE(b_sid, 0) << "the pool never filled";
+    EXPECT_TRUE(b.responses[b_sid].done) << "b still waits for the pool";
+    EXPECT_EQ(b.responses[b_sid].body.size(), 1u << 20);
+    EXPECT_GE(server_->app->stats().read_ahead_closes, 1u);
+    EXPECT_TRUE(a.closed());
+    std::filesystem::remove_all(docroot_);
+  }
+
   quic::ManualClock clock_;
   quic::Secrets secrets_ = quic::Secrets::generate();
   quic::EndpointConfig cfg_;
@@ -1359,43 +1406,8 @@ TEST_F(QuicPipe, AClientThatStoppedReadingIsNotTakenForAStalledHolder) {
 // few such connections starved every other download of the worker.
 // Behind closed windows only about one read's worth counts as a little.
 TEST_F(QuicPipe, TinyStreamWindowsDoNotPinTheReadAhead) {
-  make_docroot_with(pattern_bytes(1 << 20));
-  quic::EndpointConfig cfg;
-  cfg.idle_timeout = 120'000'000'000ull;
-  http::ReadAheadPool pool;
-  pool.limit = 512 * 1024;
-  http::H3Limits h3;
-  h3.read_ahead = &pool;
-  start(cfg, h3);
-  TestClient a(clock_, make_test_path(50001), /*fixed_window=*/64u << 20, false, 0, 0, {},
-               /*stream_window=*/16);
-  TestClient b(clock_, make_test_path(50002));
-  std::vector<TestClient *> clients{client_.get(), &a, &b};
-  ServerFirst server_first{server_};
-  bool asked = false;
-  int64_t b_sid = -1;
-  uint64_t b_asked_at = 0;
-  for (int step = 0; step < 100000; ++step) {
-    if (!asked && a.handshake_completed() && b.handshake_completed()) {
-      for (int i = 0; i < 8; ++i) a.request("GET", "/big.bin");
-      ngtcp2_conn_set_keep_alive_timeout(a.conn(), 1'000'000'000ull); // nothing idles out
-      asked = true;
-    }
-    if (asked && b_sid < 0 && pool.full()) {
-      b_sid = b.request("GET", "/big.bin");
-      ngtcp2_conn_set_keep_alive_timeout(b.conn(), 1'000'000'000ull);
-      b_asked_at = clock_.now();
-    }
-    if (b_sid >= 0 && (b.responses[b_sid].done || clock_.now() - b_asked_at > 60'000'000'000ull))
-      break;
-    if (!step_clients(clients)) break;
-  }
-  ASSERT_GE(b_sid, 0) << "the pool never filled";
-  EXPECT_TRUE(b.responses[b_sid].done) << "b still waits for the pool";
-  EXPECT_EQ(b.responses[b_sid].body.size(), 1u << 20);
-  EXPECT_GE(server_->app->stats().read_ahead_closes, 1u);
-  EXPECT_TRUE(a.closed());
-  std::filesystem::remove_all(docroot_);
+  expect_narrow_windows_lose_the_pool(16, 8, 0, 60'000'000'000ull,
+                                      [](TestClient &, const std::vector<int64_t> &, uint64_t) {});
 }
 
 // Regression: any acknowledgement restarted the stall clock, so a client
@@ -1404,56 +1416,24 @@ TEST_F(QuicPipe, TinyStreamWindowsDoNotPinTheReadAhead) {
 // the worker's pool: 64 such connections starved every other download of
 // a large file on the worker.
 TEST_F(QuicPipe, ATrickleOfAcknowledgementsDoesNotKeepTheReadAhead) {
-  make_docroot_with(pattern_bytes(1 << 20));
-  quic::EndpointConfig cfg;
-  cfg.idle_timeout = 120'000'000'000ull;
-  http::ReadAheadPool pool;
-  pool.limit = 512 * 1024;
-  http::H3Limits h3;
-  h3.read_ahead = &pool;
-  start(cfg, h3);
-  TestClient a(clock_, make_test_path(50001), /*fixed_window=*/64u << 20, false, 0, 0, {},
-               /*stream_window=*/256);
-  TestClient b(clock_, make_test_path(50002));
-  std::vector<TestClient *> clients{client_.get(), &a, &b};
-  ServerFirst server_first{server_};
-  std::vector<int64_t> a_sids;
-  int64_t b_sid = -1;
-  uint64_t a_asked_at = 0, b_asked_at = 0, trickled_at = 0;
+  // More streams than the pool has blocks (what the first streams' windows
+  // let through and is acknowledged goes to the others); b asks once that
+  // has settled.
   size_t trickles = 0;
-  for (int step = 0; step < 200000; ++step) {
-    if (a_sids.empty() && a.handshake_completed() && b.handshake_completed()) {
-      // More streams than the pool has blocks: what the first streams'
-      // windows let through and is acknowledged goes to the others.
-      for (int i = 0; i < 12; ++i) a_sids.push_back(a.request("GET", "/big.bin"));
-      ngtcp2_conn_set_keep_alive_timeout(a.conn(), 1'000'000'000ull); // nothing idles out
-      a_asked_at = clock_.now();
-    }
-    if (!a_sids.empty() && b_sid < 0 && pool.full() &&
-        clock_.now() - a_asked_at > 1'000'000'000ull) {
-      b_sid = b.request("GET", "/big.bin");
-      ngtcp2_conn_set_keep_alive_timeout(b.conn(), 1'000'000'000ull);
-      b_asked_at = trickled_at = clock_.now();
-    }
-    // 200 more bytes of one of the first 8 streams (those the pool gave
-    // blocks) every 5 s (ngtcp2 announces a window
-    // that grows by more than half of its 256 bytes): acknowledged, so
-    // released.
-    if (b_sid >= 0 && !a.closed() && clock_.now() - trickled_at >= 5'000'000'000ull) {
-      ngtcp2_conn_extend_max_stream_offset(a.conn(), a_sids[trickles++ % 8], 200);
-      trickled_at = clock_.now();
-    }
-    if (b_sid >= 0 && (b.responses[b_sid].done || clock_.now() - b_asked_at > 90'000'000'000ull))
-      break;
-    if (!step_clients(clients)) break;
-  }
-  ASSERT_GE(b_sid, 0) << "the pool never filled";
+  uint64_t trickled_at = 0;
+  expect_narrow_windows_lose_the_pool(
+      256, 12, 1'000'000'000ull, 90'000'000'000ull,
+      [&](TestClient &a, const std::vector<int64_t> &a_sids, uint64_t b_asked_at) {
+        // 200 more bytes of one of the first 8 streams (those the pool
+        // gave blocks) every 5 s, ngtcp2 announcing a window that grows by
+        // more than half of its 256 bytes: acknowledged, so released.
+        if (!b_asked_at || a.closed()) return;
+        if (!trickled_at) trickled_at = b_asked_at;
+        if (clock_.now() - trickled_at < 5'000'000'000ull) return;
+        ngtcp2_conn_extend_max_stream_offset(a.conn(), a_sids[trickles++ % 8], 200);
+        trickled_at = clock_.now();
+      });
   EXPECT_GE(trickles, 1u);
-  EXPECT_TRUE(b.responses[b_sid].done) << "b still waits for the pool";
-  EXPECT_EQ(b.responses[b_sid].body.size(), 1u << 20);
-  EXPECT_GE(server_->app->stats().read_ahead_closes, 1u);
-  EXPECT_TRUE(a.closed());
-  std::filesystem::remove_all(docroot_);
 }
 
 // Regression: a session queued for the worker's read-ahead stayed queued
