@@ -200,6 +200,36 @@ bool etag_matches(std::string_view header, std::string_view etag, bool weak) {
   return false;
 }
 
+// A list field may come as several field lines, together one list (RFC
+// 9110 5.3): 0 when there is none, 1 when a member of any line matches,
+// -1 when none does.
+int etag_list_matches(const HeaderList &h, std::string_view name, std::string_view etag,
+                      bool weak) {
+  int r = 0;
+  for (const auto &f : h) {
+    if (f.name != name) continue;
+    if (etag_matches(f.value, etag, weak)) return 1;
+    r = -1;
+  }
+  return r;
+}
+
+// A field that is no list (Range, If-Range): its one line, or nullptr when
+// it is absent or came more than once (then it cannot be understood).
+const std::string *single_field(const HeaderList &h, std::string_view name, bool &repeated) {
+  const std::string *v = nullptr;
+  repeated = false;
+  for (const auto &f : h) {
+    if (f.name != name) continue;
+    if (v) {
+      repeated = true;
+      return nullptr;
+    }
+    v = &f.value;
+  }
+  return v;
+}
+
 } // namespace
 
 bool normalize_path(std::string_view target, std::string &out, bool *names_directory) {
@@ -455,13 +485,11 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
   // RFC 9110 13.2.2: If-Match first. A client resuming a download sends
   // the ETag it began with, and must not get another version's bytes.
   // (If-Unmodified-Since needs a modification date, which is not sent.)
-  const std::string *im = req.find("if-match");
-  if (im && !etag_matches(*im, e->etag, false)) {
+  if (etag_list_matches(req.headers, "if-match", e->etag, false) < 0) {
     make_error(resp, 412, req.method == "HEAD");
     return;
   }
-  const std::string *inm = req.find("if-none-match");
-  if (inm && etag_matches(*inm, e->etag, true)) {
+  if (etag_list_matches(req.headers, "if-none-match", e->etag, true) > 0) {
     resp.reset();
     resp.status = 304;
     resp.add_header("etag", e->etag);
@@ -471,10 +499,13 @@ void StaticFiles::handle(const Request &req, Response &resp) const {
   uint64_t first = 0, last = size == 0 ? 0 : size - 1;
   int status = 200;
   // Range applies to GET alone (RFC 9110 14.2): HEAD describes the
-  // whole representation.
-  const std::string *range = req.method == "GET" ? req.find("range") : nullptr;
-  const std::string *if_range = req.find("if-range");
-  if (range && (!if_range || *if_range == e->etag)) {
+  // whole representation. Either field twice is ignored with its range:
+  // the whole file.
+  bool range_twice = false, if_range_twice = false;
+  const std::string *range =
+      req.method == "GET" ? single_field(req.headers, "range", range_twice) : nullptr;
+  const std::string *if_range = single_field(req.headers, "if-range", if_range_twice);
+  if (range && !if_range_twice && (!if_range || *if_range == e->etag)) {
     int r = parse_range(*range, size, first, last);
     if (r < 0) {
       make_error(resp, 416);
