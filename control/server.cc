@@ -584,6 +584,14 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
                        "; a change of interface needs a restart");
     }
   }
+  // The frames xdpq writes carry IPv6 flow label 0; so must the trains a
+  // reservation sends through the kernel (hybrid TX), or one connection's
+  // packets would be two flows to whatever hashes the label.
+  auto unlabelled = [](int fd, const dataplane::Address &a) {
+    if (a.family() != AF_INET6) return;
+    int off = 0;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, &off, sizeof(off));
+  };
   for (const auto &a : opts_.listen) {
     if (upgrade) {
       const auto &socks = inherited_->sockets;
@@ -591,6 +599,7 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
         return s.kind == Inheritance::Kind::reservation && s.addr == a;
       });
       if (it != socks.end()) {
+        unlabelled(it->fd, a); // a previous version may not have
         reservations_.push_back(it->fd);
         adopted_.push_back(static_cast<size_t>(it - socks.begin()));
         continue;
@@ -600,6 +609,7 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
     if (fd < 0) throw std::runtime_error("socket: " + std::string(strerror(errno)));
     bool gro = true, gso = true;
     dataplane::UdpSocketPort::configure(fd, a.family(), {}, gro, gso);
+    unlabelled(fd, a);
     if (bind(fd, &a.u.sa, a.len) != 0) {
       int err = errno;
       close(fd);

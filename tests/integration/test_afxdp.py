@@ -10,6 +10,7 @@ import copy
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -302,6 +303,44 @@ class AfXdpCases:
         self.assertEqual(r.statuses, {0: 200}, r.output[-2000:])
         self.assertEqual(r.file("70000"), pattern(70000))
         self.assert_served_over_afxdp(stats)
+
+    def test_an_ipv6_connection_keeps_one_flow_label(self):
+        # Regression: frames written to the AF_XDP ring carried flow label
+        # 0, and trains sent through the kernel's socket (hybrid TX, on in
+        # copy mode) the kernel's automatic label: one connection's packets
+        # in two flows, which a router or load balancer hashing the label
+        # may send two ways (reordered, taken for loss).
+        cap_file = os.path.join(tempfile.mkdtemp(prefix="xdpq-flow-"), "cap.pcap")
+        cap = subprocess.Popen(["ip", "netns", "exec", self.topo.cli_ns, "tcpdump", "-i",
+                                self.topo.cli_if, "-n", "-s", "96", "-U", "-w", cap_file,
+                                "ip6 and udp src port 4433"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)  # tcpdump listening
+            with Server("--dataplane", "afxdp", "--interface", self.topo.srv_if, "--xdp-mode",
+                        self.MODE, "--cpus", "1", host=self.topo.srv_ip6, netns=self.topo.srv_ns,
+                        workers=0) as srv:
+                r = self.fetch(srv, ["/bytes/3000000"], quiet=True, timeout=60)
+                stats = srv.stop()
+        finally:
+            time.sleep(0.5)
+            cap.terminate()
+            cap.wait(timeout=10)
+        self.assertEqual(r.file("3000000"), pattern(3000000))
+        self.assertGreater(stats["afxdp_tx_kernel_trains"], 0, stats)  # hybrid TX was in use
+        labels = {}
+        with open(cap_file, "rb") as f:
+            data = f.read()
+        off = 24
+        while off + 16 <= len(data):
+            incl = struct.unpack("<I", data[off + 8:off + 12])[0]
+            rec = data[off + 16:off + 16 + incl]
+            off += 16 + incl
+            if len(rec) >= 54 and rec[12:14] == b"\x86\xdd":
+                label = struct.unpack("!I", rec[14:18])[0] & 0xFFFFF
+                labels[label] = labels.get(label, 0) + 1
+        self.assertGreater(sum(labels.values()), 20, "nothing captured")
+        self.assertEqual(len(labels), 1, f"packets per flow label: {labels}")
 
     def test_byte_counters_count_udp_payloads(self):
         # Regression: rx_bytes and tx_bytes are documented (and counted on
