@@ -550,7 +550,17 @@ void AfXdpPort::tx_commit_reply(const RxDatagram &to, size_t len) {
   if (tx_frame_ == UINT64_MAX) return;
   const uint64_t f = tx_frame_;
   tx_frame_ = UINT64_MAX;
-  commit_frame(f, Path{to.path.local, to.path.remote}, 0, len, to.link);
+  // Back to the very link the datagram came from, unless the kernel's
+  // route refuses the peer (an operator's blackhole for a reflection
+  // victim's address, say): then the kernel's socket is told, and refuses
+  // it as the kernel would.
+  uint64_t link = to.link;
+  if (next_hops_ && link != 0) {
+    const auto kind = next_hops_->route(to.path.remote).kind;
+    if (kind == KernelNextHops::Hop::Kind::unreachable || kind == KernelNextHops::Hop::Kind::local)
+      link = 0;
+  }
+  commit_frame(f, Path{to.path.local, to.path.remote}, 0, len, link);
 }
 
 void AfXdpPort::commit_frame(uint64_t f, const Path &path, uint8_t ecn, size_t len,

@@ -148,6 +148,19 @@ void KernelNextHops::ask_resolution(const Address &ip) {
   stats_.nh_solicits += 1;
 }
 
+bool KernelNextHops::may_ask(uint64_t now_ns) {
+  if (now_ns - ask_window_ >= ASK_INTERVAL_NS) {
+    ask_window_ = now_ns;
+    asks_in_window_ = 0;
+  }
+  if (asks_in_window_ >= MAX_ASKS_PER_SECOND) {
+    stats_.nh_asks_deferred += 1;
+    return false;
+  }
+  asks_in_window_ += 1;
+  return true;
+}
+
 KernelNextHops::Hop KernelNextHops::route(const Address &dst) {
   stats_.nh_lookups += 1;
   Address k = key_of(dst);
@@ -160,7 +173,7 @@ KernelNextHops::Hop KernelNextHops::route(const Address &dst) {
   if (r.hop.kind == Hop::Kind::unknown) {
     stats_.nh_route_misses += 1;
     const uint64_t now_ns = monotonic_ns();
-    if (r.asked_at == 0 || now_ns - r.asked_at >= ASK_INTERVAL_NS) {
+    if ((r.asked_at == 0 || now_ns - r.asked_at >= ASK_INTERVAL_NS) && may_ask(now_ns)) {
       r.asked_at = now_ns;
       ask_route(k);
     }
@@ -183,7 +196,7 @@ uint64_t KernelNextHops::neighbor(const Address &ip) {
   if (n.link == 0) {
     stats_.nh_neigh_misses += 1;
     const uint64_t now_ns = monotonic_ns();
-    if (n.solicited_at == 0 || now_ns - n.solicited_at >= ASK_INTERVAL_NS) {
+    if ((n.solicited_at == 0 || now_ns - n.solicited_at >= ASK_INTERVAL_NS) && may_ask(now_ns)) {
       n.solicited_at = now_ns;
       ask_resolution(k);
     }

@@ -38,7 +38,8 @@ namespace xdpq::dataplane {
   X(nh_solicits, "neighbour resolutions asked of the kernel (NTF_USE)")                            \
   X(nh_neigh_updates, "neighbour entries taken from the kernel (dump or change)")                  \
   X(nh_route_flushes, "route caches dropped after a routing change")                               \
-  X(nh_resyncs, "full reloads after lost netlink messages")
+  X(nh_resyncs, "full reloads after lost netlink messages")                                       \
+  X(nh_asks_deferred, "route or neighbour queries put off: a second's allowance was spent")
 
 struct NextHopStats {
   XDPQ_COUNTER_FIELDS(XDPQ_NEXT_HOP_COUNTERS)
@@ -94,6 +95,15 @@ private:
     uint64_t solicited_at = 0; // when resolution was last asked for
   };
 
+  // Peers choose the destinations asked about (a spoofed datagram's
+  // source, answered statelessly or by a new connection): at most this
+  // many queries a second, so a flood of sources costs the kernel and this
+  // thread a bounded amount of work. A destination not asked yet is asked
+  // at a later lookup.
+  static constexpr uint32_t MAX_ASKS_PER_SECOND = 1024;
+  uint64_t ask_window_ = 0;
+  uint32_t asks_in_window_ = 0;
+  bool may_ask(uint64_t now_ns);
   void send_request(const void *msg, size_t len);
   void ask_route(const Address &dst);
   void ask_resolution(const Address &ip);

@@ -6,6 +6,7 @@ sha256; meanwhile TCP and ping to the same address go through the kernel.
 Also: several queues, kill -9 under load, refusing a foreign XDP program,
 and XDP drop counters from junk."""
 
+import contextlib
 import copy
 import json
 import os
@@ -400,6 +401,19 @@ class AfXdpRouting(TimedTestCase):
     def setUpClass(cls):
         require_tools()
 
+    @contextlib.contextmanager
+    def server_behind_a_prohibit_route(self):
+        """xdpqd on AF_XDP in a namespace whose kernel has a prohibit route
+        to the client; the client knows the server's MAC for good (no ARP,
+        which the server's kernel would no longer answer)."""
+        with Topology() as topo:
+            sh("ip", "-n", topo.cli_ns, "neigh", "replace", topo.srv_ip, "lladdr",
+               "02:77:00:00:00:01", "dev", topo.cli_if, "nud", "permanent")
+            sh("ip", "-n", topo.srv_ns, "route", "add", "prohibit", f"{topo.cli_ip}/32")
+            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
+                        "native", host=topo.srv_ip, netns=topo.srv_ns, workers=0) as srv:
+                yield topo, srv
+
     def test_a_prohibit_route_to_a_client_stops_the_replies(self):
         # Regression: the kernel answers a route query for a destination
         # behind a blackhole, prohibit or unreachable route with an error,
@@ -407,21 +421,47 @@ class AfXdpRouting(TimedTestCase):
         # the MAC the client's packets came from. An operator's
         # `ip route add prohibit CLIENT` did not stop them. (What leaves
         # before the kernel has answered still goes: the first flights.)
-        with Topology() as topo:
-            # The client knows the server's MAC for good: no ARP, which the
-            # server's kernel would no longer answer.
-            sh("ip", "-n", topo.cli_ns, "neigh", "replace", topo.srv_ip, "lladdr",
-               "02:77:00:00:00:01", "dev", topo.cli_if, "nud", "permanent")
-            sh("ip", "-n", topo.srv_ns, "route", "add", "prohibit", f"{topo.cli_ip}/32")
-            with Server("--dataplane", "afxdp", "--interface", topo.srv_if, "--xdp-mode",
-                        "native", host=topo.srv_ip, netns=topo.srv_ns, workers=0) as srv:
-                r = gtlsclient(srv, ["/bytes/200000"], netns=topo.cli_ns, quiet=True,
-                               idle_timeout="3s", timeout=30)
-                stats = srv.stop()
+        with self.server_behind_a_prohibit_route() as (topo, srv):
+            r = gtlsclient(srv, ["/bytes/200000"], netns=topo.cli_ns, quiet=True,
+                           idle_timeout="3s", timeout=30)
+            stats = srv.stop()
         got = r.file("200000") if r.has_file("200000") else b""
         self.assertLess(len(got), 200000, "the replies went through the prohibit route")
         self.assertGreater(stats["nh_route_unreachable"], 0, stats)
         self.assertGreater(stats["afxdp_tx_no_neighbor"], 0, stats)
+
+    def test_a_prohibit_route_stops_stateless_replies_too(self):
+        # Regression: stateless replies (Version Negotiation, Retry,
+        # refusals, stateless resets) went straight back to the MAC their
+        # datagram came from, whatever the kernel's route said: an operator
+        # who blackholed a reflection victim's address kept answering the
+        # datagrams forged with it. (A reply before the kernel has answered
+        # the route query still goes, as for connections.)
+        n = 10
+        code = ("import socket, os, time\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.setblocking(False)\n"
+                "got = 0\n"
+                f"for i in range({n}):\n"
+                # A long header of a version no one speaks: Version Negotiation.
+                "    s.sendto(bytes([0xc0, 0x1a, 0x2a, 0x3a, 0x4a, 8]) + os.urandom(8) + "
+                f"bytes([8]) + os.urandom(8) + bytes(1200), ('{{0}}', 4433))\n"
+                "    time.sleep(0.2)\n"
+                "    try:\n"
+                "        while True: s.recv(2048); got += 1\n"
+                "    except BlockingIOError:\n"
+                "        pass\n"
+                "print(got)\n")
+        with self.server_behind_a_prohibit_route() as (topo, srv):
+            got = int(sh("/usr/bin/python3", "-c", code.format(topo.srv_ip),
+                         ns=topo.cli_ns).stdout.strip())
+            stats = srv.stop()
+        self.assertGreaterEqual(stats["version_negotiations"], n - 1, stats)
+        # At most the replies sent while the route was not known: the first,
+        # and one after a routing change (the server's own start-up makes
+        # one) empties the cache.
+        self.assertLessEqual(got, 2, "Version Negotiation went through the prohibit route")
+        self.assertGreaterEqual(stats["afxdp_tx_no_neighbor"], n - 2, stats)
 
     def test_replies_follow_the_kernel_route_and_neighbour_changes(self):
         # The client's packets arrive through r1, which discards anything
