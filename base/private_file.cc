@@ -23,11 +23,13 @@ std::string private_file_problem(const struct stat &st, bool allow_root) {
   return "";
 }
 
-int open_private_output(const std::string &path, bool truncate, std::string *why) {
-  // No O_TRUNC yet: a file we refuse below must be left as it was.
+int open_private_output(const std::string &path, bool truncate, std::string *why,
+                        std::span<const std::string_view> starts, std::string_view kind) {
+  // No O_TRUNC yet: a file we refuse below must be left as it was. Read
+  // too: what an existing file begins with is checked on this descriptor.
   int fd = open(
       path.c_str(),
-      O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (truncate ? 0 : O_APPEND), 0600);
+      O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (truncate ? 0 : O_APPEND), 0600);
   if (fd < 0) {
     *why = path + ": " + (errno == ELOOP ? "is a symbolic link (refused)" : std::strerror(errno));
     return -1;
@@ -43,6 +45,17 @@ int open_private_output(const std::string &path, bool truncate, std::string *why
     if (problem.empty() && st.st_nlink > 1) {
       problem = "has " + std::to_string(st.st_nlink) +
                 " hard links; refused (it may be another file under a second name)";
+    }
+  }
+  if (problem.empty() && !starts.empty() && st.st_size > 0) {
+    char head[32] = {};
+    const ssize_t got = pread(fd, head, sizeof(head), 0);
+    const std::string_view have(head, got > 0 ? static_cast<size_t>(got) : 0);
+    bool known = false;
+    for (auto start : starts) known = known || have.starts_with(start);
+    if (!known) {
+      problem = "exists and is not " + std::string(kind) +
+                "; refused (remove it or name another file)";
     }
   }
   if (problem.empty() && truncate && ftruncate(fd, 0) != 0) problem = std::strerror(errno);

@@ -6,13 +6,21 @@
 
 #include <sys/stat.h>
 
+#include <span>
 #include <string>
+#include <string_view>
 
 namespace xdpq {
 
 // Opens path for writing (appending, or truncated once accepted). Returns
-// the descriptor, or -1 with the reason in *why.
-int open_private_output(const std::string &path, bool truncate, std::string *why);
+// the descriptor, or -1 with the reason in *why. With starts given, an
+// existing file that is not empty must begin with one of them: a capture
+// or key log overwrites or extends only its own kind, never another file
+// of ours (the QUIC secrets file, a key, a log) named by mistake; kind
+// names what was expected in the refusal.
+int open_private_output(const std::string &path, bool truncate, std::string *why,
+                        std::span<const std::string_view> starts = {},
+                        std::string_view kind = {});
 
 // What is wrong with a file that holds secrets, from its fstat: not a
 // regular file, owned by someone else (root too when allow_root), or

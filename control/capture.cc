@@ -46,7 +46,10 @@ std::string Capture::start(const std::string &file, const std::string &filter, u
     filter_.reset(prog.release()); // compiled: freed with pcap_freecode from now on
   }
   std::string why;
-  int fd = open_private_output(file, true, &why);
+  // libpcap's file header, either byte order, micro- or nanosecond stamps.
+  static constexpr std::string_view PCAP[] = {"\xd4\xc3\xb2\xa1", "\xa1\xb2\xc3\xd4",
+                                              "\x4d\x3c\xb2\xa1", "\xa1\xb2\x3c\x4d"};
+  int fd = open_private_output(file, true, &why, PCAP, "a packet capture");
   FILE *fp = fd >= 0 ? fdopen(fd, "wb") : nullptr;
   if (fd >= 0 && !fp) {
     why = file + ": " + std::strerror(errno);
@@ -140,7 +143,10 @@ std::string KeyLog::start(const std::string &file) {
   std::lock_guard lock(mu_);
   if (fd_.load() >= 0) return "key logging already runs; stop it first";
   std::string why;
-  int fd = open_private_output(file, false, &why);
+  // The NSS key log format's labels (and its comments).
+  static constexpr std::string_view KEY_LOG[] = {"CLIENT_", "SERVER_", "EXPORTER_SECRET",
+                                                 "EARLY_EXPORTER_SECRET", "#"};
+  int fd = open_private_output(file, false, &why, KEY_LOG, "a TLS key log");
   if (fd < 0)
     return why;
   struct stat st {};

@@ -86,6 +86,31 @@ TEST_F(PrivateFile, ExistingFileMustBePrivateAndIsNotTruncatedWhenRefused) {
   EXPECT_EQ(open_private_output((dir_ / "fifo").string(), false, &why), -1);
 }
 
+// Regression: a capture or key log named after another file of ours
+// truncated it or wrote into it: `xdpqctl capture start` with the path of
+// the QUIC secrets file destroyed the secrets. An existing file that is
+// not empty must be of the kind written.
+TEST_F(PrivateFile, AnExistingFileOfAnotherKindIsRefusedAndUntouched) {
+  static constexpr std::string_view KIND[] = {"CLIENT_", "#"};
+  auto p = dir_ / "secrets";
+  std::ofstream(p) << "precious";
+  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
+  std::string why;
+  EXPECT_EQ(open_private_output(p.string(), true, &why, KIND, "a key log"), -1);
+  EXPECT_NE(why.find("exists and is not a key log"), std::string::npos) << why;
+  EXPECT_EQ(open_private_output(p.string(), false, &why, KIND, "a key log"), -1);
+  EXPECT_EQ(fs::file_size(p), 8u);
+  // Its own kind, or nothing yet: taken.
+  std::ofstream(p) << "CLIENT_RANDOM 00 00\n";
+  int fd = open_private_output(p.string(), false, &why, KIND, "a key log");
+  ASSERT_GE(fd, 0) << why;
+  close(fd);
+  std::ofstream(p).close(); // emptied
+  fd = open_private_output(p.string(), true, &why, KIND, "a key log");
+  ASSERT_GE(fd, 0) << why;
+  close(fd);
+}
+
 // Regression: the OpenSSL ticket key's AES half repeated the key
 // name, which every ticket carries in the clear.
 TEST(TicketKeys, NameSharesNoBytesWithTheKeys) {
