@@ -19,6 +19,7 @@ struct H3Session::Stream {
   uint64_t header_bytes = 0;
   size_t header_fields = 0;
   bool headers_too_large = false;
+  bool trailers_refused = false; // over the header limits: 431 or reset
   bool body_too_large = false;
   bool refused = false;
   bool responded = false;
@@ -51,6 +52,7 @@ struct H3Session::Stream {
     header_bytes = 0;
     header_fields = 0;
     headers_too_large = false;
+    trailers_refused = false;
     body_too_large = false;
     refused = false;
     responded = false;
@@ -95,6 +97,26 @@ int cb_recv_header(nghttp3_conn *, int64_t, int32_t token, nghttp3_rcbuf *name,
         if (!sud)
           return 0;
         return session_of(ud).on_header(*static_cast<H3Session::Stream *>(sud), token, name, value);
+      },
+      int{NGHTTP3_ERR_CALLBACK_FAILURE});
+}
+
+int cb_begin_trailers(nghttp3_conn *, int64_t, void *, void *sud) {
+  if (sud) {
+    auto &st = *static_cast<H3Session::Stream *>(sud);
+    st.header_bytes = 0; // a section of its own, under the same limits
+    st.header_fields = 0;
+  }
+  return 0;
+}
+
+int cb_recv_trailer(nghttp3_conn *, int64_t, int32_t, nghttp3_rcbuf *name, nghttp3_rcbuf *value,
+                    uint8_t, void *ud, void *sud) {
+  return guarded(
+      [&]() -> int {
+        if (!sud)
+          return 0;
+        return session_of(ud).on_trailer(*static_cast<H3Session::Stream *>(sud), name, value);
       },
       int{NGHTTP3_ERR_CALLBACK_FAILURE});
 }
@@ -235,6 +257,8 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
   cbs.begin_headers = cb_begin_headers;
   cbs.recv_header = cb_recv_header;
   cbs.end_headers = cb_end_headers;
+  cbs.begin_trailers = cb_begin_trailers;
+  cbs.recv_trailer = cb_recv_trailer;
   cbs.stop_sending = cb_stop_sending;
   cbs.end_stream = cb_end_stream;
   cbs.reset_stream = cb_reset_stream;
@@ -661,6 +685,31 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
     if (!n.empty() && n.front() != ':') {
       s.req.headers.add(n, v);
     }
+  }
+  return 0;
+}
+
+int H3Session::on_trailer(Stream &s, nghttp3_rcbuf *name, nghttp3_rcbuf *value) {
+  // Trailers are not kept (nor passed on); they are counted against the
+  // head's limits, or a client could stream fields on one request without
+  // end, nghttp3 crediting their bytes as it decodes them.
+  s.header_bytes += view(name).size() + view(value).size() + 32;
+  s.header_fields += 1;
+  if (s.trailers_refused ||
+      (s.header_bytes <= limits_.max_field_section_size &&
+       s.header_fields <= limits_.max_header_fields))
+    return 0;
+  s.trailers_refused = true;
+  stats_.header_limit_rejects += 1;
+  if (s.exchange) {
+    abort_request(s); // its body went upstream already: reset
+  } else if (!s.responded && !s.refused) {
+    s.refused = true; // its end is not dispatched
+    make_error(s.resp, 431, s.req.method == "HEAD");
+    respond(s);
+    transport_.app_stop_reading(s.id, NGHTTP3_H3_NO_ERROR);
+  } else {
+    transport_.app_stop_reading(s.id, NGHTTP3_H3_EXCESSIVE_LOAD); // answered: the rest unread
   }
   return 0;
 }

@@ -195,6 +195,7 @@ public:
   struct Stream;
   int on_begin_headers(int64_t stream_id);
   int on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
+  int on_trailer(Stream &s, nghttp3_rcbuf *name, nghttp3_rcbuf *value);
   int on_end_headers(Stream &s, bool fin);
   int on_data(Stream &s, const uint8_t *data, size_t len);
   int on_end_stream(Stream &s);

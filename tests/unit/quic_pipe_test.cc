@@ -1926,6 +1926,38 @@ TEST_F(QuicPipe, AClosedStreamWhoseHeadWaitsForQpackIsNotTimed) {
   EXPECT_FALSE(client_->closed());
 }
 
+// Regression (review): the header section limits applied to a request's
+// head only. Its trailers were decoded without bound, nghttp3 crediting
+// their bytes at once: a client could stream trailer fields on one
+// request for as long as it liked, past the body limit too. Trailers over
+// the limits get 431, like a head.
+TEST_F(QuicPipe, TrailersOverTheHeaderLimitsAreRefused) {
+  http::H3Limits h3;
+  h3.max_field_section_size = 512;
+  start(quic::EndpointConfig{}, h3);
+  // POST /echo (static table only), one byte of body, then trailers of 20
+  // literal fields ("x-a: " and 20 bytes each, 55 bytes by the RFC's
+  // count: 1,100 in all), and FIN.
+  const std::string head("\x00\x00\xd4\xd7\x51\x05/echo\x50\x01x", 14);
+  std::string trailers("\x00\x00", 2);
+  for (int i = 0; i < 20; ++i) trailers += std::string("\x23x-a\x14", 5) + std::string(20, 'v');
+  std::string frames = std::string("\x01\x0e", 2) + head + std::string("\x00\x01x", 3) + "\x01" +
+                       static_cast<char>(0x40 | (trailers.size() >> 8)) +
+                       static_cast<char>(trailers.size() & 0xff) + trailers;
+  ASSERT_TRUE(run([&] { return client_->handshake_completed(); }));
+  const auto &st = server_->app->stats();
+  const uint64_t answered = st.responses_2xx + st.responses_4xx;
+  const Datagram dg = client_->raw_request_stream(frames, nullptr, true);
+  ASSERT_FALSE(dg.data.empty());
+  for (auto &back : server_->deliver(dg)) client_->read(back);
+  // The stream is one the client's nghttp3 does not know: the server's
+  // counters tell what it answered.
+  ASSERT_TRUE(run([&] { return st.responses_2xx + st.responses_4xx > answered; }));
+  EXPECT_EQ(st.header_limit_rejects, 1u);
+  EXPECT_EQ(st.responses_4xx, 1u);
+  EXPECT_EQ(st.responses_2xx, 0u); // /echo did not answer it too
+}
+
 // Regression (review): a request whose trailers wait for a QPACK insertion,
 // ended and then stopped by the client, closes at the transport while
 // nghttp3 keeps it. When the insertion came, its end reached the handler
