@@ -548,18 +548,24 @@ uint64_t AfXdpPort::resolve_link(const Address &dst) {
 
 void AfXdpPort::tx_commit_reply(const RxDatagram &to, size_t len) {
   if (tx_frame_ == UINT64_MAX) return;
-  const uint64_t f = tx_frame_;
-  tx_frame_ = UINT64_MAX;
   // Back to the very link the datagram came from, unless the kernel's
   // route refuses the peer (an operator's blackhole for a reflection
   // victim's address, say): then the kernel's socket is told, and refuses
-  // it as the kernel would.
+  // it as the kernel would. A source the kernel takes for this host's own
+  // came over the wire forged: its reply is dropped, not delivered to
+  // whatever listens on this host at the port the forger chose.
   uint64_t link = to.link;
   if (next_hops_ && link != 0) {
     const auto kind = next_hops_->route(to.path.remote).kind;
-    if (kind == KernelNextHops::Hop::Kind::unreachable || kind == KernelNextHops::Hop::Kind::local)
-      link = 0;
+    if (kind == KernelNextHops::Hop::Kind::local) {
+      xdp_stats_.tx_no_neighbor += 1;
+      stats_.tx_dropped += 1;
+      return; // the frame stays ours for the next tx_alloc
+    }
+    if (kind == KernelNextHops::Hop::Kind::unreachable) link = 0;
   }
+  const uint64_t f = tx_frame_;
+  tx_frame_ = UINT64_MAX;
   commit_frame(f, Path{to.path.local, to.path.remote}, 0, len, link);
 }
 

@@ -166,14 +166,23 @@ KernelNextHops::Hop KernelNextHops::route(const Address &dst) {
   Address k = key_of(dst);
   auto it = routes_.find(k);
   if (it == routes_.end()) {
+    // An entry only for a destination asked about: one put off costs no
+    // room, so a flood of forged sources fills the table no faster than
+    // the allowance, and empties it (answers included) that seldom.
+    stats_.nh_route_misses += 1;
+    const uint64_t now_ns = monotonic_ns();
+    if (!may_ask(now_ns)) return Hop{};
     if (routes_.size() >= max_entries_) routes_.clear(); // bounded; refilled on demand
     it = routes_.emplace(k, Route{}).first;
+    it->second.asked_at = now_ns;
+    ask_route(k);
+    return it->second.hop;
   }
   Route &r = it->second;
   if (r.hop.kind == Hop::Kind::unknown) {
     stats_.nh_route_misses += 1;
     const uint64_t now_ns = monotonic_ns();
-    if ((r.asked_at == 0 || now_ns - r.asked_at >= ASK_INTERVAL_NS) && may_ask(now_ns)) {
+    if (now_ns - r.asked_at >= ASK_INTERVAL_NS && may_ask(now_ns)) {
       r.asked_at = now_ns;
       ask_route(k);
     }
@@ -188,20 +197,19 @@ KernelNextHops::Hop KernelNextHops::route(const Address &dst) {
 uint64_t KernelNextHops::neighbor(const Address &ip) {
   Address k = key_of(ip);
   auto it = neigh_.find(k);
-  if (it == neigh_.end()) {
-    if (neigh_.size() >= max_entries_) neigh_.clear();
-    it = neigh_.emplace(k, Neigh{}).first;
-  }
-  Neigh &n = it->second;
-  if (n.link == 0) {
+  if (it == neigh_.end() || it->second.link == 0) {
     stats_.nh_neigh_misses += 1;
     const uint64_t now_ns = monotonic_ns();
-    if ((n.solicited_at == 0 || now_ns - n.solicited_at >= ASK_INTERVAL_NS) && may_ask(now_ns)) {
-      n.solicited_at = now_ns;
-      ask_resolution(k);
+    if (it != neigh_.end() && now_ns - it->second.solicited_at < ASK_INTERVAL_NS) return 0;
+    if (!may_ask(now_ns)) return 0; // as for routes: no entry until asked
+    if (it == neigh_.end()) {
+      if (neigh_.size() >= max_entries_) neigh_.clear();
+      it = neigh_.emplace(k, Neigh{}).first;
     }
+    it->second.solicited_at = now_ns;
+    ask_resolution(k);
   }
-  return n.link;
+  return it->second.link;
 }
 
 void KernelNextHops::on_readable() {
