@@ -30,6 +30,11 @@
 
 namespace xdpq::http {
 
+namespace {
+// What one readiness event of an upstream connection reads at most.
+constexpr size_t READ_BUDGET = 64 * 1024;
+} // namespace
+
 struct ProxyRouteState {
   RouteSettings settings;
   std::vector<Upstream *> upstreams;
@@ -438,7 +443,13 @@ private:
     if (!ex) return close();
     bool progressed = false;
     auto &buf = proxy_.scratch();
+    // Bytes that fill no room (chunk framing, extensions, trailers) could
+    // keep this loop going while the upstream writes: at most this much
+    // per readiness event, then the loop's other work (the socket stays
+    // readable and watched, so it comes back).
+    size_t budget = READ_BUDGET;
     while (ex_) {
+      if (budget == 0) break;
       size_t room = ex_->room();
       if (room == 0) {
         // The client has not taken what we hold: pause reading the
@@ -450,6 +461,7 @@ private:
       ssize_t n = ::recv(fd_, buf.data(), want, 0);
       if (n > 0) {
         progressed = true;
+        budget -= std::min(budget, static_cast<size_t>(n));
         ex_->moved(); // framing, trailers and 1xx count as the upstream speaking too
         const auto r = parser_.feed(buf.data(), static_cast<size_t>(n));
         if (!head_timed_ && parser_.head_done()) {

@@ -46,6 +46,7 @@ void UpstreamResponseParser::reset(Handler *handler, bool head_request, bool tun
   tunnel_ = tunnel;
   switched_ = false;
   started_ = head_done_ = complete_ = interim_ = keep_alive_ = length_known_ = false;
+  interims_ = 0;
   value_open_ = false;
   status_ = 0;
   content_length_ = 0;
@@ -252,6 +253,10 @@ int UpstreamResponseParser::on_headers_complete() {
     // 100 Continue, 103 Early Hints: skipped. An interim response has no
     // content (RFC 9110 15.2) whatever its fields say: 1 tells http-parser
     // to read none, so no byte of it can pass for the final response's.
+    if (++interims_ > MAX_INTERIMS) {
+      fail("more than 16 interim (1xx) responses");
+      return -1;
+    }
     interim_ = true;
     framing_.body_none();
     return 1;

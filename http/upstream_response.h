@@ -105,6 +105,11 @@ private:
   bool head_done_ = false;
   bool complete_ = false;
   bool interim_ = false; // the message being parsed is a 1xx
+  // Interim responses so far: a few (100 Continue, 103 Early Hints) are
+  // real; more are an upstream looping, whose heads, small and never-ending,
+  // would otherwise keep the worker parsing with no answer to show.
+  size_t interims_ = 0;
+  static constexpr size_t MAX_INTERIMS = 16;
   bool keep_alive_ = false;
   bool length_known_ = false;
   bool value_open_ = false;

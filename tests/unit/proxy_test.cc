@@ -22,6 +22,8 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -1158,6 +1160,50 @@ TEST_F(StreamedRequest, AnUpstreamTransferCodingOtherThanChunkedIsA502) {
   ASSERT_EQ(done.run(), 1u);
   EXPECT_EQ(a->head().status, 502);
   EXPECT_FALSE(a->failed()); // an answer of its own, not a cut stream
+  a.reset();
+}
+
+// Regression: interim responses had no bound but each one's own head
+// limits, and the upstream connection's read loop ended only when the
+// socket was empty: an upstream writing "100 Continue" without end kept
+// the worker parsing them, no answer and no timer firing, every client
+// of the worker stalled. More than 16 are a broken upstream: 502.
+TEST_F(StreamedRequest, AnUpstreamThatSendsInterimResponsesWithoutEndIsA502) {
+  std::string flood;
+  while (flood.size() < 64 * 1024) flood += "HTTP/1.1 100 Continue\r\n\r\n";
+  auto a = get_answered(flood);
+  Steps done(loop_, {{[&] { return a->head_ready(); }, nullptr}});
+  ASSERT_EQ(done.run(), 1u) << "no answer";
+  EXPECT_EQ(a->head().status, 502);
+  std::vector<UpstreamStats> st;
+  proxy_->upstream_stats(st);
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].bad_responses, 1u);
+  a.reset();
+}
+
+// Regression: an upstream connection's reads went on while the socket
+// had bytes, and bytes that fill none of the client's window (chunk
+// framing, extensions) do not pause them: an upstream sending chunks of
+// one byte with 3 KiB extensions each kept the worker on one connection.
+// One readiness event now reads at most 64 KiB.
+TEST_F(StreamedRequest, OneEventReadsABoundedAmountOfAnUpstream) {
+  std::string answer = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+  while (answer.size() < 150 * 1024) answer += "1;e=" + std::string(3000, 'x') + "\r\ny\r\n";
+  auto a = get(*proxy_);
+  EXPECT_NE(upstream().find("GET /api/up HTTP/1.1"), std::string::npos);
+  size_t sent = 0;
+  while (sent < answer.size()) {
+    ssize_t n = ::send(up_, answer.data() + sent, answer.size() - sent, 0);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  ASSERT_GT(sent, 100u * 1024) << "the socket took too little to show anything";
+  int unread = -1;
+  Steps steps(loop_, {{[&] { return a->head_ready(); },
+                       [&] { ASSERT_EQ(::ioctl(up_, SIOCOUTQ, &unread), 0); }}});
+  ASSERT_EQ(steps.run(), 1u);
+  EXPECT_GT(unread, 0) << "everything was read in the pass that read the head";
   a.reset();
 }
 
