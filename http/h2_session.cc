@@ -172,6 +172,15 @@ private:
     return guarded(
         [&]() -> int {
           auto &me = self(ud);
+          if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_HEADERS) {
+            // Trailers: a section of their own, under the head's limits.
+            if (auto *st = static_cast<H2Stream *>(
+                    nghttp2_session_get_stream_user_data(s, f->hd.stream_id))) {
+              st->header_bytes = 0;
+              st->header_fields = 0;
+            }
+            return 0;
+          }
           if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
             return 0;
           H2Stream *st;
@@ -294,6 +303,19 @@ private:
           if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
             return 0;
           st->ended = true;
+          if (f->hd.type == NGHTTP2_HEADERS && st->too_large) {
+            // Trailers over the limits (they end the stream): 431 if the
+            // answer has not begun; a proxied body went upstream already,
+            // and is reset.
+            me.env_.stats->header_limit_rejects += 1;
+            if (st->exchange) {
+              if (!st->refused) me.abort_request(*st);
+            } else if (!st->responded && !st->refused) {
+              make_error(st->resp, 431, st->req.method == "HEAD");
+              me.respond(*st);
+            }
+            return 0;
+          }
           if (st->exchange) {
             if (st->refused) return 0;
             if (!st->exchange->end_body()) me.abort_request(*st); // short of its length

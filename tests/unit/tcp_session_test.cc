@@ -227,6 +227,25 @@ TEST(H2Errors, A431ToAWholeRequestIsNotFollowedByAReset) {
   EXPECT_FALSE(reset);
 }
 
+// Regression: trailers were counted on top of the head and never acted
+// on below four times the size limit: a request whose trailers held 200
+// fields (over the 128 allowed) was answered as if they were fine. Like
+// HTTP/3's, they are now a section of their own under the same limits,
+// and over them the request gets 431.
+TEST(H2Errors, TrailersOverTheHeaderLimitsGet431) {
+  H2Setup h;
+  // POST https /echo with :authority x; a byte of body; trailers of 200
+  // literal fields "x-a: v", ending the stream.
+  const std::string head("\x83\x87\x04\x05/echo\x01\x01x", 12);
+  std::string trailers;
+  for (int i = 0; i < 200; ++i) trailers += std::string("\x00\x03x-a\x01v", 7);
+  h.exchange(h.preface + h2_frame(1, 4, 1, head) + h2_frame(0, 0, 1, "x") +
+             h2_frame(1, 5, 1, trailers));
+  EXPECT_EQ(h.stats.header_limit_rejects, 1u);
+  EXPECT_EQ(h.stats.responses_4xx, 1u);
+  EXPECT_EQ(h.stats.responses_2xx, 0u);
+}
+
 // Regression: each of a connection's stream slots kept, for the
 // connection's life, the buffers its largest request head needed (up to
 // 16 KiB of fields, lines and body each): a client that opened 100
