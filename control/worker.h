@@ -275,10 +275,6 @@ private:
   dataplane::Timer heartbeat_;
   std::thread thread_;
   bool want_write_ = false;
-  // Per descriptor of the port (by its place in fds()): watched for
-  // writability now. Changed only when that changes: no epoll_ctl per pass
-  // while the port stays blocked.
-  std::vector<uint8_t> out_watched_;
   bool echo_ = false;
   bool draining_ = false;
   bool finishing_ = false;

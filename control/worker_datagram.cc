@@ -201,13 +201,8 @@ void Worker::on_iteration_end() {
   // every pass.
   if (!drained || want_write_) {
     want_write_ = !drained;
-    const auto fds = port_->fds();
-    if (out_watched_.size() != fds.size()) out_watched_.assign(fds.size(), 0);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      const int fd = fds[i];
-      const uint8_t watch = want_write_ && port_->waits_for_room(fd);
-      if (out_watched_[i] == watch) continue;
-      out_watched_[i] = watch;
+    for (int fd : port_->fds()) {
+      const bool watch = want_write_ && port_->waits_for_room(fd);
       if (send_only_.contains(fd)) {
         loop_.set_interest(fd, port_handler(fd), false, watch);
       } else {

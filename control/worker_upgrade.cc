@@ -110,7 +110,6 @@ void Worker::take_next_port() {
 #endif
     send_only_.clear();
     want_write_ = false;
-    out_watched_.clear(); // the new port's descriptors are watched for reading only
     port_ = std::move(next); // the old one closes here
     for (int fd : port_->fds()) loop_.watch(fd, port_handler(fd));
 #ifdef XDPQ_HAVE_AFXDP
