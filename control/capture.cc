@@ -143,9 +143,10 @@ std::string KeyLog::start(const std::string &file) {
   std::lock_guard lock(mu_);
   if (fd_.load() >= 0) return "key logging already runs; stop it first";
   std::string why;
-  // The NSS key log format's labels (and its comments).
+  // The NSS key log format's labels. Not its comments: the QUIC secrets
+  // file begins with one too.
   static constexpr std::string_view KEY_LOG[] = {"CLIENT_", "SERVER_", "EXPORTER_SECRET",
-                                                 "EARLY_EXPORTER_SECRET", "#"};
+                                                 "EARLY_EXPORTER_SECRET"};
   int fd = open_private_output(file, false, &why, KEY_LOG, "a TLS key log");
   if (fd < 0)
     return why;

@@ -307,10 +307,14 @@ private:
             // Trailers over the limits (they end the stream): 431 if the
             // answer has not begun; a proxied body went upstream already,
             // and is reset.
-            me.env_.stats->header_limit_rejects += 1;
+            // Counted where refused here: a head refused with 431 is not
+            // counted again for its trailers.
             if (st->exchange) {
-              if (!st->refused) me.abort_request(*st);
+              if (st->refused) return 0;
+              me.env_.stats->header_limit_rejects += 1;
+              me.abort_request(*st);
             } else if (!st->responded && !st->refused) {
+              me.env_.stats->header_limit_rejects += 1;
               make_error(st->resp, 431, st->req.method == "HEAD");
               me.respond(*st);
             }

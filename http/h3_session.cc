@@ -625,8 +625,12 @@ void H3Session::peer_reset(int64_t stream_id) {
   // A stream that is neither one of ours nor still opening was abandoned
   // by us already (its head timed out): the client's reset answers ours,
   // and is no second abandoned request.
-  const bool opening = std::any_of(opening_.begin(), opening_.end(),
-                                   [&](const Opening &o) { return o.id == stream_id; });
+  auto it = std::find_if(opening_.begin(), opening_.end(),
+                         [&](const Opening &o) { return o.id == stream_id; });
+  const bool opening = it != opening_.end();
+  // Abandoned both ways now: no longer timed as well (its close, once the
+  // client acknowledges our reset, may come after the deadline).
+  if (opening) opening_.erase(it);
   if (s || opening) stats_.incomplete_resets += 1;
   transport_.app_reset_writing(stream_id, NGHTTP3_H3_REQUEST_INCOMPLETE);
 }
@@ -700,10 +704,13 @@ int H3Session::on_trailer(Stream &s, nghttp3_rcbuf *name, nghttp3_rcbuf *value) 
        s.header_fields <= limits_.max_header_fields))
     return 0;
   s.trailers_refused = true;
-  stats_.header_limit_rejects += 1;
+  // Counted where refused here, not again for a request refused at its head.
   if (s.exchange) {
+    if (s.aborted) return 0;
+    stats_.header_limit_rejects += 1;
     abort_request(s); // its body went upstream already: reset
   } else if (!s.responded && !s.refused) {
+    stats_.header_limit_rejects += 1;
     s.refused = true; // its end is not dispatched
     make_error(s.resp, 431, s.req.method == "HEAD");
     respond(s);

@@ -418,9 +418,10 @@ class ControlTest(TimedTestCase):
         # private file of the daemon's, the QUIC secrets file say, truncated
         # it or wrote into it.
         precious = os.path.join(self.tmp, "secrets")
-        with open(precious, "w") as f:
-            f.write("not a capture, not a key log\n")
-        os.chmod(precious, 0o600)
+        with Server("--secrets", precious):
+            pass  # writes the file, in the daemon's own format
+        with open(precious) as f:
+            before = f.read()
         with Server() as srv:
             rc, out, err = xdpqctl(srv, "capture", "start", precious)
             self.assertNotEqual(rc, 0, out)
@@ -430,7 +431,7 @@ class ControlTest(TimedTestCase):
             self.assertIn("exists and is not a TLS key log; refused", out + err)
             self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
         with open(precious) as f:
-            self.assertEqual(f.read(), "not a capture, not a key log\n")
+            self.assertEqual(f.read(), before)
 
     def test_keylog(self):
         keys = os.path.join(self.tmp, "keys.log")
@@ -465,7 +466,7 @@ class ControlTest(TimedTestCase):
             # The limit is the file's, whatever earlier runs appended to it.
             full = os.path.join(self.tmp, "full-keys.log")
             with open(full, "wb") as f:
-                f.write(b"# earlier runs\n")  # a key log's, or it is refused as another file
+                f.write(b"CLIENT_RANDOM 00 00\n")  # a key log's, or it is refused as another file
                 f.truncate(1 << 30)  # sparse
             os.chmod(full, 0o600)
             rc, out, _ = xdpqctl(srv, "keylog", "start", full)

@@ -1847,6 +1847,29 @@ TEST_F(QuicPipe, ARequestResetBeforeItsHeadIsWholeIsAbandonedBothWays) {
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
 
+// Regression (review): a stream the client reset before its HEADERS began
+// was counted as an incomplete request and left among those whose heads
+// are timed, until the client acknowledged our reset: past the deadline
+// it was counted again, as a header timeout, and reset a second time.
+TEST_F(QuicPipe, AStreamResetBeforeItsHeadBeganIsNotAlsoTimedOut) {
+  http::H3Limits h3;
+  start_with_header_timeout(h3); // 2 s
+  int64_t sid = -1;
+  const Datagram dg = client_->raw_request_stream(std::string("\x01", 1), &sid);
+  ASSERT_FALSE(dg.data.empty());
+  for (auto &back : server_->deliver(dg)) client_->read(back);
+  // The client gives it up a second later; what the server answers is
+  // lost, so the server's transport keeps the stream.
+  clock_.set(clock_.now() + 1'000'000'000);
+  ngtcp2_conn_shutdown_stream_write(client_->conn(), 0, sid, NGHTTP3_H3_REQUEST_CANCELLED);
+  for (auto &out : client_->write()) server_->deliver(out);
+  EXPECT_EQ(server_->app->stats().incomplete_resets, 1u);
+  clock_.set(clock_.now() + 3'000'000'000); // past the head's deadline
+  server_->tick();
+  EXPECT_EQ(server_->app->stats().header_timeouts, 0u);
+  EXPECT_EQ(server_->app->stats().incomplete_resets, 1u);
+}
+
 // A request whose header section has not come whole within the header
 // timeout of its start is abandoned both ways (H3_REQUEST_INCOMPLETE) and
 // counted: a client trickling heads (slowloris) holds a stream and
