@@ -243,18 +243,24 @@ def gtlsclient(server, paths, *flags, timeout=60, download=True, quiet=False, ne
     return ClientResult(proc, ddir)
 
 
+def pcap_frames(path):
+    """The captured bytes of each record of a little-endian pcap file
+    (tcpdump's and xdpq's), in capture order."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"\xd4\xc3\xb2\xa1", "not a little-endian pcap file"
+    off = 24
+    while off + 16 <= len(data):
+        incl = struct.unpack("<I", data[off + 8:off + 12])[0]
+        yield data[off + 16:off + 16 + incl]
+        off += 16 + incl
+
+
 def read_pcap(path, protos=(17,)):
     """(src_port, dst_port, payload, protocol) of each Ethernet/IPv4 record
     whose IP protocol is in protos (17: UDP, 6: TCP), in capture order."""
     out = []
-    with open(path, "rb") as f:
-        data = f.read()
-    assert data[:4] in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4"), "not a pcap file"
-    off = 24
-    while off + 16 <= len(data):
-        incl = struct.unpack("<I", data[off + 8:off + 12])[0]
-        rec = data[off + 16:off + 16 + incl]
-        off += 16 + incl
+    for rec in pcap_frames(path):
         if len(rec) < 42 or rec[12:14] != b"\x08\x00" or rec[23] not in protos:
             continue
         ihl = (rec[14] & 0xF) * 4

@@ -21,8 +21,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase,  # noqa: E402
-                     check_burst_of_handshakes, gtlsclient, pattern, require_tools, sha256,
-                     xdpqctl)
+                     check_burst_of_handshakes, gtlsclient, pattern, pcap_frames, require_tools,
+                     sha256, xdpqctl)
 from netns import RoutedTopology, Topology, sh  # noqa: E402
 
 TEN_MIB = 10 * 1024 * 1024
@@ -330,13 +330,7 @@ class AfXdpCases:
         self.assertEqual(r.file("3000000"), pattern(3000000))
         self.assertGreater(stats["afxdp_tx_kernel_trains"], 0, stats)  # hybrid TX was in use
         labels = {}
-        with open(cap_file, "rb") as f:
-            data = f.read()
-        off = 24
-        while off + 16 <= len(data):
-            incl = struct.unpack("<I", data[off + 8:off + 12])[0]
-            rec = data[off + 16:off + 16 + incl]
-            off += 16 + incl
+        for rec in pcap_frames(cap_file):
             if len(rec) >= 54 and rec[12:14] == b"\x86\xdd":
                 label = struct.unpack("!I", rec[14:18])[0] & 0xFFFFF
                 labels[label] = labels.get(label, 0) + 1
