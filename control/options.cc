@@ -594,7 +594,7 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     } else if (arg == "--max-streams") {
       o.max_streams = parse_number(arg, need(), 1, 1u << 16);
     } else if (arg == "--max-header-size") {
-      o.max_header_size = parse_number(arg, need(), 256, 1u << 20);
+      o.max_header_size = parse_number(arg, need(), 256, http::MAX_HEADER_SIZE_CEILING);
     } else if (arg == "--max-header-fields") {
       o.max_header_fields = parse_number(arg, need(), 8, 4096);
     } else if (arg == "--max-request-body") {

@@ -50,6 +50,13 @@ public:
   explicit H1Session(const SessionEnv &env)
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
     head_.set_extra(env.response_headers);
+    // http-parser's own cap on a head (80 KiB, one for the process) is
+    // raised above any configurable limit: ours is the one that holds.
+    static const bool parser_cap = [] {
+      http_parser_set_max_header_size(PARSER_HEAD_CAP);
+      return true;
+    }();
+    (void)parser_cap;
     http_parser_init(&parser_, HTTP_REQUEST);
     parser_.data = this;
     http_parser_settings_init(&settings_);
@@ -148,7 +155,13 @@ public:
         env_.stats->bad_requests += 1;
         abort_proxy_body();
       } else if (!closing_ && !last_) {
-        fail(400);
+        if (in_headers_ && (too_large_ || HTTP_PARSER_ERRNO(&parser_) == HPE_HEADER_OVERFLOW)) {
+          env_.stats->requests += 1;
+          env_.stats->header_limit_rejects += 1;
+          fail(431);
+        } else {
+          fail(400);
+        }
       }
       return;
     }
@@ -351,8 +364,12 @@ private:
       if (c <= 0x20 || c == 0x7f) malformed_ = true;
     }
     if (account(n)) req_.path.append(at, n);
-    return 0;
+    return head_over_limits();
   }
+
+  // A head over the limits is answered (431) as soon as it is, not once
+  // it ends: stopping the parser here (a callback's error) ends its input.
+  int head_over_limits() const { return too_large_ ? 1 : 0; }
 
   // A target in the absolute form ("https://host/path", RFC 9112 3.2.2),
   // which a server must accept: the authority is the target's, the Host
@@ -408,14 +425,14 @@ private:
       value_started_ = false;
     }
     if (account(n + 32)) field_.append(at, n);
-    return 0;
+    return head_over_limits();
   }
 
   int value(const char *at, size_t n) {
     if (!in_headers_) return 0;
     value_started_ = true;
     if (account(n)) value_.append(at, n);
-    return 0;
+    return head_over_limits();
   }
 
   int headers_complete() {
@@ -706,6 +723,10 @@ private:
     // the whole daemon.)
     closing_ = true;
   }
+
+  // Above the largest configurable head: the parser counts each field's
+  // line, less than the 32 bytes a field that the limit adds to it.
+  static constexpr uint32_t PARSER_HEAD_CAP = MAX_HEADER_SIZE_CEILING + 64 * 1024;
 
   static constexpr size_t CHUNK_FRAMING = 16 + 4; // hex size, CRLF, CRLF
 

@@ -17,6 +17,10 @@
 
 namespace xdpq::http {
 
+// The largest request header section a configuration may allow
+// (--max-header-size, for every protocol).
+inline constexpr size_t MAX_HEADER_SIZE_CEILING = 1u << 20;
+
 struct Header {
   std::string name; // lower case
   std::string value;
