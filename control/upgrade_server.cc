@@ -222,12 +222,14 @@ std::string Server::upgrade() {
   // The new process serves from now on: each of our workers stops reading
   // the sockets it took and takes its connections' datagrams from the
   // rings; then all drain.
-  std::vector<std::vector<int>> stop(prev);
+  std::vector<std::vector<int>> stop(prev), tcp_kept(prev);
   bool control_taken = false, metrics_taken = false;
   for (size_t k : ready.adopted) {
     if (k >= inh.sockets.size()) continue;
     const auto &s = inh.sockets[k];
     if (s.kind == Inheritance::Kind::udp) stop[static_cast<size_t>(s.worker)].push_back(s.fd);
+    if (s.kind == Inheritance::Kind::tcp_tls || s.kind == Inheritance::Kind::tcp_clear)
+      tcp_kept[static_cast<size_t>(s.worker)].push_back(s.fd);
     control_taken |= s.kind == Inheritance::Kind::control;
     metrics_taken |= s.kind == Inheritance::Kind::metrics;
   }
@@ -240,7 +242,7 @@ std::string Server::upgrade() {
   for (size_t j = 0; j < prev; ++j) {
     std::vector<dataplane::HandoffRing *> rings;
     for (size_t i = 0; i < next; ++i) rings.push_back(&upgrade_region_->ring(i * prev + j));
-    workers_[j]->request_handover(std::move(rings), std::move(stop[j]));
+    workers_[j]->request_handover(std::move(rings), std::move(stop[j]), std::move(tcp_kept[j]));
   }
   handed_over_ = control_taken;
   upgrade_child_ = child;

@@ -94,8 +94,11 @@ public:
   bool wait_previous_gone(std::chrono::milliseconds timeout);
   // Binary upgrade, the old process: the new process reads these sockets
   // now (this worker only sends through them) and hands this worker its
-  // connections' datagrams through rings (one per new worker). Then drain.
-  void request_handover(std::vector<dataplane::HandoffRing *> rings, std::vector<int> fds);
+  // connections' datagrams through rings (one per new worker). It accepts
+  // from none of its TCP listeners any more, and closes those not in
+  // tcp_kept (the new process did not take them). Then drain.
+  void request_handover(std::vector<dataplane::HandoffRing *> rings, std::vector<int> fds,
+                        std::vector<int> tcp_kept);
   // Binary upgrade, the old process, after the hand-over: the new process
   // died. Read the sockets again, accept again, stop draining.
   void request_take_back();
@@ -258,6 +261,7 @@ private:
   std::atomic<bool> idle_after_handover_{false};
   std::vector<dataplane::HandoffRing *> handover_rings_; // under mu_
   std::vector<int> handover_fds_;                        // under mu_
+  std::vector<int> handover_tcp_kept_;                   // under mu_
   std::atomic<bool> replace_port_requested_{false};
   std::unique_ptr<dataplane::DatagramPort> next_port_; // under mu_, with:
   dataplane::AfXdpPort *next_afxdp_ = nullptr;          // next_port_ if it is one

@@ -42,11 +42,13 @@ bool Worker::wait_previous_gone(std::chrono::milliseconds timeout) {
   return true;
 }
 
-void Worker::request_handover(std::vector<dataplane::HandoffRing *> rings, std::vector<int> fds) {
+void Worker::request_handover(std::vector<dataplane::HandoffRing *> rings, std::vector<int> fds,
+                              std::vector<int> tcp_kept) {
   {
     std::lock_guard lock(mu_);
     handover_rings_ = std::move(rings);
     handover_fds_ = std::move(fds);
+    handover_tcp_kept_ = std::move(tcp_kept);
   }
   handover_requested_.store(true, std::memory_order_release);
   loop_.wake();
@@ -125,11 +127,12 @@ void Worker::take_next_port() {
 // new process took, take its rings, and drain.
 void Worker::take_handover() {
   std::vector<dataplane::HandoffRing *> rings;
-  std::vector<int> fds;
+  std::vector<int> fds, tcp_kept;
   {
     std::lock_guard lock(mu_);
     rings.swap(handover_rings_);
     fds.swap(handover_fds_);
+    tcp_kept.swap(handover_tcp_kept_);
   }
   for (int fd : fds) {
     if (port_->stop_receiving(fd)) {
@@ -140,7 +143,10 @@ void Worker::take_handover() {
   watch_side_door(false); // the new process reads the reservations now
   from_next_ = std::move(rings);
   handed_over_ = true;
-  if (tcp_) tcp_->stop_accepting(); // the new process accepts from our listeners now
+  if (tcp_) {
+    tcp_->stop_accepting(); // the new process accepts from our listeners now
+    tcp_->close_listeners_except(tcp_kept); // ... those it took; the rest refuse
+  }
 }
 
 } // namespace xdpq::control

@@ -19,6 +19,34 @@ namespace xdpq::http {
 
 namespace {
 constexpr size_t READ_CHUNK = 16 * 1024; // the connections' shared read buffer
+
+// A listening socket on a, in the port's SO_REUSEPORT group. check_in_use:
+// refuse a port someone else listens on before joining a group.
+int open_listener(const dataplane::Address &a, bool check_in_use) {
+  int fd = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw TcpError("tcp listen " + a.to_string() + ": " + strerror(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (a.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (check_in_use && a.port() != 0) {
+    int probe = socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (a.family() == AF_INET6) setsockopt(probe, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    bool taken = bind(probe, &a.u.sa, a.len) != 0 && errno == EADDRINUSE;
+    close(probe);
+    if (taken) {
+      close(fd);
+      throw TcpError("tcp listen " + a.to_string() + ": bind: port in use");
+    }
+  }
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (bind(fd, &a.u.sa, a.len) != 0 || listen(fd, 1024) != 0) {
+    std::string e = strerror(errno);
+    close(fd);
+    throw TcpError("tcp listen " + a.to_string() + ": " + e);
+  }
+  return fd;
+}
 } // namespace
 
 struct TcpServer::Listener final : public dataplane::FdHandler {
@@ -26,6 +54,7 @@ struct TcpServer::Listener final : public dataplane::FdHandler {
   int fd = -1;
   bool tls = true;
   dataplane::Address bound;
+  bool dropped = false; // closed at a hand-over that kept it from the new process
   std::unique_ptr<dataplane::AcceptBackoff> backoff;
   void on_io(uint32_t) override { srv->accept_all(*this); }
 };
@@ -55,29 +84,7 @@ TcpServer::TcpServer(const TcpConfig &cfg, const SessionEnv &env,
         return;
       }
     }
-    int fd = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw TcpError("tcp listen " + a.to_string() + ": " + strerror(errno));
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (a.family() == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (cfg_.check_in_use && a.port() != 0) {
-      // Refuse a port someone else listens on before joining a reuseport group.
-      int probe = socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (a.family() == AF_INET6) setsockopt(probe, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-      setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-      bool taken = bind(probe, &a.u.sa, a.len) != 0 && errno == EADDRINUSE;
-      close(probe);
-      if (taken) {
-        close(fd);
-        throw TcpError("tcp listen " + a.to_string() + ": bind: port in use");
-      }
-    }
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-    if (bind(fd, &a.u.sa, a.len) != 0 || listen(fd, 1024) != 0) {
-      std::string e = strerror(errno);
-      close(fd);
-      throw TcpError("tcp listen " + a.to_string() + ": " + e);
-    }
+    const int fd = open_listener(a, cfg_.check_in_use);
     sockaddr_storage ss{};
     socklen_t sl = sizeof(ss);
     getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl);
@@ -226,10 +233,35 @@ void TcpServer::stop_accepting() {
   }
 }
 
+void TcpServer::close_listeners_except(const std::vector<int> &kept) {
+  for (auto &l : listeners_) {
+    if (l->fd < 0 || std::find(kept.begin(), kept.end(), l->fd) != kept.end()) continue;
+    l->backoff->stop();
+    loop_.unwatch(l->fd);
+    close(l->fd);
+    l->fd = -1;
+    l->dropped = true;
+  }
+}
+
 void TcpServer::resume_accepting() {
   if (!shutting_down_) return;
   shutting_down_ = false;
   for (auto &l : listeners_) {
+    if (l->dropped) {
+      // The new process's configuration dropped it, and that process is
+      // gone: ours still lists it, so it is bound again.
+      l->dropped = false;
+      try {
+        l->fd = open_listener(l->bound, false);
+      } catch (const TcpError &e) {
+        LOG_WARN("%s (taken back from a new process that had dropped it)", e.what());
+        continue;
+      }
+      l->backoff = std::make_unique<dataplane::AcceptBackoff>(loop_, l->fd, l.get());
+      loop_.watch(l->fd, l.get());
+      continue;
+    }
     if (l->fd < 0) continue;
     l->backoff->restart(); // watches it
   }

@@ -73,7 +73,13 @@ public:
   // Stops accepting; the connections go on (a binary upgrade: the new
   // process accepts from the same listeners).
   void stop_accepting();
-  // Accepts again after stop_accepting() (the new process died).
+  // After stop_accepting() for an upgrade: closes the listeners the new
+  // process did not take (its configuration dropped their addresses), so
+  // that their clients are refused instead of waiting in a backlog nobody
+  // accepts from.
+  void close_listeners_except(const std::vector<int> &kept);
+  // Accepts again after stop_accepting() (the new process died); the
+  // listeners close_listeners_except() closed are bound again.
   void resume_accepting();
   size_t connection_count() const { return conns_.size(); }
   // Connections with requests in flight (drain waits for them).

@@ -203,6 +203,68 @@ class Upgrade(TimedTestCase):
                 h3 = gtlsclient(srv, ["/app/z"])
                 self.assertEqual(h3.file("z"), b"b GET /app/z", srv.output()[-3000:])
 
+    def h1_get(self, port, path="/healthz"):
+        """An HTTP/1.1 request on a cleartext listener: its response's bytes."""
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := c.recv(65536):
+                data += chunk
+        return data
+
+    def start_on_both(self):
+        write_config(self.config, self.port, self.h2c, self.sock,
+                     os.path.join(self.tmp, "secrets"))
+        return Server("--config", self.config, host="127.0.0.1", port=self.port, workers=0,
+                      listen=[])
+
+    def drop_the_second_listener(self):
+        write_config(self.config, self.port, self.h2c[:1], self.sock,
+                     os.path.join(self.tmp, "secrets"))
+
+    def test_a_listener_the_new_configuration_drops_refuses_clients(self):
+        # Regression (review): the old process stopped accepting on every
+        # listener at the hand-over but kept them open while it drained, so
+        # a client of an address the new configuration dropped waited in a
+        # backlog nobody accepted from (until the drain's end), and one that
+        # moved from TLS to cleartext would split between the processes.
+        with self.start_on_both() as srv:
+            self.assertIn(b" 200 ", self.h1_get(self.h2c[1]))
+            keep = self.keep_alive()  # the old process drains while it is open
+            self.drop_the_second_listener()
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+            pid = self.new_pid(up.stdout)
+            refused = False
+            deadline = time.monotonic() + 3
+            while not refused and time.monotonic() < deadline:
+                try:
+                    with socket.create_connection(("127.0.0.1", self.h2c[1]), timeout=1) as c:
+                        c.settimeout(1)
+                        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                        c.recv(100)
+                except ConnectionRefusedError:
+                    refused = True
+                except (socket.timeout, ConnectionResetError):
+                    pass
+                if not refused:
+                    time.sleep(0.1)
+            self.assertTrue(refused, "a client of the dropped address was not refused")
+            self.assertIsNone(srv.proc.poll(), "the old process must still be draining")
+            self.assertIn(b" 200 ", self.h1_get(self.h2c[0]))  # the new process's
+            keep.close()
+            self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
+            self.stop_new(pid, srv)
+
+    def test_a_dropped_listener_is_bound_again_when_the_old_process_takes_back(self):
+        with self.start_on_both() as srv:
+            self.drop_the_second_listener()
+            keep = self.upgrade_then_kill_the_new_process(srv)
+            for port in self.h2c:
+                self.assertIn(b" 200 ", self.h1_get(port), srv.output()[-3000:])
+            keep.close()
+        self.assertIn("taking the sockets back", srv.output())
+
     def test_upgrade_takes_a_new_metrics_address_and_control_socket(self):
         # Regression: the new process adopted the old process's metrics and
         # control listeners whatever its configuration said, so a reload
