@@ -288,13 +288,7 @@ namespace {
 class SignalReader final : public dataplane::FdHandler {
 public:
   explicit SignalReader(Server &srv) : srv_(srv) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGUSR1);
-    sigaddset(&set, SIGUSR2);
+    const sigset_t set = server_signals();
     fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + strerror(errno));
   }

@@ -56,14 +56,15 @@ std::string read_file(const std::string &flag, const std::string &path) {
 
 } // namespace
 
-void block_server_signals() {
+sigset_t server_signals() {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  sigaddset(&set, SIGUSR1);
-  sigaddset(&set, SIGUSR2);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&set, sig);
+  return set;
+}
+
+void block_server_signals() {
+  const sigset_t set = server_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   // A write past a file size limit (systemd's LimitFSIZE) fails with

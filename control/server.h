@@ -16,6 +16,8 @@
 #include "dataplane/afxdp_port.h"
 #endif
 
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -204,6 +206,10 @@ std::string control_socket_path(const Options &o);
 // Throws UsageError when the control socket could not be made at path
 // (too long, a file other than a socket there, a directory not writable).
 void check_control_path(const std::string &path);
+
+// The signals the server handles (INT, TERM, HUP, USR1, USR2): blocked in
+// every thread, read from the control loop's signalfd.
+sigset_t server_signals();
 
 // Blocks the signals the server handles in the calling thread (and in every
 // thread it creates afterwards); call first thing in main.

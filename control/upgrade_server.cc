@@ -111,8 +111,10 @@ std::string Server::upgrade() {
   std::vector<std::string> argv = argv_;
   for (auto &a : argv) args.push_back(a.data());
   args.push_back(nullptr);
-  sigset_t none;
-  sigemptyset(&none);
+  // The new process starts with our signals still blocked, as it blocks
+  // them first thing: one sent before then (logrotate's USR1, a reload's
+  // HUP) waits for its signalfd instead of killing it (their default).
+  const sigset_t handled = server_signals();
 
   // From the moment the new process reads our sockets until we stop: its
   // CIDs are dropped here, never answered with a stateless reset.
@@ -136,7 +138,7 @@ std::string Server::upgrade() {
     // queue from the new process.
     syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
     fcntl(sv[1], F_SETFD, 0); // this end crosses exec
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    sigprocmask(SIG_SETMASK, &handled, nullptr);
     execve(exe.c_str(), args.data(), envp.data());
     _exit(127);
   }

@@ -10,6 +10,7 @@ process that cannot start leaves the old one serving and says why."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -264,6 +265,37 @@ class Upgrade(TimedTestCase):
                 self.assertIn(b" 200 ", self.h1_get(port), srv.output()[-3000:])
             keep.close()
         self.assertIn("taking the sockets back", srv.output())
+
+    def test_the_new_process_starts_with_the_signals_it_handles_blocked(self):
+        # Regression (review): the new process was started with every
+        # signal unblocked, so a USR1 (logrotate's) or HUP in the moments
+        # before it blocked them itself killed it (their default action)
+        # and failed the upgrade. A wrapper in place of the binary records
+        # the mask it is started with, then runs the real one.
+        binary = os.path.join(self.tmp, "xdpqd")
+        real = os.path.join(self.tmp, "xdpqd.real")
+        shutil.copy2(XDPQD, binary)
+        shutil.copy2(XDPQD, real)
+        mask_file = os.path.join(self.tmp, "mask")
+        srv = self.start()
+        srv.args[0] = binary
+        with srv:
+            os.unlink(binary)  # the running one is "(deleted)": its path is run
+            with open(binary, "w") as f:  # (dash would clear the mask first)
+                f.write("#!/usr/bin/python3 -S\nimport os, sys\n"
+                        f"open('{mask_file}', 'w').write(open('/proc/self/status').read())\n"
+                        f"os.execv('{real}', ['{real}'] + sys.argv[1:])\n")
+            os.chmod(binary, 0o755)
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr)
+            pid = self.new_pid(up.stdout)
+            self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
+            self.stop_new(pid, srv)
+        with open(mask_file) as f:
+            mask = int(re.search(r"^SigBlk:\s*([0-9a-f]+)", f.read(), re.M).group(1), 16)
+        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2,
+                    signal.SIGTERM):
+            self.assertTrue(mask & (1 << (sig - 1)), f"{sig.name} not blocked: {mask:#x}")
 
     def test_upgrade_takes_a_new_metrics_address_and_control_socket(self):
         # Regression: the new process adopted the old process's metrics and
