@@ -104,10 +104,16 @@ int main(int argc, char **argv) {
     line += "\t" + c;
   }
   line += "\n";
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    // Cut short, it would name another socket (xdpqd refuses such a path).
+    std::fprintf(stderr, "xdpqctl: %s: path too long (at most %zu bytes)\n",
+                 socket_path.c_str(), sizeof(addr.sun_path) - 1);
+    return 2;
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
   // A daemon that stopped accepting (hung, or its backlog full) would make
   // connect() wait for good: the send timeout bounds that wait, and the
   // one for our request line.

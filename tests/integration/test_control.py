@@ -70,6 +70,22 @@ class ControlTest(TimedTestCase):
         require_tools()
         cls.tmp = tempfile.mkdtemp(prefix="xdpq-control-")
 
+    def test_a_socket_path_too_long_is_refused_not_cut_short(self):
+        # Regression (review): xdpqctl cut a path longer than a Unix socket
+        # address holds to its first 107 bytes, and asked whatever daemon
+        # listened there.
+        d = tempfile.mkdtemp(prefix="xdpq-longpath-", dir=self.tmp)
+        path = os.path.join(d, "x" * (107 - len(d) - 1))
+        self.assertEqual(len(path), 107)
+        with Server("--control-socket", path) as srv:
+            rc, out, _ = xdpqctl(path, "status")
+            self.assertEqual(rc, 0, out)  # the longest path there is works
+            rc, out, err = xdpqctl(path + ".other", "status")
+            self.assertEqual(rc, 2, out + err)
+            self.assertIn("path too long (at most 107 bytes)", err)
+            self.assertEqual(out, "")
+            srv.stop()
+
     def test_a_stopped_worker_still_answers_for_its_figures(self):
         # Regression: in a drain a worker with nothing left stops at once,
         # and status, stats and /metrics then waited 500 ms on it, one
