@@ -91,6 +91,23 @@ bool H1FramingCheck::chunk_line_byte(Scan &s, uint8_t b) {
   return b == ' ' || b == '\t' || (b >= 0x21 && b != 0x7f);
 }
 
+void H1FramingCheck::line_tail(Scan &s, const uint8_t *p, size_t n) {
+  for (size_t k = n > 9 ? n - 9 : 0; k < n; ++k) {
+    s.before_tail = static_cast<uint8_t>(s.tail >> 56);
+    s.tail = s.tail << 8 | p[k];
+    if (s.tail_n < 9) ++s.tail_n;
+  }
+}
+
+bool H1FramingCheck::request_line_ends_well(const Scan &s) {
+  if (s.tail_n < 9 || s.before_tail != ' ') return false;
+  uint8_t v[8];
+  for (int k = 0; k < 8; ++k) v[k] = static_cast<uint8_t>(s.tail >> (8 * (7 - k)));
+  auto digit = [](uint8_t c) { return c >= '0' && c <= '9'; };
+  return v[0] == 'H' && v[1] == 'T' && v[2] == 'T' && v[3] == 'P' && v[4] == '/' &&
+         digit(v[5]) && v[6] == '.' && digit(v[7]);
+}
+
 size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
   size_t i = 0;
   auto fail = [&] {
@@ -109,6 +126,8 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
       s.state = State::head;
       s.cr = false;
       s.line = 0;
+      s.first_line = s.request;
+      s.tail_n = 0;
       break;
     case State::head:
       if (s.cr && b != '\n') return fail(); // a bare CR
@@ -123,6 +142,7 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
         const size_t from = i;
         for (++i; i < n && p[i] > '\r';) ++i;
         s.line += i - from;
+        if (s.first_line) line_tail(s, p + from, i - from);
         break;
       }
       if (b == '\r') {
@@ -133,12 +153,20 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
       ++i;
       if (b != '\n') {
         ++s.line;
+        if (s.first_line) line_tail(s, &b, 1);
         break;
       }
       s.cr = false;
       if (s.line == 0) {
         s.state = State::await_body; // the empty line: the head ends here
         return i;
+      }
+      if (s.first_line) {
+        s.first_line = false;
+        if (!request_line_ends_well(s)) {
+          --i; // the parser takes none of its end
+          return fail();
+        }
       }
       s.line = 0;
       break;

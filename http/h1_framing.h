@@ -11,6 +11,9 @@
 // - a chunked body is 1*HEXDIG, an optional extension of visible
 //   characters, spaces and tabs, CRLF; the data; CRLF; and after the last
 //   chunk, trailer lines and an empty line, each ended by CRLF.
+// - a request line (check_request_line()) ends in SP "HTTP/" DIGIT "."
+//   DIGIT: Debian's build takes any four bytes for the "HTTP" and reads a
+//   line without a version as HTTP/0.9.
 // The framing of a body (none, a length, chunked) comes from the parser's
 // reading of the head: the caller says which once the head is parsed.
 
@@ -29,6 +32,8 @@ public:
   size_t allow(const uint8_t *p, size_t n) const;
   // The parser took these n bytes (at most what allow() gave).
   void take(const uint8_t *p, size_t n);
+  // Each head's first line is a request line (not a status line).
+  void check_request_line() { st_.request = true; }
 
   // The head just parsed frames its body so (call from the parser's
   // headers-complete callback): take() applies it where the head ends.
@@ -71,6 +76,11 @@ private:
     uint8_t digits = 0;      // hex digits of the chunk size
     size_t line = 0;         // bytes of the current line (head, size line, trailer)
     size_t trailer_bytes = 0;
+    bool request = false;    // check_request_line()
+    bool first_line = false; // in a request's first line
+    uint8_t tail_n = 0;      // bytes of that line seen (counted to 9)
+    uint8_t before_tail = 0; // the byte before the last 8
+    uint64_t tail = 0;       // its last 8 bytes, the latest lowest
     uint64_t left = 0;       // body or chunk bytes still to come
     uint64_t size = 0;       // the chunk size being read
   };
@@ -78,6 +88,8 @@ private:
   // than n where it stops: a head's end, a failure).
   static size_t scan(Scan &s, const uint8_t *p, size_t n);
   static bool chunk_line_byte(Scan &s, uint8_t b);
+  static void line_tail(Scan &s, const uint8_t *p, size_t n);
+  static bool request_line_ends_well(const Scan &s);
   enum class Pending : uint8_t { unknown, none, length, chunked, to_close };
   Scan st_;
   // What the last allow() scanned to, so that take() of exactly those

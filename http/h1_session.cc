@@ -50,6 +50,7 @@ public:
   explicit H1Session(const SessionEnv &env)
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
     head_.set_extra(env.response_headers);
+    framing_.check_request_line();
     // http-parser's own cap on a head (80 KiB, one for the process) is
     // raised above any configurable limit: ours is the one that holds.
     static const bool parser_cap = [] {
@@ -452,9 +453,9 @@ private:
       fail(400);
       return 0;
     }
-    if (parser_.http_major > 1) {
-      // "HTTP/2.0" or later on this parser: not a version spoken here
-      // (RFC 9110 15.6.6), whatever the request looks like.
+    if (parser_.http_major != 1) {
+      // "HTTP/2.0" or later on this parser, or before 1.0: not a version
+      // spoken here (RFC 9110 15.6.6), whatever the request looks like.
       fail(505);
       return 0;
     }

@@ -376,3 +376,20 @@ TEST_F(H1Head, AHeadOverTheLimitIsAnsweredBeforeItEnds) {
   EXPECT_TRUE(out.starts_with("HTTP/1.1 431 ")) << out.substr(0, 200);
   EXPECT_EQ(stats_.header_limit_rejects, 2u);
 }
+
+// Regression (review): a request line with junk for its "HTTP", or none
+// (HTTP/0.9's form, served without a Host), or version 0.x was served.
+TEST_F(H1Head, ARequestLineWithoutAnHttp1VersionIsRefused) {
+  const std::pair<std::string, const char *> cases[] = {
+      {"GET / H" + std::string(4, '\0') + "1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400 "},
+      {"GET /healthz\r\n\r\n", "HTTP/1.1 400 "},
+      {"GET /healthz HTTP/0.5\r\n\r\n", "HTTP/1.1 505 "},
+  };
+  for (const auto &[request, status] : cases) {
+    session_ = make_h1_session(env_);
+    feed(request);
+    const std::string out = drain();
+    EXPECT_TRUE(out.starts_with(status)) << out.substr(0, 200);
+    EXPECT_TRUE(session_->finished());
+  }
+}
