@@ -47,6 +47,7 @@ void H1FramingCheck::take(const uint8_t *p, size_t n) {
       st_.size = 0;
       st_.digits = 0;
       st_.ext = false;
+      st_.ext_open = false;
       st_.cr = false;
       st_.line = 0;
       break;
@@ -84,7 +85,14 @@ bool H1FramingCheck::chunk_line_byte(Scan &s, uint8_t b) {
     // A chunk extension (RFC 9112 7.1.1), after optional whitespace.
     if (s.digits == 0 || (b != ';' && b != ' ' && b != '\t')) return false;
     s.ext = true;
+    s.ext_open = b == ';';
     return true;
+  }
+  if (!s.ext_open) {
+    // Whitespace after the size leads only to a ';' or the line's end:
+    // "1 foo" is no chunk size a strict hop reads.
+    if (b == ';') s.ext_open = true;
+    return b == ';' || b == ' ' || b == '\t';
   }
   // Tokens, quoted strings, '=' and whitespace: visible characters, obs-text,
   // SP and HTAB; never a control character (a bare LF least of all).
@@ -225,6 +233,7 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
       s.size = 0;
       s.digits = 0;
       s.ext = false;
+      s.ext_open = false;
       s.line = 0;
       break;
     case State::trailers:

@@ -72,7 +72,8 @@ private:
   struct Scan {
     State state = State::start;
     bool cr = false;         // the previous byte was a CR
-    bool ext = false;        // in a chunk extension (after the size)
+    bool ext = false;        // past the size: whitespace, then an extension
+    bool ext_open = false;   // the extension's ';' seen
     uint8_t digits = 0;      // hex digits of the chunk size
     size_t line = 0;         // bytes of the current line (head, size line, trailer)
     size_t trailer_bytes = 0;

@@ -82,6 +82,7 @@ TEST(H1FramingCheck, WellFramedMessagesPass) {
   EXPECT_TRUE(accepted(chunked("5;name=\"v a\"\r\nhello\r\nA\r\n0123456789\r\n0\r\nx-t: 1\r\n\r\n"),
                        Body::chunked));
   EXPECT_TRUE(accepted(chunked("5 ;e\r\nhello\r\n000\r\n\r\n"), Body::chunked));
+  EXPECT_TRUE(accepted(chunked("5  \r\nhello\r\n0 ; a = b\r\n\r\n"), Body::chunked));
   // Two pipelined requests, the second after a chunked body.
   EXPECT_TRUE(accepted(chunked("1\r\na\r\n0\r\n\r\n") + "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
                        Body::chunked));
@@ -124,6 +125,8 @@ TEST(H1FramingCheck, LooseFramingStopsWhereItBreaks) {
       chunked("5\r\nhello\n0\r\n\r\n"),              // LF alone after the data
       chunked("5\rX\nhello\r\n0\r\n\r\n"),           // a CR and another byte ends the size line
       chunked("5;a\nb\r\nhello\r\n0\r\n\r\n"),        // a LF inside the extension
+      chunked("5 e\r\nhello\r\n0\r\n\r\n"),            // whitespace, then no ';'
+      chunked("5\t\tx;e\r\nhello\r\n0\r\n\r\n"),       // likewise
       chunked("5\n\r\nhello\r\n0\r\n\r\n"),           // LF alone ends the size line
       chunked("0\r\nx-t: 1\n\r\n"),                  // LF alone in the trailers
       chunked("\r\nhello\r\n0\r\n\r\n"),              // no size
