@@ -371,18 +371,22 @@ bool H3Session::read_ahead_stalled() {
   // Progress is a block's worth let go of (or all that was held, if less)
   // within the period, not any acknowledgement: a few bytes now and then
   // would keep the rest held for ever.
-  if (stall_since_ == 0 || ra_released_ - stall_seen_ >= stall_need_) {
+  const bool restart = stall_since_ == 0 || ra_released_ - stall_seen_ >= stall_need_;
+  if (restart) {
     stall_since_ = now;
     stall_seen_ = ra_released_;
     stall_need_ = std::min(read_ahead_held_, ReadAheadPool::STALL_PROGRESS);
-  } else if (now - stall_since_ >= ReadAheadPool::STALL) {
+    ra_stopped_ = false;
+  }
+  const uint64_t limit = ra_stopped_ ? ReadAheadPool::STOPPED_STALL : ReadAheadPool::STALL;
+  if (!restart && now - stall_since_ >= limit) {
     stats_.read_ahead_closes += 1;
     return true;
   }
   // Checked again when the limit is up, even if the peer stays silent (a
   // loss probe's backoff can be longer); one wake at a time, moved on only
   // once it has come.
-  wake_at(stall_since_ + ReadAheadPool::STALL, now);
+  wake_at(stall_since_ + limit, now);
   return false;
 }
 

@@ -48,6 +48,11 @@ struct ReadAheadPool {
   // if less) not to count as stalled: one file block. About 6.5 KB/s,
   // asked of a connection only while others wait for the pool.
   static constexpr uint64_t STALL_PROGRESS = 64 * 1024;
+  // A connection whose client stopped reading (its windows shut, all that
+  // was sent acknowledged) holds a little (about one read) and is given
+  // longer: a paused download is no stall. But not for ever, or enough
+  // such connections (from many addresses) would hold the pool for good.
+  static constexpr uint64_t STOPPED_STALL = 60'000'000'000ull;
 };
 
 struct H3Limits {
@@ -138,15 +143,19 @@ public:
     // Nothing in flight once the write is done (lost packets are sent again
     // by then): what is held waits for the peer's flow control (a client
     // that stopped reading: nghttp3 takes a little past its window), not
-    // for acknowledgements. Sampled here, not before the write, where a
-    // peer that keeps one packet unacknowledged could show none in flight
-    // each time ngtcp2 has just declared it lost. A little is about one
-    // read: a block read for each of many streams whose windows stay at a
-    // few bytes is a share of the pool kept from others without progress,
-    // and is timed like a stall.
+    // for acknowledgements, and is timed with the longer limit
+    // (STOPPED_STALL). Sampled here, not before the write, where a peer
+    // that keeps one packet unacknowledged could show none in flight each
+    // time ngtcp2 has just declared it lost. A little is about one read: a
+    // block read for each of many streams whose windows stay at a few
+    // bytes is a share of the pool kept from others without progress, and
+    // is timed like a stall. Once seen stopped, the longer limit holds
+    // until the clock restarts (a frame of ours in flight now and then,
+    // such as DATA_BLOCKED, does not make it a stall); going back and
+    // forth does not restart the clock.
     if (stall_since_ && read_ahead_held_ > 0 && read_ahead_held_ <= READ_AHEAD && ra_pool_ &&
         others_wait_for_pool() && !transport_.app_awaits_acks())
-      stall_since_ = 0;
+      ra_stopped_ = true;
   }
   int add_write_offset(int64_t stream_id, size_t n) override;
   int add_ack_offset(int64_t stream_id, uint64_t n) override;
@@ -324,6 +333,7 @@ private:
   uint64_t stall_seen_ = 0;  // ra_released_ when stall_since_ was set
   uint64_t stall_need_ = 0;  // released since then that restarts the timing
   uint64_t stall_since_ = 0; // 0: not timing
+  bool ra_stopped_ = false;  // seen stopped reading since stall_since_ (after_write())
   bool others_wait_for_pool() const {
     return ra_pool_->waiting.size() > (pool_waiting_ ? 1u : 0u);
   }
