@@ -4,6 +4,7 @@
 #include "control/config.h"
 #include "control/options.h"
 #include "control/server.h"
+#include "http/tcp_session.h"
 #include "http/tcp_tls.h"
 
 #include <cstdio>
@@ -16,6 +17,7 @@ int main(int argc, char **argv) {
   if (!xdpq::http::use_block_cache_for_openssl())
     std::fprintf(stderr, "xdpqd: OpenSSL allocated before start; its buffers use malloc\n");
   block_server_signals();
+  xdpq::http::init_h1_parsing(); // process-wide, before any worker parses
   // Started by a running xdpqd (binary upgrade): a failure from here on is
   // reported to it too, so `xdpqctl upgrade` can say why.
   const int upgrade_fd = take_upgrade_fd();

@@ -136,8 +136,13 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
       s.line = 0;
       s.first_line = s.request;
       s.tail_n = 0;
+      s.head_bytes = 0;
       break;
     case State::head:
+      if (s.head_limit != 0 && s.head_bytes > s.head_limit) {
+        s.head_over = true;
+        return fail();
+      }
       if (s.cr && b != '\n') return fail(); // a bare CR
       // A line that begins with whitespace: obs-fold, a field value
       // continued (RFC 9112 5.2), which the parser would join to the field
@@ -150,9 +155,11 @@ size_t H1FramingCheck::scan(Scan &s, const uint8_t *p, size_t n) {
         const size_t from = i;
         for (++i; i < n && p[i] > '\r';) ++i;
         s.line += i - from;
+        s.head_bytes += i - from;
         if (s.first_line) line_tail(s, p + from, i - from);
         break;
       }
+      ++s.head_bytes;
       if (b == '\r') {
         s.cr = true;
         ++i;

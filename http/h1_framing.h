@@ -34,6 +34,16 @@ public:
   void take(const uint8_t *p, size_t n);
   // Each head's first line is a request line (not a status line).
   void check_request_line() { st_.request = true; }
+  // A head of more than n bytes on the wire breaks the framing (0: no
+  // bound). The parser's callbacks see less than that (not the whitespace
+  // around a value or the target, say): this bounds what they do not.
+  void limit_head(size_t n) { st_.head_limit = n; }
+  // Where the framing broke: a head over that bound.
+  bool head_over_limit() const { return st_.head_over || allowed_.head_over; }
+  // What limit_head() allows past a limit the parser's callbacks count
+  // (each field line's ": " and CRLF, the request line's method and
+  // version, counted there as less than the 32 bytes a field adds).
+  static constexpr size_t HEAD_SLACK = 4096;
 
   // The head just parsed frames its body so (call from the parser's
   // headers-complete callback): take() applies it where the head ends.
@@ -78,6 +88,9 @@ private:
     size_t line = 0;         // bytes of the current line (head, size line, trailer)
     size_t trailer_bytes = 0;
     bool request = false;    // check_request_line()
+    bool head_over = false;  // failed: a head over head_limit
+    size_t head_limit = 0;   // limit_head()
+    size_t head_bytes = 0;   // of the current head
     bool first_line = false; // in a request's first line
     uint8_t tail_n = 0;      // bytes of that line seen (counted to 9)
     uint8_t before_tail = 0; // the byte before the last 8

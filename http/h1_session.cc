@@ -51,13 +51,8 @@ public:
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
     head_.set_extra(env.response_headers);
     framing_.check_request_line();
-    // http-parser's own cap on a head (80 KiB, one for the process) is
-    // raised above any configurable limit: ours is the one that holds.
-    static const bool parser_cap = [] {
-      http_parser_set_max_header_size(PARSER_HEAD_CAP);
-      return true;
-    }();
-    (void)parser_cap;
+    init_h1_parsing();
+    framing_.limit_head(env.limits.max_header_size + H1FramingCheck::HEAD_SLACK);
     http_parser_init(&parser_, HTTP_REQUEST);
     parser_.data = this;
     http_parser_settings_init(&settings_);
@@ -156,7 +151,9 @@ public:
         env_.stats->bad_requests += 1;
         abort_proxy_body();
       } else if (!closing_ && !last_) {
-        if (in_headers_ && (too_large_ || HTTP_PARSER_ERRNO(&parser_) == HPE_HEADER_OVERFLOW)) {
+        if (in_headers_ && (too_large_ || framing_.head_over_limit() ||
+                            HTTP_PARSER_ERRNO(&parser_) == HPE_HEADER_OVERFLOW)) {
+          req_.method = http_method_str(static_cast<http_method>(parser_.method)); // for the log
           env_.stats->requests += 1;
           env_.stats->header_limit_rejects += 1;
           fail(431);
@@ -725,10 +722,6 @@ private:
     closing_ = true;
   }
 
-  // Above the largest configurable head: the parser counts each field's
-  // line, less than the 32 bytes a field that the limit adds to it.
-  static constexpr uint32_t PARSER_HEAD_CAP = MAX_HEADER_SIZE_CEILING + 64 * 1024;
-
   static constexpr size_t CHUNK_FRAMING = 16 + 4; // hex size, CRLF, CRLF
 
   static void append_chunk_size(std::vector<uint8_t> &out, size_t n) {
@@ -865,6 +858,18 @@ private:
 };
 
 } // namespace
+
+void init_h1_parsing() {
+  // http-parser's own cap on a head (80 KiB, one for the process) is raised
+  // above any configurable limit: ours (with the framing check's bound on
+  // the wire bytes) is the one that holds. The parser counts each field's
+  // line, less than the 32 bytes a field adds to our count.
+  static const bool once = [] {
+    http_parser_set_max_header_size(MAX_HEADER_SIZE_CEILING + 64 * 1024);
+    return true;
+  }();
+  (void)once;
+}
 
 std::unique_ptr<TcpSession> make_h1_session(const SessionEnv &env) {
   return std::make_unique<H1Session>(env);

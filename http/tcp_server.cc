@@ -124,7 +124,9 @@ void TcpServer::close_listeners() {
 
 std::vector<TcpServer::ListenerInfo> TcpServer::listeners() const {
   std::vector<ListenerInfo> v;
-  for (const auto &l : listeners_) v.push_back(ListenerInfo{l->fd, l->bound, l->tls});
+  for (const auto &l : listeners_) {
+    if (l->fd >= 0) v.push_back(ListenerInfo{l->fd, l->bound, l->tls}); // open ones
+  }
   return v;
 }
 
@@ -250,16 +252,17 @@ void TcpServer::resume_accepting() {
   for (auto &l : listeners_) {
     if (l->dropped) {
       // The new process's configuration dropped it, and that process is
-      // gone: ours still lists it, so it is bound again.
-      l->dropped = false;
+      // gone: ours still lists it, so it is bound again (if that fails, at
+      // the next take-back again; meanwhile no upgrade hands it on).
       try {
         l->fd = open_listener(l->bound, false);
       } catch (const TcpError &e) {
         LOG_WARN("%s (taken back from a new process that had dropped it)", e.what());
         continue;
       }
+      l->dropped = false;
       l->backoff = std::make_unique<dataplane::AcceptBackoff>(loop_, l->fd, l.get());
-      loop_.watch(l->fd, l.get());
+      l->backoff->restart(); // watches it, or backs off if epoll refuses
       continue;
     }
     if (l->fd < 0) continue;

@@ -92,7 +92,7 @@ public:
     dataplane::Address bound;
     bool tls;
   };
-  std::vector<ListenerInfo> listeners() const;
+  std::vector<ListenerInfo> listeners() const; // the open ones
 
   // Used by connections.
   void closed(TcpConnection *c, uint32_t source_slot);

@@ -168,5 +168,8 @@ protected:
 
 std::unique_ptr<TcpSession> make_h2_session(const SessionEnv &env);
 std::unique_ptr<TcpSession> make_h1_session(const SessionEnv &env);
+// Sets http-parser's process-wide limits (once; a session's construction
+// does too): call before threads that parse start.
+void init_h1_parsing();
 
 } // namespace xdpq::http

@@ -41,6 +41,7 @@ void UpstreamResponseParser::reset(Handler *handler, bool head_request, bool tun
   http_parser_init(&parser_, HTTP_RESPONSE);
   parser_.data = this;
   framing_ = H1FramingCheck();
+  framing_.limit_head(limits_.max_head + H1FramingCheck::HEAD_SLACK);
   handler_ = handler;
   head_request_ = head_request;
   tunnel_ = tunnel;
@@ -81,7 +82,9 @@ UpstreamResponseParser::Result UpstreamResponseParser::feed(const uint8_t *data,
     // has said how its body is framed.
     const size_t ok = framing_.allow(data + off, len - off);
     if (ok == 0) {
-      fail("malformed framing (a bare CR, or chunk framing without CRLF)");
+      fail(framing_.head_over_limit()
+               ? "response head over its size limit"
+               : "malformed framing (a bare CR, or chunk framing without CRLF)");
       return Result::error;
     }
     size_t n = http_parser_execute(&parser_, &settings_, reinterpret_cast<const char *>(data) + off,

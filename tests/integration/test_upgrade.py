@@ -297,6 +297,29 @@ class Upgrade(TimedTestCase):
                     signal.SIGTERM):
             self.assertTrue(mask & (1 << (sig - 1)), f"{sig.name} not blocked: {mask:#x}")
 
+    def test_a_listener_that_cannot_be_bound_again_does_not_stop_later_upgrades(self):
+        # Regression (review): a dropped listener the old process could not
+        # bind again at the take-back (someone took the port) stayed in its
+        # list with no descriptor, and every later upgrade failed handing
+        # it on (sendmsg: EBADF).
+        squatter = socket.socket()
+        self.addCleanup(squatter.close)
+        with self.start_on_both() as srv:
+            self.drop_the_second_listener()
+
+            def take_the_port():
+                squatter.bind(("127.0.0.1", self.h2c[1]))
+                squatter.listen()
+            keep = self.upgrade_then_kill_the_new_process(srv, before_kill=take_the_port)
+            self.assertIn(b" 200 ", self.h1_get(self.h2c[0]))
+            up = ctl(self.sock, "upgrade")
+            self.assertEqual(up.returncode, 0, up.stdout + up.stderr + srv.output()[-3000:])
+            pid = self.new_pid(up.stdout)
+            keep.close()
+            self.assertEqual(srv.proc.wait(timeout=30), 0, srv.output()[-3000:])
+            self.stop_new(pid, srv)
+        self.assertIn("taken back from a new process that had dropped it", srv.output())
+
     def test_upgrade_takes_a_new_metrics_address_and_control_socket(self):
         # Regression: the new process adopted the old process's metrics and
         # control listeners whatever its configuration said, so a reload

@@ -251,6 +251,15 @@ TEST(UpstreamResponseLimits, HeadOverTheLimitIsAnError) {
       head_passes(lim, "HTTP/1.1 200 OK\r\nX-Big: " + std::string(2000, 'a') + "\r\n\r\n"));
 }
 
+// Whitespace the parser skips (before a value) is no part of what its
+// callbacks count: the framing check bounds the head's wire bytes.
+TEST(UpstreamResponseLimits, WhitespaceCountsTowardsTheHeadLimit) {
+  UpstreamResponseLimits lim;
+  lim.max_head = 1024;
+  EXPECT_FALSE(head_passes(lim, "HTTP/1.1 200 OK\r\nX-Big:" + std::string(200'000, ' ') +
+                                    "a\r\n\r\n"));
+}
+
 TEST(UpstreamResponseLimits, TooManyFieldsIsAnError) {
   UpstreamResponseLimits lim;
   lim.max_fields = 10;
