@@ -7,6 +7,7 @@
 #include "base/clock.h"
 #include "base/guard.h"
 #include "base/small_alloc.h"
+#include "base/token_bucket.h"
 
 #include <nghttp2/nghttp2.h>
 
@@ -274,6 +275,7 @@ private:
             return 0;
           }
           if (f->hd.type == NGHTTP2_RST_STREAM) me.client_reset();
+          me.control_frame(*f);
           if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
             return 0;
           if (f->hd.type == NGHTTP2_HEADERS) me.activity_ += 1; // DATA: on_data_chunk
@@ -485,31 +487,47 @@ private:
   // client's PING ACK. A client that withheld it could otherwise open and
   // reset streams without limit for the whole drain.
   void client_reset() {
-    const double burst = env_.limits.rst_burst;
-    if (rst_at_ == 0) {
-      rst_tokens_ = burst;
-    } else if (now_ > rst_at_) {
-      rst_tokens_ = std::min(
-          burst, rst_tokens_ + static_cast<double>(now_ - rst_at_) * env_.limits.rst_rate / 1e9);
+    if (!resets_.take(1, env_.limits.rst_rate, env_.limits.rst_burst, now_)) calm_down();
+  }
+
+  // Frames that ask work of the server and carry no request: SETTINGS
+  // (each INITIAL_WINDOW_SIZE entry walks every stream nghttp2 keeps, up
+  // to a few hundred), PING, PRIORITY (a move in nghttp2's priority tree),
+  // and empty DATA that does not end its stream. nghttp2 1.52 bounds only
+  // the replies a client does not read; a client that reads them could
+  // send such frames without end, each costing the worker more than it
+  // cost the client. A burst, then a rate, as for resets: far above what a
+  // browser sends, and a gRPC client's bandwidth probes (a PING a round
+  // trip) on a fast network.
+  static constexpr double CONTROL_BURST = 1000; // frames (a SETTINGS: 1 + its entries)
+  static constexpr double CONTROL_RATE = 1000;  // per second
+  void control_frame(const nghttp2_frame &f) {
+    double cost = 0;
+    switch (f.hd.type) {
+    case NGHTTP2_SETTINGS:
+      if (!(f.hd.flags & NGHTTP2_FLAG_ACK)) cost = 1 + static_cast<double>(f.settings.niv);
+      break;
+    case NGHTTP2_PING:
+      if (!(f.hd.flags & NGHTTP2_FLAG_ACK)) cost = 1;
+      break;
+    case NGHTTP2_PRIORITY: cost = 1; break;
+    case NGHTTP2_DATA:
+      if (f.hd.length == 0 && !(f.hd.flags & NGHTTP2_FLAG_END_STREAM)) cost = 1;
+      break;
+    default: break;
     }
-    rst_at_ = now_ ? now_ : 1;
-    if (rst_tokens_ >= 1) {
-      rst_tokens_ -= 1;
-      return;
-    }
-    if (!dead_) {
-      env_.stats->protocol_error_closes += 1;
-      nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
-      dead_ = true;
-    }
+    if (cost > 0 && !control_.take(cost, CONTROL_RATE, CONTROL_BURST, now_)) calm_down();
+  }
+
+  void calm_down() {
+    if (dead_) return;
+    env_.stats->protocol_error_closes += 1;
+    nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
+    dead_ = true;
   }
 
   void protocol_error() {
-    if (++protocol_errors_ == env_.limits.max_protocol_errors) {
-      env_.stats->protocol_error_closes += 1;
-      nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
-      dead_ = true;
-    }
+    if (++protocol_errors_ == env_.limits.max_protocol_errors) calm_down();
   }
 
   static ssize_t read_body(nghttp2_session *, int32_t, uint8_t *buf, size_t length,
@@ -728,8 +746,8 @@ private:
   size_t pending_headers_ = 0;
   uint32_t protocol_errors_ = 0;
   std::vector<int32_t> invalid_streams_; // invalid frames' streams, their RST not yet sent
-  double rst_tokens_ = 0; // client_reset()'s bucket
-  uint64_t rst_at_ = 0;   // and when it was last filled
+  TokenBucket resets_;  // client_reset()'s
+  TokenBucket control_; // control_frame()'s
   bool input_ended_ = false;
   bool dead_ = false;
   static constexpr uint8_t SHUTDOWN_PING[8] = {'x', 'd', 'p', 'q', 'b', 'y', 'e', 0};

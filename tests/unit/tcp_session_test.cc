@@ -404,3 +404,31 @@ TEST_F(H1Head, WhitespaceTheParserSkipsCountsTowardsTheHeadLimit) {
   EXPECT_TRUE(out.starts_with("HTTP/1.1 431 ")) << out.substr(0, 200);
   EXPECT_EQ(stats_.header_limit_rejects, 1u);
 }
+
+// Regression (review): frames that ask work and carry no request (SETTINGS,
+// whose every INITIAL_WINDOW_SIZE entry walks all the streams nghttp2
+// keeps; PING; PRIORITY; empty DATA) were unlimited for a client that
+// reads the replies (nghttp2 1.52 bounds only the unread ones).
+TEST(H2Limits, AFloodOfControlFramesIsCalmedDown) {
+  H2Setup h;
+  std::string out = h.exchange(h.preface);
+  std::string pings;
+  for (int i = 0; i < 100; ++i) pings += h2_frame(6, 0, 0, std::string(8, 'p'));
+  out = h.exchange(pings); // a client's ordinary share: answered
+  EXPECT_EQ(xdpq::testing::h2_frames(out).size(), 100u);
+  EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{});
+  std::string entries;
+  for (int k = 0; k < 6; ++k) {
+    entries += k % 2 ? std::string("\x00\x04\x00\x00\xff\xff", 6)
+                     : std::string("\x00\x04\x00\x01\x00\x00", 6);
+  }
+  int rounds = 0;
+  for (; rounds < 50 && goaway_codes(out).empty(); ++rounds) {
+    std::string burst;
+    for (int i = 0; i < 10; ++i) burst += h2_frame(4, 0, 0, entries);
+    out = h.exchange(burst); // each one acknowledged, and read
+  }
+  EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{11}); // ENHANCE_YOUR_CALM
+  EXPECT_GT(rounds, 5);
+  EXPECT_EQ(h.stats.protocol_error_closes, 1u);
+}
