@@ -101,7 +101,9 @@ struct EndpointConfig {
 
 // Every datagram lands in exactly one of: datagrams_routed,
 // datagrams_handed_off, handshakes_started, retries_sent, version_negotiations,
-// stateless_resets_sent, or a drop_* counter.
+// stateless_resets_sent, refused_source_limit, refused_source_rate, or a
+// drop_* counter. A datagram handed to another worker is counted in
+// datagrams_in by both (handoff_received at the owner).
 #define XDPQ_ENDPOINT_COUNTERS(X)                                                                  \
   X(datagrams_in, "datagrams handed to QUIC")                                                      \
   X(bytes_in, "bytes handed to QUIC")                                                              \
