@@ -39,7 +39,10 @@ public:
   // around a value or the target, say): this bounds what they do not.
   void limit_head(size_t n) { st_.head_limit = n; }
   // Where the framing broke: a head over that bound.
-  bool head_over_limit() const { return st_.head_over || allowed_.head_over; }
+  bool head_over_limit() const {
+    // (A look that failed at its first byte: the parser took none of it.)
+    return st_.head_over || (allowed_n_ == 0 && allowed_.head_over);
+  }
   // What limit_head() allows past a limit the parser's callbacks count
   // (each field line's ": " and CRLF, the request line's method and
   // version, counted there as less than the 32 bytes a field adds).

@@ -378,7 +378,10 @@ bool H3Session::read_ahead_stalled() {
     stall_need_ = std::min(read_ahead_held_, ReadAheadPool::STALL_PROGRESS);
     ra_stopped_ = false;
   }
-  const uint64_t limit = ra_stopped_ ? ReadAheadPool::STOPPED_STALL : ReadAheadPool::STALL;
+  // The longer limit only while what is held is still a little.
+  const uint64_t limit = ra_stopped_ && read_ahead_held_ <= READ_AHEAD
+                             ? ReadAheadPool::STOPPED_STALL
+                             : ReadAheadPool::STALL;
   if (!restart && now - stall_since_ >= limit) {
     stats_.read_ahead_closes += 1;
     return true;

@@ -432,3 +432,15 @@ TEST(H2Limits, AFloodOfControlFramesIsCalmedDown) {
   EXPECT_GT(rounds, 5);
   EXPECT_EQ(h.stats.protocol_error_closes, 1u);
 }
+
+// Regression (review): a malformed head followed, in the same read, by
+// more than the head limit was answered 431 (the framing check had looked
+// that far) where the parser had stopped at the malformed byte: 400.
+TEST_F(H1Head, AMalformedHeadIsA400HoweverMuchFollowsIt) {
+  std::string in = "GET /healthz HTTP/1.1\r\nHost: x\r\nBad\x01Name: v\r\n";
+  for (int i = 0; i < 400; ++i) in += "X-" + std::to_string(i) + ": " + std::string(60, 'v') + "\r\n";
+  feed(in);
+  const std::string out = drain();
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 400 ")) << out.substr(0, 200);
+  EXPECT_EQ(stats_.header_limit_rejects, 0u);
+}
