@@ -34,6 +34,7 @@ struct H2Stream {
   bool discarding = false;       // answered at its head; its body is skipped as it comes
   uint64_t discarded = 0;        // ... so far
   bool headers_done = false;
+  bool trailers_open = false;    // its trailer block began and has not ended
   uint64_t started_ns = 0;
   size_t charged = 0; // bytes taken from the body budget
   uint64_t offset = 0; // response body bytes handed to nghttp2
@@ -175,10 +176,16 @@ private:
           auto &me = self(ud);
           if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_HEADERS) {
             // Trailers: a section of their own, under the head's limits.
+            // Timed like a head: a block left open (no END_HEADERS) is
+            // abandoned at the header deadline.
             if (auto *st = static_cast<H2Stream *>(
                     nghttp2_session_get_stream_user_data(s, f->hd.stream_id))) {
               st->header_bytes = 0;
               st->header_fields = 0;
+              if (!st->trailers_open) {
+                st->trailers_open = true;
+                me.header_block_began();
+              }
             }
             return 0;
           }
@@ -199,6 +206,7 @@ private:
           st->header_bytes = 0;
           st->header_fields = 0;
           st->too_large = st->body_too_large = st->responded = st->headers_done = false;
+          st->trailers_open = false;
           st->refused = st->refused_by_us = st->ended = st->discarding = false;
           st->discarded = 0;
           st->charged = 0;
@@ -215,8 +223,7 @@ private:
             return NGHTTP2_ERR_CALLBACK_FAILURE;
           }
           me.active_ += 1;
-          if (me.pending_headers_++ == 0)
-            me.headers_since_ = me.now_;
+          me.header_block_began();
           return 0;
         },
         int{NGHTTP2_ERR_CALLBACK_FAILURE});
@@ -283,10 +290,13 @@ private:
               static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
           if (!st)
             return 0;
+          if (f->hd.type == NGHTTP2_HEADERS && st->trailers_open) {
+            st->trailers_open = false;
+            me.header_block_ended();
+          }
           if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
             st->headers_done = true;
-            if (me.pending_headers_ > 0 && --me.pending_headers_ > 0)
-              me.headers_since_ = me.now_;
+            me.header_block_ended();
             me.env_.stats->requests += 1;
             if (st->too_large) {
               // Whole (END_STREAM): the answer ends the stream, with no
@@ -391,8 +401,8 @@ private:
           if (!st)
             return 0; // never began a request
           nghttp2_session_set_stream_user_data(s, id, nullptr);
-          if (!st->headers_done && me.pending_headers_ > 0)
-            --me.pending_headers_;
+          if ((!st->headers_done || st->trailers_open) && me.pending_headers_ > 0)
+            --me.pending_headers_; // (the deadline of the others stays)
           if (st->exchange) {
             if (st->exchange->body_expected()) st->exchange->abort_body(); // reset mid-body
             // Body bytes held for the upstream die with the stream: the
@@ -524,6 +534,15 @@ private:
     env_.stats->protocol_error_closes += 1;
     nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
     dead_ = true;
+  }
+
+  // Header blocks (heads, trailers) begun and not yet whole: the oldest
+  // one's start, roughly, is what the header deadline is measured from.
+  void header_block_began() {
+    if (pending_headers_++ == 0) headers_since_ = now_;
+  }
+  void header_block_ended() {
+    if (pending_headers_ > 0 && --pending_headers_ > 0) headers_since_ = now_;
   }
 
   void protocol_error() {

@@ -444,3 +444,18 @@ TEST_F(H1Head, AMalformedHeadIsA400HoweverMuchFollowsIt) {
   EXPECT_TRUE(out.starts_with("HTTP/1.1 400 ")) << out.substr(0, 200);
   EXPECT_EQ(stats_.header_limit_rejects, 0u);
 }
+
+// Regression (review): a trailer block left open (no END_HEADERS) was not
+// a head in progress: the connection ran on the write deadline (30 s),
+// not the header deadline (10 s).
+TEST(H2Errors, AnOpenTrailerBlockIsTimedLikeAHead) {
+  H2Setup h;
+  const std::string post = std::string("\x83\x87\x84\x01\x01x", 6); // POST https / x
+  h.exchange(h.preface + h2_frame(1, 4, 1, post) + h2_frame(0, 0, 1, "abc"));
+  EXPECT_EQ(h.session->headers_started(), 0u); // the head is whole, the body coming
+  const std::string trailer = std::string("\x00\x03x-t\x01\x31", 7);
+  h.exchange(h2_frame(1, 1, 1, trailer)); // END_STREAM, no END_HEADERS
+  EXPECT_NE(h.session->headers_started(), 0u);
+  h.exchange(h2_frame(9, 4, 1, "")); // CONTINUATION, END_HEADERS: whole
+  EXPECT_EQ(h.session->headers_started(), 0u);
+}
