@@ -158,6 +158,10 @@ gnutls_session_t TlsContext::new_session(void *conn_ref) const {
     gnutls_anti_replay_enable(s, anti_replay_);
     gnutls_record_set_max_early_data_size(s, 0xffffffffu);
   }
+  // A handshake message is buffered until it is whole (GnuTLS's default
+  // bound: 128 KiB), outside the connection's counted memory. A ClientHello
+  // is a few KiB, a post-quantum key share included: 32 KiB is plenty.
+  gnutls_handshake_set_max_packet_length(s, MAX_HANDSHAKE_MESSAGE);
   gnutls_session_set_ptr(s, conn_ref);
   if (auto active = g_keylog_active.load(std::memory_order_relaxed); active && active()) {
     gnutls_session_set_keylog_function(s, keylog_cb);

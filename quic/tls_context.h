@@ -81,6 +81,9 @@ public:
   gnutls_session_t new_session(void *conn_ref) const;
   // Frees a session new_session() made.
   void end_session(gnutls_session_t s) const;
+  // The largest handshake message a session takes from a client (a
+  // ClientHello): GnuTLS holds one until it is whole.
+  static constexpr size_t MAX_HANDSHAKE_MESSAGE = 32 * 1024;
   // Sessions made and not yet ended: a context a reload replaced is freed
   // once none is left.
   size_t sessions() const { return sessions_; }

@@ -2232,3 +2232,18 @@ TEST_F(QuicPipe, AClientThatMovedGetsATokenForItsNewAddress) {
                 3600 * NGTCP2_SECONDS, clock_.wall()),
             0);
 }
+
+// Regression (review): GnuTLS buffers a handshake message until it is
+// whole, up to its default 128 KiB, outside the connection's counted QUIC
+// memory: many connections each holding most of a huge ClientHello held
+// memory the worker's limit never saw. A ClientHello is a few KiB (a
+// post-quantum key share included); one over 32 KiB is refused.
+TEST_F(QuicPipe, AHugeClientHelloIsRefused) {
+  start();
+  TestClient ok(clock_, make_test_path(50001), 0, false, 0, /*hello_padding=*/8000);
+  EXPECT_TRUE(run_until(ok, *server_, clock_, [&] { return ok.handshake_completed(); }));
+  TestClient huge(clock_, make_test_path(50002), 0, false, 0, /*hello_padding=*/40000);
+  run_until(huge, *server_, clock_, [&] { return huge.handshake_completed() || huge.closed(); });
+  EXPECT_FALSE(huge.handshake_completed());
+  EXPECT_TRUE(huge.closed()); // told so (a TLS alert), not left to time out
+}
