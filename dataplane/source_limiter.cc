@@ -28,19 +28,6 @@ uint32_t SourceLimiter::index(const Address &src) const {
   return static_cast<uint32_t>(hash_(key) % slots_.size());
 }
 
-bool SourceLimiter::Bucket::take(double rate, double burst, uint64_t now_ns) {
-  if (refill_ns == 0) {
-    tokens = burst;
-  } else if (now_ns > refill_ns) {
-    tokens += static_cast<double>(now_ns - refill_ns) * 1e-9 * rate;
-    if (tokens > burst) tokens = burst;
-  }
-  refill_ns = now_ns ? now_ns : 1;
-  if (tokens < 1.0) return false;
-  tokens -= 1.0;
-  return true;
-}
-
 SourceLimiter::Verdict SourceLimiter::admit(const Address &src, uint64_t now_ns, uint32_t *slot,
                                             Proof proof) {
   *slot = NONE;
@@ -54,10 +41,10 @@ SourceLimiter::Verdict SourceLimiter::admit(const Address &src, uint64_t now_ns,
   }
   if (proof == Proof::validated) {
     if (limits_.validated_rate > 0 &&
-        !s.validated.take(limits_.validated_rate, validated_burst_, now_ns)) {
+        !s.validated.take(1, limits_.validated_rate, validated_burst_, now_ns)) {
       return Verdict::too_fast;
     }
-  } else if (limits_.rate > 0 && !s.unvalidated.take(limits_.rate, limits_.burst, now_ns)) {
+  } else if (limits_.rate > 0 && !s.unvalidated.take(1, limits_.rate, limits_.burst, now_ns)) {
     return Verdict::too_fast;
   }
   s.connections += 1;

@@ -9,6 +9,7 @@
 // the caps stricter for them, and an attacker cannot choose whom to collide
 // with. One limiter per worker and protocol (no locking).
 
+#include "base/token_bucket.h"
 #include "dataplane/address.h"
 #include "dataplane/keyed_hash.h"
 
@@ -63,17 +64,11 @@ public:
   uint32_t connections(const Address &src) const;
 
 private:
-  struct Bucket {
-    double tokens = 0;
-    uint64_t refill_ns = 0; // 0: never used (full bucket)
-    // Takes one token if there is one, after refilling at rate up to burst.
-    bool take(double rate, double burst, uint64_t now_ns);
-  };
   struct Slot {
     uint32_t connections = 0;
     uint32_t unproven = 0; // of connections, admitted without proof and not proven since
-    Bucket unvalidated;
-    Bucket validated;
+    TokenBucket unvalidated;
+    TokenBucket validated;
   };
   uint32_t index(const Address &src) const;
 

@@ -825,18 +825,7 @@ int Connection::on_stream_read_shut(int64_t stream_id) {
 
 bool Connection::take_reset_token() {
   const auto &cfg = ep_.config();
-  const uint64_t now = ep_.clock().now();
-  const double burst = cfg.stream_reset_burst;
-  if (reset_tokens_ < 0) {
-    reset_tokens_ = burst;
-  } else {
-    reset_tokens_ += static_cast<double>(now - reset_refill_at_) * cfg.stream_reset_rate / 1e9;
-    if (reset_tokens_ > burst) reset_tokens_ = burst;
-  }
-  reset_refill_at_ = now;
-  if (reset_tokens_ < 1.0) return false;
-  reset_tokens_ -= 1.0;
-  return true;
+  return resets_.take(1, cfg.stream_reset_rate, cfg.stream_reset_burst, ep_.clock().now());
 }
 
 int Connection::on_extend_max_stream_data(int64_t stream_id) {

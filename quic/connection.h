@@ -4,6 +4,7 @@
 // and writes packets into the endpoint's TxSink, at most a send quantum per pass; its timer lives
 // in the worker's wheel.
 
+#include "base/token_bucket.h"
 #include "dataplane/datagram_port.h"
 #include "dataplane/timer_wheel.h"
 #include "quic/application.h"
@@ -186,10 +187,8 @@ public:
   void release_app() { app_.reset(); }
 
 private:
-  // The peer's stream resets: tokens left (-1: not started) and when
-  // they were last refilled.
-  double reset_tokens_ = -1;
-  uint64_t reset_refill_at_ = 0;
+  // The peer's stream resets (take_reset_token()).
+  TokenBucket resets_;
   // Open request streams we sent STOP_SENDING for: the peer's RESET_STREAM
   // on them is the answer RFC 9000 requires, not a cancel of its own.
   std::vector<int64_t> stopped_reading_;

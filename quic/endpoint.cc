@@ -64,8 +64,7 @@ Endpoint::Endpoint(const EndpointConfig &cfg, TlsContext &tls, const Secrets &se
                    ApplicationFactory &app, dataplane::TimerWheel &timers, const Clock &clock,
                    dataplane::TxSink &tx)
     : cfg_(cfg), cid_len_(cfg.quic_lb ? cfg.quic_lb->cid_len() : UNROUTABLE_CID_LEN), tls_(&tls), secrets_(secrets), app_(app), timers_(timers), clock_(clock), tx_(tx),
-      sources_(cfg.per_source), reset_tokens_(cfg.stateless_resets_per_second),
-      reset_refill_at_(clock.now()) {
+      sources_(cfg.per_source) {
   scratch_.resize(MIN_INITIAL_DATAGRAM);
 }
 
@@ -414,16 +413,11 @@ void Endpoint::send_stateless_reset(const dataplane::RxDatagram &dg,
     return;
   }
   // Token bucket: a flood of junk must not turn us into a reset cannon.
-  uint64_t now = clock_.now();
-  double rate = cfg_.stateless_resets_per_second;
-  reset_tokens_ += static_cast<double>(now - reset_refill_at_) * rate / 1e9;
-  if (reset_tokens_ > rate) reset_tokens_ = rate;
-  reset_refill_at_ = now;
-  if (reset_tokens_ < 1.0) {
+  const double rate = cfg_.stateless_resets_per_second;
+  if (!resets_.take(1, rate, rate, clock_.now())) {
     stats_.drop_reset_rate += 1;
     return;
   }
-  reset_tokens_ -= 1.0;
   ngtcp2_cid dcid;
   ngtcp2_cid_init(&dcid, vc.dcid, vc.dcidlen);
   uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];

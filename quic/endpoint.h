@@ -6,6 +6,7 @@
 // an injected Clock and the worker's TimerWheel.
 
 #include "base/counters.h"
+#include "base/token_bucket.h"
 #include "dataplane/datagram_port.h"
 #include "dataplane/histogram.h"
 #include "dataplane/source_limiter.h"
@@ -307,9 +308,8 @@ private:
   uint64_t recent_at_ = 0;
   bool write_blocked_ = false;
   bool draining_ = false;
-  // Token bucket for stateless resets.
-  double reset_tokens_;
-  uint64_t reset_refill_at_;
+  // Stateless resets: a second's worth, then the rate.
+  TokenBucket resets_;
   std::vector<uint8_t> scratch_; // one datagram for stateless replies
 };
 
