@@ -42,6 +42,7 @@ struct RxDatagram {
   X(tx_sends, "system calls or ring kicks that sent datagrams")                        \
   X(tx_gso_batches, "sends that carried more than one datagram (GSO)")                 \
   X(tx_dropped, "datagrams the dataplane could not send")                              \
+  X(tx_too_big, "datagrams larger than their route allows (path MTU probes, mostly), in tx_dropped too") \
   X(rx_truncated, "datagrams cut short by the receive buffer")                         \
   X(rx_not_unicast, "datagrams to a broadcast or multicast address (a wildcard socket takes them): dropped") \
   X(rx_errors, "receive errors")

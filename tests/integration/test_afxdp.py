@@ -387,6 +387,30 @@ class AfXdpGeneric(AfXdpCases, TimedTestCase):
     MODE = "generic"
 
 
+class SmallPathMtu(TimedTestCase):
+    """A link whose MTU is below what ngtcp2 probes for (1420: WireGuard,
+    some overlay networks), on the socket dataplane in a namespace pair."""
+
+    @classmethod
+    def setUpClass(cls):
+        require_tools()
+
+    def test_a_path_mtu_probe_too_large_loses_only_itself(self):
+        # Regression: a probe that leads a GSO train (the next packet is no
+        # larger, so it joins) made the kernel refuse the whole train, and
+        # the data packet behind each probe was lost with it (tx_dropped 6
+        # for 3 probes).
+        with Topology() as topo:
+            for ns, dev in ((topo.srv_ns, topo.srv_if), (topo.cli_ns, topo.cli_if)):
+                sh("ip", "link", "set", dev, "mtu", "1420", ns=ns)
+            with Server(host=topo.srv_ip, netns=topo.srv_ns, workers=0) as srv:
+                r = gtlsclient(srv, [f"/bytes/{TEN_MIB}"], netns=topo.cli_ns, quiet=True)
+                stats = srv.stop()
+        self.assertEqual(sha256(r.file(str(TEN_MIB))), sha256(pattern(TEN_MIB)))
+        self.assertGreater(stats["tx_too_big"], 0, "no probe was larger than the link")
+        self.assertEqual(stats["tx_dropped"], stats["tx_too_big"], stats)
+
+
 class AfXdpRouting(TimedTestCase):
     """Neighbours from the kernel: where AF_XDP replies go on the
     link comes from the kernel's routing and neighbour tables."""
