@@ -62,18 +62,37 @@ class BlockPool {
 public:
   static constexpr size_t BLOCK = 64 * 1024;
   static constexpr size_t KEEP = 512; // idle blocks kept (32 MiB)
-  std::unique_ptr<uint8_t[]> get() {
+  struct Buffer {
+    uint8_t *data = nullptr;
+    bool pooled = false; // a whole BLOCK from free_, else a small heap block
+  };
+  // A buffer for a read of want bytes (at most BLOCK): a whole block, or
+  // for a read of at most small_alloc::MAX_SMALL (a short range, a file's
+  // tail) a small block about its size. HTTP/3's read-ahead limits count
+  // the bytes handed out: a one-byte range must not pin 64 KiB.
+  Buffer get(size_t want) {
+    if (want <= small_alloc::MAX_SMALL) {
+      auto *p = static_cast<uint8_t *>(small_alloc::allocate(want));
+      if (p == nullptr) small_alloc::throw_bad_alloc();
+      in_use_ += small_alloc::block_size(p);
+      return {p, false};
+    }
     in_use_ += BLOCK;
-    if (free_.empty())
-      return std::make_unique_for_overwrite<uint8_t[]>(BLOCK);
-    auto b = std::move(free_.back());
+    if (free_.empty()) return {std::make_unique_for_overwrite<uint8_t[]>(BLOCK).release(), true};
+    Buffer b{free_.back().release(), true};
     free_.pop_back();
     return b;
   }
-  void put(std::unique_ptr<uint8_t[]> b) {
+  void put(Buffer b) {
+    if (!b.pooled) {
+      in_use_ -= small_alloc::block_size(b.data);
+      small_alloc::deallocate(b.data);
+      return;
+    }
     in_use_ -= BLOCK;
+    std::unique_ptr<uint8_t[]> owned(b.data);
     if (free_.size() < KEEP)
-      free_.push_back(std::move(b));
+      free_.push_back(std::move(owned));
   }
   size_t in_use() const { return in_use_; }
   static BlockPool &local() {
@@ -83,7 +102,7 @@ public:
 
 private:
   std::vector<std::unique_ptr<uint8_t[]>> free_;
-  size_t in_use_ = 0; // bytes of blocks handed out and not yet back
+  size_t in_use_ = 0; // bytes of buffers handed out and not yet back
 };
 
 // A large file read on demand with pread() into a window of blocks that the
@@ -94,27 +113,31 @@ class FileReadBody final : public Body {
 public:
   FileReadBody(std::shared_ptr<const FileEntry> e, uint64_t first, uint64_t len)
       : entry_(std::move(e)), first_(first), len_(len) {}
+  FileReadBody(const FileReadBody &) = delete; // owns its blocks' buffers
+  FileReadBody &operator=(const FileReadBody &) = delete;
   ~FileReadBody() override {
     for (auto &b : blocks_)
-      BlockPool::local().put(std::move(b.data));
+      BlockPool::local().put(b.buf);
   }
   uint64_t size() const override { return len_; }
   std::span<const uint8_t> chunk(uint64_t offset) const override {
     for (const auto &b : blocks_) {
       if (offset >= b.offset && offset < b.offset + b.len) {
-        return {b.data.get() + (offset - b.offset), b.offset + b.len - offset};
+        return {b.buf.data + (offset - b.offset), b.offset + b.len - offset};
       }
     }
     // Read the block that starts here.
-    auto data = BlockPool::local().get();
-    size_t got = read_at(offset, data.get(), BlockPool::BLOCK);
+    if (offset >= len_) return {};
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(BlockPool::BLOCK, len_ - offset));
+    const BlockPool::Buffer buf = BlockPool::local().get(want);
+    size_t got = read_at(offset, buf.data, want);
     if (got == 0) {
-      BlockPool::local().put(std::move(data));
+      BlockPool::local().put(buf);
       return {}; // truncated (or an I/O error): the transport aborts
     }
-    blocks_.push_back(Block{offset, got, std::move(data)});
+    blocks_.push_back(Block{offset, got, buf});
     const auto &b = blocks_.back();
-    return {b.data.get(), b.len};
+    return {b.buf.data, b.len};
   }
   bool reads_ahead() const override { return true; }
   // Straight into the caller's buffer: no block is kept.
@@ -123,7 +146,7 @@ public:
   }
   void release(uint64_t offset) override {
     while (!blocks_.empty() && blocks_.front().offset + blocks_.front().len <= offset) {
-      BlockPool::local().put(std::move(blocks_.front().data));
+      BlockPool::local().put(blocks_.front().buf);
       blocks_.pop_front();
     }
   }
@@ -163,7 +186,7 @@ private:
   struct Block {
     uint64_t offset;
     size_t len;
-    std::unique_ptr<uint8_t[]> data;
+    BlockPool::Buffer buf; // owned: put back when the block is released
   };
   std::shared_ptr<const FileEntry> entry_;
   uint64_t first_, len_;

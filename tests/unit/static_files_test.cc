@@ -60,6 +60,15 @@ protected:
   }
   void TearDown() override { fs::remove_all(base_); }
   static void write(const fs::path &p, const std::string &s) { std::ofstream(p) << s; }
+  // root/big.bin: 600 KiB, over the cache's whole-file limit (read on
+  // demand), a pattern that shows where each byte came from.
+  std::string write_big() {
+    std::string big(600 * 1024, '\0');
+    for (size_t i = 0; i < big.size(); ++i)
+      big[i] = static_cast<char>('a' + i % 23);
+    write(base_ / "root" / "big.bin", big);
+    return big;
+  }
   Response get(const std::string &path, std::vector<Header> headers = {}) {
     Request r;
     r.method = "GET";
@@ -404,10 +413,7 @@ TEST_F(StaticFilesTest, SymlinkSwappedInIsRefusedOnRevalidation) {
 }
 
 TEST_F(StaticFilesTest, LargeFilesAreReadOnDemandAndSurviveTruncation) {
-  std::string big(600 * 1024, '\0');
-  for (size_t i = 0; i < big.size(); ++i)
-    big[i] = static_cast<char>('a' + i % 23);
-  write(base_ / "root" / "big.bin", big);
+  const std::string big = write_big();
   with_limits({});
   EXPECT_EQ(body_of(get("/big.bin")), big);
   auto r = get("/big.bin", {{"range", "bytes=300000-300009"}});
@@ -423,15 +429,38 @@ TEST_F(StaticFilesTest, LargeFilesAreReadOnDemandAndSurviveTruncation) {
   EXPECT_LT(rest.size(), big.size());
 }
 
+// Regression: a read for a short range (or a file's short tail) took a
+// whole 64 KiB block, while HTTP/3's read-ahead limits count the bytes
+// handed out: 100 one-byte ranges held 6.4 MiB that those limits saw as
+// 100 bytes.
+TEST_F(StaticFilesTest, AShortReadHoldsAboutWhatItReads) {
+  const std::string big = write_big();
+  with_limits({});
+  const uint64_t before = file_read_bytes_held();
+  std::vector<Response> held;
+  for (int i = 0; i < 100; ++i) {
+    held.push_back(get("/big.bin", {{"range", "bytes=1000-1000"}}));
+    auto c = held.back().body->chunk(0);
+    ASSERT_EQ(std::string(c.begin(), c.end()), big.substr(1000, 1));
+  }
+  EXPECT_LE(file_read_bytes_held() - before, 100u * 64);
+  // A tail of 10,000 bytes: about that much.
+  auto tail = get("/big.bin", {{"range", "bytes=-10000"}});
+  const uint64_t with_ranges = file_read_bytes_held();
+  ASSERT_EQ(tail.body->chunk(0).size(), 10000u);
+  EXPECT_LE(file_read_bytes_held() - with_ranges, 12u * 1024);
+  EXPECT_EQ(body_of(tail), big.substr(big.size() - 10000));
+  held.clear();
+  tail = {};
+  EXPECT_EQ(file_read_bytes_held(), before);
+}
+
 // Regression: a large file written in place (same size, same inode:
 // cp over it, rsync --inplace, dd conv=notrunc) while a response read it
 // sent the new version's bytes under the old ETag and length, spliced
 // onto the old ones; with If-Range, a resumed download did the same.
 TEST_F(StaticFilesTest, ALargeFileWrittenInPlaceAbortsItsResponses) {
-  std::string big(600 * 1024, '\0');
-  for (size_t i = 0; i < big.size(); ++i)
-    big[i] = static_cast<char>('a' + i % 23);
-  write(base_ / "root" / "big.bin", big);
+  const std::string big = write_big();
   FileCacheLimits l;
   l.revalidate_ns = 3600'000'000'000ull; // the cache does not look again
   with_limits(l);
