@@ -100,7 +100,11 @@ void EventLoop::run(LoopHandler &handler) {
       spin_until_ = now_ + spin_ns_;
     }
     bool woken = false;
+    batch_ = events;
+    batch_n_ = n > 0 ? n : 0;
+    batch_full_ = n == MAX_EVENTS;
     for (int i = 0; i < n; ++i) {
+      batch_next_ = i + 1;
       auto *h = static_cast<FdHandler *>(events[i].data.ptr);
       if (h == nullptr) {
         uint64_t v;
@@ -112,6 +116,8 @@ void EventLoop::run(LoopHandler &handler) {
         handler.after_event();
       }
     }
+    batch_n_ = 0;
+    batch_full_ = false;
     if (woken) {
       stats_.loop_wakeups += 1;
       handler.on_wake();
@@ -120,6 +126,15 @@ void EventLoop::run(LoopHandler &handler) {
     wheel_.run(now_);
     handler.on_iteration_end();
   }
+}
+
+bool EventLoop::may_have_event(const FdHandler *h) const {
+  if (batch_full_) return true;
+  const auto *events = static_cast<const epoll_event *>(batch_);
+  for (int i = batch_next_; i < batch_n_; ++i) {
+    if (events[i].data.ptr == h) return true;
+  }
+  return false;
 }
 
 void EventLoop::stop() {

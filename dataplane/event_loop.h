@@ -77,6 +77,11 @@ public:
   // Which pass this is (events, timers and the end of the iteration count
   // as one; now() may move within a pass).
   uint64_t pass() const { return stats_.loop_passes; }
+  // Whether h may have an event in this pass not yet handed to it: one
+  // later in the batch epoll returned, or the batch was full (what came
+  // past it is unknown). What changed on a descriptor before the pass's
+  // wait is in the batch, in epoll's order, not necessarily first.
+  bool may_have_event(const FdHandler *h) const;
 
   // Runs until stop(). Returns when the handler's last iteration ended.
   void run(LoopHandler &handler);
@@ -116,6 +121,12 @@ private:
   uint64_t spin_ns_ = 0;
   uint64_t spin_until_ = 0;
   LoopStats stats_;
+  // This pass's batch (epoll_event, in run()): the events from batch_next_
+  // on are not handed out yet; batch_full_ when epoll had room for no more.
+  const void *batch_ = nullptr;
+  int batch_n_ = 0;
+  int batch_next_ = 0;
+  bool batch_full_ = false;
 };
 
 } // namespace xdpq::dataplane

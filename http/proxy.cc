@@ -194,18 +194,20 @@ public:
     return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
   // For a pooled one about to be reused: epoll told of what came before
-  // this pass's wait (on_io closed it). What came after it is reported in
-  // this pass's events, maybe after the request that takes the connection:
-  // an upstream closing an idle connection (its keep-alive timeout) in the
-  // same batch as a client's request would fail the request, and a POST,
-  // never retried, would get 502. So the socket is asked when the
-  // connection was pooled in this pass, or sat idle long enough for an
-  // upstream to give up on it; one handed straight on (back-to-back
+  // the last pass's wait (on_io closed it). What came after it is reported
+  // in this pass's events, maybe after the request that takes the
+  // connection: an upstream closing an idle connection (its keep-alive
+  // timeout, or right behind its answer) in the same batch as a client's
+  // request would fail the request, and a POST, never retried, would get
+  // 502. So the socket is asked when the connection was pooled in this
+  // pass, has an event of this pass still to come, or sat idle long enough
+  // for an upstream to give up on it; one handed straight on (back-to-back
   // requests) costs no system call.
   static constexpr uint64_t ASK_AFTER_IDLE_NS = 1'000'000;
   bool reusable() {
     return (pooled_in_ != proxy_.loop().pass() &&
-            proxy_.loop().now() - pooled_at_ < ASK_AFTER_IDLE_NS) ||
+            proxy_.loop().now() - pooled_at_ < ASK_AFTER_IDLE_NS &&
+            !proxy_.loop().may_have_event(this)) ||
            quiet();
   }
 
@@ -481,8 +483,11 @@ private:
           // A read as long as asked may have stopped right where the
           // answer ends, with more behind it: the socket is asked (without
           // taking anything) before the connection can serve another
-          // request. A shorter read emptied it.
-          if (static_cast<size_t>(n) == want) check_behind();
+          // request. A shorter read emptied it of bytes; a close behind
+          // them is this connection's event in the next pass (reusable()).
+          // Bytes behind it (counted), a close or a reset make the
+          // connection unusable.
+          if (static_cast<size_t>(n) == want && !quiet()) stray_ = true;
           return done();
         }
         continue;
@@ -498,15 +503,6 @@ private:
       return broke(false);
     }
     if (progressed) ex->notify();
-  }
-
-  // Bytes behind a whole answer make the connection unusable (counted);
-  // so does the upstream's close right behind it.
-  void check_behind() {
-    char c;
-    const ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r > 0) up_.stats->stray_bytes += 1;
-    if (r >= 0) stray_ = true;
   }
 
   void failed_before_response(bool connect) {
