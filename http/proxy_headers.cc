@@ -139,6 +139,7 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
       continue; // written below, once
     }
     if (f.name == "via" && ctx.via) continue;
+    if (f.name == "early-data" && ctx.early) continue; // written below, as "1"
     if (f.name == "cookie") {
       // HTTP/2 and HTTP/3 clients may split it into crumbs; HTTP/1.1 has
       // one line (RFC 9113 8.2.3, RFC 9114 4.2.1). Written at the first.
@@ -165,8 +166,9 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
     else if (host && !host->empty()) field(out, "x-forwarded-host", *host);
   }
   // The upstream may then answer 425 to make the client retry after its
-  // handshake; a client's own "Early-Data: 1" (an earlier hop's) passed above.
-  if (ctx.early && !req.find("early-data")) field(out, "early-data", "1");
+  // handshake. Always "1" in early data, whatever the client sent (RFC 8470
+  // 5.1); outside it, a client's own (an earlier hop's) passed above.
+  if (ctx.early) field(out, "early-data", "1");
   if (ctx.via) {
     std::string v;
     joined(req.headers, "via", v);

@@ -268,6 +268,10 @@ int UpstreamResponseParser::on_headers_complete() {
   // Trailers, if any, get limits of their own: the head's are spent on it.
   head_bytes_ = 0;
   fields_ = 0;
+  // http-parser marks an answer to HEAD bodiless only once this returns:
+  // until then it takes one without a length for delimited by the close,
+  // which keeps no connection.
+  if (head_request_) parser_.flags |= F_SKIPBODY;
   keep_alive_ = http_should_keep_alive(&parser_) != 0;
   length_known_ = !(parser_.flags & F_CHUNKED) && parser_.content_length != ULLONG_MAX;
   content_length_ = length_known_ ? parser_.content_length : 0;

@@ -233,6 +233,20 @@ TEST(UpstreamResponseParser, HeadResponseHasNoBody) {
   EXPECT_TRUE(c.complete);
   EXPECT_EQ(p.content_length(), 1000u);
   EXPECT_TRUE(p.keep_alive());
+  // Regression: one without a length (nginx answers HEAD to dynamic
+  // content so) was read as delimited by the close at its head, and kept
+  // no connection: every such HEAD closed its upstream connection.
+  c.complete = false;
+  p.reset(&c, true);
+  ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\n\r\n"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_TRUE(c.complete);
+  EXPECT_TRUE(p.keep_alive());
+  // One that says close still closes.
+  p.reset(&c, true);
+  ASSERT_EQ(feed(p, "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n"),
+            UpstreamResponseParser::Result::ok);
+  EXPECT_FALSE(p.keep_alive());
 }
 
 // Parses a whole response under lim; whether a head got through.
@@ -612,6 +626,18 @@ TEST(ProxyHeaders, EarlyDataMarked) {
   out.clear();
   ASSERT_TRUE(build_upstream_request(again, ctx, out));
   EXPECT_EQ(out.find("early-data", out.find("early-data") + 1), std::string::npos) << out;
+  // Regression: a client's own field of another value (or one its
+  // Connection names) kept the proxy's "1" out, in early data.
+  for (const Request &r : {request("GET", "/", "h", {{"early-data", "0"}}),
+                           request("GET", "/", "h",
+                                   {{"connection", "early-data"}, {"early-data", "1"}})}) {
+    out.clear();
+    ASSERT_TRUE(build_upstream_request(r, ctx, out));
+    const size_t at = out.find("\r\nearly-data: 1\r\n");
+    EXPECT_NE(at, std::string::npos) << out;
+    EXPECT_EQ(out.find("early-data", at + 3), std::string::npos) << out;
+    EXPECT_EQ(out.find("early-data: 0"), std::string::npos) << out;
+  }
 }
 
 TEST(ProxyHeaders, UnwritableRequestRefused) {
