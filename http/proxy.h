@@ -41,8 +41,8 @@ namespace xdpq::http {
   X(connects, "connections opened")                                                                \
   X(reused, "requests sent on a pooled keep-alive connection")                                     \
   X(connect_failures, "connects refused, failed or timed out (the upstream is marked down)")      \
-  X(timeouts, "requests without a response head within the proxy timeout (504)")                  \
-  X(resets, "responses cut short: the upstream closed or reset mid-body (client stream reset)")   \
+  X(timeouts, "requests without a response head within the proxy timeout (504), or whose body stalled past it (client stream reset)") \
+  X(resets, "connections the upstream closed or reset under a request: before its answer (retried or 502) or mid-body (client stream reset)") \
   X(bad_responses, "malformed or oversized response heads (502)")                                  \
   X(stray_bytes, "answers followed by bytes that are no answer (the connection is closed)")       \
   X(retries, "requests moved to another connection or upstream before any response byte")        \
