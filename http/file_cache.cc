@@ -89,41 +89,66 @@ FileEntry::~FileEntry() {
 FileCache::FileCache(int root_fd, const FileCacheLimits &limits)
     : root_fd_(root_fd), limits_(limits) {}
 
-FileCache::Status FileCache::open_entry(const std::string &rel,
-                                        std::shared_ptr<const FileEntry> &out) {
-  int fd = open_beneath(root_fd_, rel.c_str());
+// Resolved through an O_PATH descriptor, which opens nothing: a device
+// node's driver never runs (opening /dev/watchdog arms it), a FIFO's
+// writer is not woken, and a check of an unchanged file reads nothing.
+FileCache::Status FileCache::look(const std::string &rel, Looked &l) const {
+  auto stat_beneath = [&](const char *path) {
+    struct open_how how {};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    const int fd = static_cast<int>(
+        syscall(SYS_openat2, root_fd_, *path ? path : ".", &how, sizeof(how)));
+    if (fd < 0) return status_for_errno(errno);
+    const int r = fstat(fd, &l.st);
+    const int err = errno;
+    close(fd);
+    return r == 0 ? Status::ok : status_for_errno(err);
+  };
+  l.path = rel;
+  l.directory = false;
+  Status st = stat_beneath(l.path.c_str());
+  if (st != Status::ok) return st;
+  if (S_ISDIR(l.st.st_mode)) {
+    // Beneath the root, not the directory: an index.html that links to
+    // elsewhere in the docroot is served as its own path would be.
+    l.directory = true;
+    l.path = rel.empty() ? "index.html" : rel + "/index.html";
+    st = stat_beneath(l.path.c_str());
+    if (st != Status::ok) return st;
+  }
+  // FIFO, socket, device: never opened in a worker.
+  return S_ISREG(l.st.st_mode) ? Status::ok : Status::forbidden;
+}
+
+bool FileCache::fits_in_memory(uint64_t size) const {
+  // What responses still hold of entries that left the cache (or never
+  // entered it) must leave room: a client that stalls many responses of
+  // files cycled through the cache must not have each keep its own copy
+  // beyond the bound.
+  const size_t outside = *held_ - stats_.bytes;
+  return size <= limits_.max_file_in_memory && size <= limits_.max_bytes &&
+         outside + size <= limits_.max_bytes;
+}
+
+FileCache::Status FileCache::open_entry(const Looked &l, std::shared_ptr<const FileEntry> &out) {
+  int fd = open_beneath(root_fd_, l.path.c_str());
   if (fd < 0)
     return status_for_errno(errno);
   struct stat st {};
   if (fstat(fd, &st) != 0) {
-    int err = errno;
+    const int err = errno;
     close(fd);
     return status_for_errno(err);
   }
-  std::string_view type_path = rel;
-  const bool directory = S_ISDIR(st.st_mode);
-  if (directory) {
-    // Beneath the root, not the directory: an index.html that links to
-    // elsewhere in the docroot is served as its own path would be.
-    close(fd);
-    const std::string index = rel.empty() ? "index.html" : rel + "/index.html";
-    fd = open_beneath(root_fd_, index.c_str());
-    if (fd < 0)
-      return status_for_errno(errno);
-    if (fstat(fd, &st) != 0) {
-      const int err = errno;
-      close(fd);
-      return status_for_errno(err);
-    }
-    type_path = "index.html";
+  if (st.st_ino != l.st.st_ino || st.st_dev != l.st.st_dev) {
+    close(fd); // replaced since it was looked at: asked again next time
+    return Status::unavailable;
   }
-  if (!S_ISREG(st.st_mode)) { // FIFO, socket, device: never read in a worker
-    close(fd);
-    return Status::forbidden;
-  }
+  const std::string_view type_path = l.directory ? std::string_view("index.html") : l.path;
   auto e = std::make_shared<FileEntry>();
   e->fd = fd;
-  e->directory = directory;
+  e->directory = l.directory;
   e->size = static_cast<uint64_t>(st.st_size);
   e->ino = st.st_ino;
   e->dev = st.st_dev;
@@ -136,13 +161,8 @@ FileCache::Status FileCache::open_entry(const std::string &rel,
                 static_cast<unsigned long long>(e->ctime_ns));
   e->etag = etag;
   e->content_type = content_type_for(type_path);
-  // In memory when small, and when what responses still hold of entries
-  // that left the cache (or never entered it) leaves room: a client that
-  // stalls many responses of files cycled through the cache must not have
-  // each keep its own copy beyond the bound.
-  const size_t outside = *held_ - stats_.bytes;
-  if (e->size <= limits_.max_file_in_memory && e->size <= limits_.max_bytes &&
-      outside + e->size <= limits_.max_bytes) {
+  // In memory when small, and when there is room (fits_in_memory()).
+  if (fits_in_memory(e->size)) {
     e->bytes.resize(e->size);
     size_t got = 0;
     while (got < e->size) {
@@ -225,9 +245,26 @@ FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
     // Due for a check: the path may now name another file, or this one
     // may have changed.
     stats_.revalidations += 1;
+    const FileEntry &old = *slot.entry;
+    Looked l;
+    Status st = look(rel, l);
+    const bool same = st == Status::ok && l.st.st_ino == old.ino && l.st.st_dev == old.dev &&
+                      static_cast<uint64_t>(l.st.st_size) == old.size &&
+                      ns_of(l.st.st_mtim) == old.mtime_ns && ns_of(l.st.st_ctim) == old.ctime_ns;
+    // A small file cached by its descriptor while evicted copies filled
+    // memory goes back to memory once there is room again; an entry a
+    // short read marked stale is replaced by a fresh one (it would be
+    // checked again at every request otherwise).
+    if (same && !old.stale && (old.in_memory || !fits_in_memory(old.size))) {
+      stats_.hits += 1;
+      slot.checked_ns = now_ns;
+      lru_.splice(lru_.begin(), lru_, slot.lru);
+      out = slot.entry;
+      return Status::ok;
+    }
     std::shared_ptr<const FileEntry> fresh;
-    Status st = open_entry(rel, fresh);
-    if (st == Status::unavailable && !slot.entry->stale) {
+    if (st == Status::ok) st = open_entry(l, fresh);
+    if (st == Status::unavailable && !old.stale) {
       // Out of descriptors or memory, or the file is being rewritten: the
       // entry we hold is whole (in memory, or its own descriptor), so it
       // is served for another interval rather than turned into 503s.
@@ -241,21 +278,6 @@ FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
       erase(it);
       return st;
     }
-    const FileEntry &old = *slot.entry;
-    const bool same = fresh->ino == old.ino && fresh->dev == old.dev &&
-                      fresh->size == old.size && fresh->mtime_ns == old.mtime_ns &&
-                      fresh->ctime_ns == old.ctime_ns;
-    // A small file cached by its descriptor while evicted copies filled
-    // memory goes back to memory once there is room again; an entry a
-    // short read marked stale is replaced by the fresh one (it would be
-    // checked again at every request otherwise).
-    if (same && !old.stale && !(fresh->in_memory && !old.in_memory)) {
-      stats_.hits += 1;
-      slot.checked_ns = now_ns;
-      lru_.splice(lru_.begin(), lru_, slot.lru);
-      out = slot.entry; // the fresh descriptor closes with `fresh`
-      return Status::ok;
-    }
     if (!same) stats_.changed += 1;
     erase(it);
     insert(rel, fresh, now_ns);
@@ -263,8 +285,10 @@ FileCache::Status FileCache::lookup(const std::string &rel, uint64_t now_ns,
     return Status::ok;
   }
   stats_.misses += 1;
+  Looked l;
+  Status st = look(rel, l);
   std::shared_ptr<const FileEntry> entry;
-  Status st = open_entry(rel, entry);
+  if (st == Status::ok) st = open_entry(l, entry);
   if (st != Status::ok)
     return st;
   insert(rel, entry, now_ns);

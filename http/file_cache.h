@@ -2,18 +2,21 @@
 // A worker's open-file cache for the document root: path -> open
 // descriptor, size, modification time, ETag and content type, and for small
 // files the bytes themselves. A hit costs no system call; an entry is
-// revalidated (openat2 + fstat) at most every revalidate interval, so a
-// file changed on disk is served fresh within that interval. Bounded by
-// entries and by bytes held in memory, least recently used evicted.
+// revalidated (openat2 O_PATH + fstat, nothing read unless it changed) at
+// most every revalidate interval, so a file changed on disk is served
+// fresh within that interval. Bounded by entries and by bytes held in
+// memory, least recently used evicted.
 //
 // The path rules stay those of StaticFiles: openat2(RESOLVE_BENEATH) so no
 // path or symlink leaves the root, regular files only (a FIFO or device is
-// refused, and opened non-blocking so it cannot stall the worker), no
-// dotfiles unless allowed (".well-known" always is).
+// refused before it is opened: looked at through O_PATH), no dotfiles
+// unless allowed (".well-known" always is).
 //
 // Entries are shared with the responses that use them (shared_ptr): an
 // entry replaced or evicted stays alive until its last response finishes.
 // One cache per worker thread; nothing here is locked.
+
+#include <sys/stat.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -129,7 +132,16 @@ private:
     uint64_t checked_ns = 0;
     std::list<Map::value_type *>::iterator lru;
   };
-  Status open_entry(const std::string &rel, std::shared_ptr<const FileEntry> &out);
+  // A path resolved to the regular file it serves (a directory's
+  // index.html), without opening it.
+  struct Looked {
+    struct stat st;
+    bool directory;
+    std::string path; // beneath the root
+  };
+  Status look(const std::string &rel, Looked &l) const;
+  bool fits_in_memory(uint64_t size) const;
+  Status open_entry(const Looked &l, std::shared_ptr<const FileEntry> &out);
   void insert(const std::string &rel, std::shared_ptr<const FileEntry> entry, uint64_t now_ns);
   void erase(Map::iterator it);
   void make_room(size_t incoming_bytes);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
@@ -20,6 +21,9 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 using namespace xdpq::http;
 using xdpq::testing::BODY_ABORTED;
@@ -582,10 +586,51 @@ TEST_F(StaticFilesTest, EvictedContentsStillBeingSentAreBounded) {
 
 // Regression: a FIFO in the docroot blocked a worker in open();
 // dotfiles (.git/, .env) were served.
+// Regression: a FIFO or device was opened before its type was known (a
+// device's driver ran: opening /dev/watchdog arms it); a FIFO's writer
+// waiting for a reader was let through.
 TEST_F(StaticFilesTest, FifosAndDevicesAreRefusedWithoutBlocking) {
-  ASSERT_EQ(mkfifo((base_ / "root" / "pipe").c_str(), 0644), 0);
-  EXPECT_EQ(get("/pipe").status, 403); // returns at once: opened non-blocking
+  const std::string pipe = (base_ / "root" / "pipe").string();
+  ASSERT_EQ(mkfifo(pipe.c_str(), 0644), 0);
+  std::atomic<bool> let_through{false};
+  std::thread writer([&] {
+    const int fd = ::open(pipe.c_str(), O_WRONLY | O_CLOEXEC); // waits for a reader
+    let_through = true;
+    if (fd >= 0) ::close(fd);
+  });
+  EXPECT_EQ(get("/pipe").status, 403); // returns at once: never opened
   EXPECT_EQ(get("/pipe").status, 403);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(let_through) << "the FIFO was opened";
+  const int reader = ::open(pipe.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC); // lets it go
+  writer.join();
+  if (reader >= 0) ::close(reader);
+}
+
+// Bytes this process read (read, pread and the like), from /proc/self/io.
+static uint64_t bytes_read() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t v = 0;
+  while (io >> key >> v) {
+    if (key == "rchar:") return v;
+  }
+  return 0;
+}
+
+// Regression: each revalidation of a small cached file read all of it
+// again, however unchanged.
+TEST_F(StaticFilesTest, ARevalidationOfAnUnchangedFileReadsNothing) {
+  write(base_ / "root" / "mid.bin", std::string(60000, 'm'));
+  FileCacheLimits l;
+  l.revalidate_ns = 0; // every lookup checks
+  with_limits(l);
+  EXPECT_EQ(body_of(get("/mid.bin")).size(), 60000u);
+  const uint64_t before = bytes_read();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(get("/mid.bin").status, 200);
+  EXPECT_LT(bytes_read() - before, 60000u);
+  EXPECT_GE(cache_stats().revalidations, 10u);
+  EXPECT_EQ(cache_stats().changed, 0u);
 }
 
 TEST_F(StaticFilesTest, DotfilesAreHiddenUnlessAllowed) {
