@@ -73,9 +73,13 @@ bool has_hidden_segment(std::string_view rel) {
 bool FileEntry::changed_on_disk() const {
   struct stat st {};
   if (fstat(fd, &st) != 0) return true;
-  // Not the ctime: an unlink or a rename changes it (the atomic replace
-  // of a file in flight), and the bytes are still this version's.
-  return static_cast<uint64_t>(st.st_size) != size || ns_of(st.st_mtim) != mtime_ns;
+  if (static_cast<uint64_t>(st.st_size) != size || ns_of(st.st_mtim) != mtime_ns) return true;
+  // The ctime too while the file still has a name: written with its mtime
+  // put back (cp -p, rsync -t --inplace), or else renamed or its mode
+  // changed (a response cut for nothing, rarely). Not once it has none:
+  // another file renamed over it (an atomic replace) changed its ctime,
+  // and its bytes are still this version's.
+  return st.st_nlink > 0 && ns_of(st.st_ctim) != ctime_ns;
 }
 
 FileEntry::~FileEntry() {

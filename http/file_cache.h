@@ -64,8 +64,9 @@ struct FileEntry {
   // next lookup revalidates at once instead of waiting for the interval.
   mutable bool stale = false;
   // The open file is no longer what this entry describes (written in
-  // place or truncated: its size or mtime changed): bytes read from it
-  // may belong to another version. One fstat().
+  // place or truncated: its size, its mtime, or while it has a name its
+  // ctime changed): bytes read from it may belong to another version.
+  // One fstat().
   bool changed_on_disk() const;
   // Its cache's count of file bytes in memory, which bytes are part of
   // while this entry lives (null when they are not in memory).

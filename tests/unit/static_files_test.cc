@@ -459,6 +459,40 @@ TEST_F(StaticFilesTest, AShortReadHoldsAboutWhatItReads) {
   EXPECT_EQ(file_read_bytes_held(), before);
 }
 
+// Regression: a large file written in place with its mtime put back
+// (cp -p, rsync -t --inplace; a reproducible build's fixed timestamps)
+// while a response read it went out whole: the old bytes, then the new.
+// A file replaced by a rename over it (an atomic replace) is still sent
+// whole, its old version.
+TEST_F(StaticFilesTest, ALargeFileWrittenInPlaceWithItsMtimeKeptAbortsItsResponses) {
+  const std::string big = write_big();
+  FileCacheLimits l;
+  l.revalidate_ns = 3600'000'000'000ull; // the cache does not look again
+  with_limits(l);
+  const fs::path path = base_ / "root" / "big.bin";
+  auto replaced = get("/big.bin");
+  ASSERT_FALSE(replaced.body->chunk(0).empty());
+  // Atomically replaced: the responses' file has no name any more.
+  write(base_ / "root" / "big.tmp", std::string(big.size(), 'R'));
+  fs::rename(base_ / "root" / "big.tmp", path);
+  EXPECT_EQ(body_of(replaced), big);
+  // A new response's file, written in place with its mtime put back.
+  l.revalidate_ns = 0;
+  with_limits(l);
+  auto inflight = get("/big.bin");
+  ASSERT_FALSE(inflight.body->chunk(0).empty());
+  const auto mtime = fs::last_write_time(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300000);
+    f << "NEW VERSION";
+  }
+  fs::last_write_time(path, mtime);
+  std::string rest = body_of(inflight);
+  EXPECT_NE(rest.find(BODY_ABORTED), std::string::npos);
+  EXPECT_LT(rest.size(), big.size());
+}
+
 // Regression: a large file written in place (same size, same inode:
 // cp over it, rsync --inplace, dd conv=notrunc) while a response read it
 // sent the new version's bytes under the old ETag and length, spliced
