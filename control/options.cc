@@ -7,6 +7,8 @@
 #include "dataplane/cpu.h"
 #include "http/response_head.h"
 
+#include <net/if.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstring>
@@ -625,6 +627,13 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
 
 } // namespace
 
+std::string Options::at(std::initializer_list<const char *> flags) const {
+  for (const char *f : flags) {
+    if (auto it = flag_origins.find(f); it != flag_origins.end()) return it->second + ": ";
+  }
+  return {};
+}
+
 Options parse_options(int argc, const char *const *argv) {
   std::vector<std::string> cli(argv + 1, argv + argc);
   // --config FILE (or --check-config FILE) is read first; flags override it.
@@ -663,12 +672,7 @@ Options parse_options(int argc, const char *const *argv) {
   apply_flags(o, cli);
   // An error about settings that a file gave says where: the first of
   // flags that came from the file.
-  auto at = [&o](std::initializer_list<const char *> flags) -> std::string {
-    for (const char *f : flags) {
-      if (auto it = o.flag_origins.find(f); it != o.flag_origins.end()) return it->second + ": ";
-    }
-    return {};
-  };
+  auto at = [&o](std::initializer_list<const char *> flags) { return o.at(flags); };
   if (!o.listen_set) {
     o.listen.push_back(*dataplane::parse_address("0.0.0.0:4433"));
     o.listen.push_back(*dataplane::parse_address("[::]:4433"));
@@ -709,6 +713,11 @@ Options parse_options(int argc, const char *const *argv) {
     }
     if (o.interface.empty()) {
       throw UsageError(at({"--dataplane"}) + "--dataplane afxdp needs --interface IF");
+    }
+    if (o.interface.size() >= IFNAMSIZ) {
+      throw UsageError(at({"--interface"}) + "--interface " + o.interface +
+                       ": longer than an interface name can be (" +
+                       std::to_string(IFNAMSIZ - 1) + " bytes)");
     }
     if (o.queues.empty()) o.queues.push_back(0);
     for (int q : o.queues) {

@@ -7,6 +7,7 @@
 #include "http/proxy_config.h"
 #include "quic/endpoint.h"
 
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -24,6 +25,9 @@ struct Options {
   // Where a flag's value came from when a configuration file set it
   // ("FILE:LINE: section.key"), for errors that involve several settings.
   std::map<std::string, std::string> flag_origins;
+  // "FILE:LINE: section.key: " for the first of flags the file gave, to
+  // lead an error about them; empty when none came from the file.
+  std::string at(std::initializer_list<const char *> flags) const;
   // The flags the configuration file gave, in its order (config_file_flags):
   // a reload compares the file's new ones with these.
   std::vector<std::string> file_flags;

@@ -278,6 +278,10 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   }
   if (opts_.check_config) {
     check_control_path(control_socket_path(opts_));
+    if (opts_.dataplane == "afxdp") {
+      const std::string why = dataplane::check_interface(opts_.interface, opts_.queues);
+      if (!why.empty()) throw UsageError(opts_.at({"--interface", "--queues"}) + why);
+    }
     return;
   }
 

@@ -5,8 +5,12 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <linux/ethtool.h>
 #include <linux/if_link.h>
+#include <linux/sockios.h>
 #include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -325,6 +329,29 @@ uint32_t XdpProgram::test_run_ns(const std::vector<uint8_t> &frame, int repeat) 
   int err = bpf_prog_test_run_opts(prog_fd_, &opts);
   if (err) throw XdpError("BPF_PROG_TEST_RUN: " + errstr(err));
   return opts.duration;
+}
+
+std::string check_interface(const std::string &ifname, const std::vector<int> &queues) {
+  if (if_nametoindex(ifname.c_str()) == 0) return "interface " + ifname + ": " + errstr(errno);
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  ethtool_channels ch{};
+  ch.cmd = ETHTOOL_GCHANNELS;
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  ifr.ifr_data = reinterpret_cast<char *>(&ch);
+  const bool known = ioctl(fd, SIOCETHTOOL, &ifr) == 0;
+  close(fd);
+  const uint32_t rx = ch.rx_count + ch.combined_count;
+  if (!known || rx == 0) return {}; // the driver does not say
+  for (int q : queues) {
+    if (q >= 0 && static_cast<uint32_t>(q) >= rx) {
+      return "interface " + ifname + " has " + std::to_string(rx) + " receive queue" +
+             (rx == 1 ? "" : "s") + " (0-" + std::to_string(rx - 1) + "): no queue " +
+             std::to_string(q);
+    }
+  }
+  return {};
 }
 
 } // namespace xdpq::dataplane

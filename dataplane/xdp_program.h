@@ -102,4 +102,10 @@ private:
   std::string fallback_reason_;
 };
 
+// What can be told of an AF_XDP setup without attaching anything (for
+// --check-config): the interface exists, and each queue is one of its
+// receive queues, when its driver says how many it has. Empty when fine,
+// else why not.
+std::string check_interface(const std::string &ifname, const std::vector<int> &queues);
+
 } // namespace xdpq::dataplane

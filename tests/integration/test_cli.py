@@ -112,6 +112,36 @@ class CliTest(TimedTestCase):
                 "--no-tcp")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
+    def test_check_config_looks_at_the_afxdp_interface_and_queues(self):
+        # Regression: --check-config passed an AF_XDP setup whose interface
+        # does not exist or lacks the queue, and a name no interface can
+        # have; the start (or the reload's upgrade) then failed.
+        from netns import Topology, sh
+        d = tempfile.mkdtemp(prefix="xdpq-check-")
+        conf = os.path.join(d, "xdpq.toml")
+
+        def check(interface, queues, ns=None):
+            with open(conf, "w") as f:
+                f.write(f'[server]\nlisten = ["127.0.0.1:4433"]\n'
+                        f'[dataplane]\nmode = "afxdp"\ninterface = "{interface}"\n'
+                        f'queues = "{queues}"\n')
+            return sh(XDPQD, "--config", conf, "--check-config", ns=ns, check=False)
+
+        r = check("xq-nosuch0", "0")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"{conf}:5: dataplane.interface: interface xq-nosuch0: No such device",
+                      r.stderr)
+        r = check("x" * 16, "0")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("longer than an interface name can be", r.stderr)
+        with Topology() as topo:  # a veth with one receive queue
+            r = check(topo.srv_if, "2", ns=topo.srv_ns)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn(f"interface {topo.srv_if} has 1 receive queue (0-0): no queue 2",
+                          r.stderr)
+            r = check(topo.srv_if, "0", ns=topo.srv_ns)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_check_config_writes_nothing(self):
         # Run as root on a service's config, --check-config must not leave a
         # root-owned secrets file the service user then cannot read.
