@@ -44,10 +44,11 @@ namespace {
 // The least spin of a busy-polling worker (--busy-poll), in microseconds.
 constexpr uint64_t BUSY_POLL_SPIN_US = 50;
 
-std::string read_file(const std::string &flag, const std::string &path) {
+// A file a flag names (an error says where a configuration file set it).
+std::string read_file(const Options &o, const char *flag, const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw UsageError(flag + " " + path + ": cannot read: " + std::strerror(errno));
+    throw UsageError(o.at({flag}) + flag + " " + path + ": cannot read: " + std::strerror(errno));
   }
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -155,8 +156,8 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   quic::TlsConfig &tls_cfg = tls_cfg_;
   tls_cfg.early_data = opts_.early_data;
   if (!opts_.cert_file.empty()) {
-    tls_cfg.cert_pem = read_file("--cert", opts_.cert_file);
-    tls_cfg.key_pem = read_file("--key", opts_.key_file);
+    tls_cfg.cert_pem = read_file(opts_, "--cert", opts_.cert_file);
+    tls_cfg.key_pem = read_file(opts_, "--key", opts_.key_file);
     LOG_INFO("certificate %s, SHA-256 fingerprint %s", opts_.cert_file.c_str(),
              certificate_fingerprint(tls_cfg.cert_pem).c_str());
   } else {
@@ -172,7 +173,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     try {
       secrets = quic::Secrets::load_or_create(opts_.secrets_file, !opts_.check_config);
     } catch (const std::exception &e) {
-      throw UsageError(std::string("--secrets: ") + e.what());
+      throw UsageError(opts_.at({"--secrets"}) + "--secrets: " + e.what());
     }
   } else if (inherited_) {
     secrets = inherited_->secrets; // the running server's keys live on in us
@@ -190,17 +191,18 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
       struct stat st {};
       const bool exists = stat(opts_.access_log.c_str(), &st) == 0;
       if (exists && !S_ISREG(st.st_mode)) {
-        throw UsageError("--access-log " + opts_.access_log + ": not a regular file");
+        throw UsageError(opts_.at({"--access-log"}) + "--access-log " + opts_.access_log +
+                         ": not a regular file");
       }
       if (access(exists ? opts_.access_log.c_str() : dir.c_str(), W_OK) != 0) {
-        throw UsageError("--access-log " + opts_.access_log + ": cannot be written (" +
-                         strerror(errno) + ")");
+        throw UsageError(opts_.at({"--access-log"}) + "--access-log " + opts_.access_log +
+                         ": cannot be written (" + strerror(errno) + ")");
       }
     } else {
       try {
         access_log_ = std::make_shared<http::AccessLog>(opts_.access_log);
       } catch (const std::exception &e) {
-        throw UsageError(std::string("--access-log ") + e.what());
+        throw UsageError(opts_.at({"--access-log"}) + "--access-log " + e.what());
       }
     }
   }
@@ -217,14 +219,14 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     rc.test_routes = opts_.test_routes;
     router = http::make_default_router(rc);
   } catch (const std::exception &e) {
-    throw UsageError(std::string("--docroot: ") + e.what());
+    throw UsageError(opts_.at({"--docroot"}) + "--docroot: " + e.what());
   }
 
   // Validate the certificate once up front, for a clear error.
   try {
     quic::TlsContext probe(tls_cfg, secrets);
   } catch (const std::exception &e) {
-    throw UsageError(std::string("--cert/--key: ") + e.what());
+    throw UsageError(opts_.at({"--cert", "--key"}) + "--cert/--key: " + e.what());
   }
   if (!opts_.echo && (opts_.tcp || !opts_.h2c_listen.empty())) {
     // OpenSSL holds the certificate to its security level, which GnuTLS
@@ -234,7 +236,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
       tcp_tls_ = std::make_shared<http::TcpTlsContext>(tls_cfg.cert_pem, tls_cfg.key_pem,
                                                        secrets.ticket_key);
     } catch (const std::exception &e) {
-      throw UsageError(std::string("--cert/--key (TCP TLS): ") + e.what());
+      throw UsageError(opts_.at({"--cert", "--key"}) + "--cert/--key (TCP TLS): " + e.what());
     }
   }
   secrets_ = secrets;
@@ -618,7 +620,7 @@ std::string Server::start_afxdp(const quic::TlsConfig &tls_cfg, const quic::Secr
     if (bind(fd, &a.u.sa, a.len) != 0) {
       int err = errno;
       close(fd);
-      throw UsageError("listen " + a.to_string() + ": cannot reserve the port: " +
+      throw UsageError(opts_.at({"--listen"}) + "listen " + a.to_string() + ": cannot reserve the port: " +
                        strerror(err) + (err == EADDRINUSE ? " (port in use)" : ""));
     }
     if (a.port() == 0) {

@@ -142,6 +142,25 @@ class CliTest(TimedTestCase):
             r = check(topo.srv_if, "0", ns=topo.srv_ns)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
+    def test_a_file_setting_that_fails_at_start_names_its_line(self):
+        # Regression: errors found after the options were parsed (a file
+        # that cannot be read, a docroot that is no directory) named the
+        # flag only, not the configuration file's key and line.
+        d = tempfile.mkdtemp(prefix="xdpq-check-")
+        conf = os.path.join(d, "xdpq.toml")
+        missing = os.path.join(d, "missing.pem")
+        with open(conf, "w") as f:
+            f.write(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[tls]\ncert = "{missing}"\n'
+                    f'key = "{missing}"\n\n[http]\ndocroot = "{conf}"\n')
+        r = run("--config", conf, "--check-config")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"{conf}:5: tls.cert: --cert {missing}: cannot read", r.stderr)
+        with open(conf, "w") as f:
+            f.write(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[http]\ndocroot = "{conf}"\n')
+        r = run("--config", conf, "--check-config")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"{conf}:5: http.docroot: --docroot: ", r.stderr)
+
     def test_check_config_writes_nothing(self):
         # Run as root on a service's config, --check-config must not leave a
         # root-owned secrets file the service user then cannot read.
