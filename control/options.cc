@@ -281,7 +281,8 @@ Operation:
                           access log.
   --check-config [FILE]   Validate the options and FILE (files readable,
                           addresses valid, the control socket's path
-                          usable), print the result and exit.
+                          usable; on AF_XDP the interface and its
+                          queues present), print the result and exit.
   --help                  This text.
   --version               Version.
 

@@ -281,8 +281,9 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   if (opts_.check_config) {
     check_control_path(control_socket_path(opts_));
     if (opts_.dataplane == "afxdp") {
-      const std::string why = dataplane::check_interface(opts_.interface, opts_.queues);
-      if (!why.empty()) throw UsageError(opts_.at({"--interface", "--queues"}) + why);
+      bool queue = false;
+      const std::string why = dataplane::check_interface(opts_.interface, opts_.queues, queue);
+      if (!why.empty()) throw UsageError(opts_.at({queue ? "--queues" : "--interface"}) + why);
     }
     return;
   }
@@ -347,7 +348,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
       try {
         port = std::make_unique<dataplane::UdpSocketPort>(listen, popts);
       } catch (const dataplane::PortError &e) {
-        throw UsageError(e.what());
+        throw UsageError(opts_.at({"--listen"}) + e.what());
       }
       if (i == 0) {
         listen = port->bound_addresses(); // resolve port 0 once

@@ -100,24 +100,33 @@ void EventLoop::run(LoopHandler &handler) {
       spin_until_ = now_ + spin_ns_;
     }
     bool woken = false;
-    batch_ = events;
-    batch_n_ = n > 0 ? n : 0;
-    batch_full_ = n == MAX_EVENTS;
-    for (int i = 0; i < n; ++i) {
-      batch_next_ = i + 1;
-      auto *h = static_cast<FdHandler *>(events[i].data.ptr);
-      if (h == nullptr) {
-        uint64_t v;
-        while (read(wakefd_, &v, sizeof(v)) > 0) {
+    {
+      // The batch is over once its events are handed out (or a handler
+      // threw): timers and the iteration's end see none.
+      struct BatchOver {
+        EventLoop &loop;
+        ~BatchOver() {
+          loop.batch_n_ = 0;
+          loop.batch_full_ = false;
         }
-        woken = true;
-      } else {
-        h->on_io(events[i].events);
-        handler.after_event();
+      } over{*this};
+      batch_ = events;
+      batch_n_ = n > 0 ? n : 0;
+      batch_full_ = n == MAX_EVENTS;
+      for (int i = 0; i < n; ++i) {
+        batch_next_ = i + 1;
+        auto *h = static_cast<FdHandler *>(events[i].data.ptr);
+        if (h == nullptr) {
+          uint64_t v;
+          while (read(wakefd_, &v, sizeof(v)) > 0) {
+          }
+          woken = true;
+        } else {
+          h->on_io(events[i].events);
+          handler.after_event();
+        }
       }
     }
-    batch_n_ = 0;
-    batch_full_ = false;
     if (woken) {
       stats_.loop_wakeups += 1;
       handler.on_wake();

@@ -389,12 +389,13 @@ bool UdpSocketPort::flush() {
       // supported by the route): drop it and go on with the rest.
       TxEntry &e = tx_entries_[first];
       if (errno == EIO && e.count > 1) gso_ = false;
-      if (errno == EMSGSIZE || errno == EINVAL) {
-        // Larger than the route allows: a path MTU probe, most often, and
-        // GSO refuses a whole train whose segment is too large. Every
-        // datagram of the segment's size is, but a shorter last one (the
-        // packet that followed a probe into its train) may fit: it goes
-        // alone, not lost with the probe.
+      if (errno == EMSGSIZE || (errno == EINVAL && e.count > 1)) {
+        // Larger than the route allows: a path MTU probe, most often. GSO
+        // refuses a whole train whose segment is too large (EINVAL; a
+        // source address no longer local gets that too, and is counted
+        // so). Every datagram of the segment's size is, but a shorter last
+        // one (the packet that followed a probe into its train) may fit:
+        // it goes alone, not lost with the probe.
         const size_t full = e.len / e.segment;
         stats_.tx_too_big += full;
         if (e.count > 1 && full < e.count) {

@@ -331,7 +331,9 @@ uint32_t XdpProgram::test_run_ns(const std::vector<uint8_t> &frame, int repeat) 
   return opts.duration;
 }
 
-std::string check_interface(const std::string &ifname, const std::vector<int> &queues) {
+std::string check_interface(const std::string &ifname, const std::vector<int> &queues,
+                            bool &queue_at_fault) {
+  queue_at_fault = false;
   if (if_nametoindex(ifname.c_str()) == 0) return "interface " + ifname + ": " + errstr(errno);
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return {};
@@ -346,6 +348,7 @@ std::string check_interface(const std::string &ifname, const std::vector<int> &q
   if (!known || rx == 0) return {}; // the driver does not say
   for (int q : queues) {
     if (q >= 0 && static_cast<uint32_t>(q) >= rx) {
+      queue_at_fault = true;
       return "interface " + ifname + " has " + std::to_string(rx) + " receive queue" +
              (rx == 1 ? "" : "s") + " (0-" + std::to_string(rx - 1) + "): no queue " +
              std::to_string(q);

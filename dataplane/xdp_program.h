@@ -105,7 +105,8 @@ private:
 // What can be told of an AF_XDP setup without attaching anything (for
 // --check-config): the interface exists, and each queue is one of its
 // receive queues, when its driver says how many it has. Empty when fine,
-// else why not.
-std::string check_interface(const std::string &ifname, const std::vector<int> &queues);
+// else why not; queue_at_fault says which of the two it is.
+std::string check_interface(const std::string &ifname, const std::vector<int> &queues,
+                            bool &queue_at_fault);
 
 } // namespace xdpq::dataplane

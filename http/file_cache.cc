@@ -74,12 +74,13 @@ bool FileEntry::changed_on_disk() const {
   struct stat st {};
   if (fstat(fd, &st) != 0) return true;
   if (static_cast<uint64_t>(st.st_size) != size || ns_of(st.st_mtim) != mtime_ns) return true;
-  // The ctime too while the file still has a name: written with its mtime
-  // put back (cp -p, rsync -t --inplace), or else renamed or its mode
-  // changed (a response cut for nothing, rarely). Not once it has none:
-  // another file renamed over it (an atomic replace) changed its ctime,
-  // and its bytes are still this version's.
-  return st.st_nlink > 0 && ns_of(st.st_ctim) != ctime_ns;
+  // The ctime too, while its names are those it had: written with its
+  // mtime put back (cp -p, rsync -t --inplace), or else renamed, its mode
+  // or owner changed (a response cut for nothing, rarely). Not once a name
+  // came or went: another file renamed over it (an atomic replace), a
+  // hard-link snapshot of the docroot (cp -al, rsync --link-dest) change
+  // the ctime, and its bytes are still this version's.
+  return st.st_nlink == nlink && ns_of(st.st_ctim) != ctime_ns;
 }
 
 FileEntry::~FileEntry() {
@@ -96,6 +97,8 @@ FileCache::FileCache(int root_fd, const FileCacheLimits &limits)
 // Resolved through an O_PATH descriptor, which opens nothing: a device
 // node's driver never runs (opening /dev/watchdog arms it), a FIFO's
 // writer is not woken, and a check of an unchanged file reads nothing.
+// (One swapped in between this look and the open is opened, non-blocking,
+// and refused: open_entry() finds another inode.)
 FileCache::Status FileCache::look(const std::string &rel, Looked &l) const {
   auto stat_beneath = [&](const char *path) {
     struct open_how how {};
@@ -158,6 +161,7 @@ FileCache::Status FileCache::open_entry(const Looked &l, std::shared_ptr<const F
   e->dev = st.st_dev;
   e->mtime_ns = ns_of(st.st_mtim);
   e->ctime_ns = ns_of(st.st_ctim);
+  e->nlink = static_cast<uint64_t>(st.st_nlink);
   char etag[96];
   std::snprintf(etag, sizeof(etag), "\"%llx-%llx-%llx-%llx\"",
                 static_cast<unsigned long long>(e->ino), static_cast<unsigned long long>(e->size),

@@ -55,6 +55,7 @@ struct FileEntry {
   // Changes with any write or metadata change, whatever the mtime says
   // (a copy that keeps the old mtime, a rewrite in place with touch -r).
   uint64_t ctime_ns = 0;
+  uint64_t nlink = 0; // names it had when opened
   std::string etag; // strong: inode, size, mtime, ctime
   std::string_view content_type;
   std::string bytes; // the whole file when it is small; else empty
@@ -64,9 +65,9 @@ struct FileEntry {
   // next lookup revalidates at once instead of waiting for the interval.
   mutable bool stale = false;
   // The open file is no longer what this entry describes (written in
-  // place or truncated: its size, its mtime, or while it has a name its
-  // ctime changed): bytes read from it may belong to another version.
-  // One fstat().
+  // place or truncated: its size, its mtime, or while its names are the
+  // same its ctime changed): bytes read from it may belong to another
+  // version. One fstat().
   bool changed_on_disk() const;
   // Its cache's count of file bytes in memory, which bytes are part of
   // while this entry lives (null when they are not in memory).

@@ -135,7 +135,12 @@ public:
       BlockPool::local().put(buf);
       return {}; // truncated (or an I/O error): the transport aborts
     }
-    blocks_.push_back(Block{offset, got, buf});
+    try {
+      blocks_.push_back(Block{offset, got, buf});
+    } catch (...) {
+      BlockPool::local().put(buf);
+      throw;
+    }
     const auto &b = blocks_.back();
     return {b.buf.data, b.len};
   }

@@ -342,3 +342,12 @@ def check_burst_of_handshakes(tc, srv, n=16, netns=None):
     tc.assertIn("r", order, f"no reply before the last Initial was read: {order}")
     tc.assertGreater(stats["output_flushed_mid_pass"], 0, stats)
     return stats
+
+
+def write_afxdp_config(path, interface, queues):
+    """A configuration file for AF_XDP on interface and queues (the
+    interface on line 5, the queues on line 6)."""
+    with open(path, "w") as f:
+        f.write(f'[server]\nlisten = ["127.0.0.1:4433"]\n'
+                f'[dataplane]\nmode = "afxdp"\ninterface = "{interface}"\n'
+                f'queues = "{queues}"\n')

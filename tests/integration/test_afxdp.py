@@ -22,7 +22,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import (GTLSCLIENT, H3LOAD, Server, TimedTestCase,  # noqa: E402
                      check_burst_of_handshakes, gtlsclient, pattern, pcap_frames, require_tools,
-                     sha256, xdpqctl)
+                     sha256, write_afxdp_config, xdpqctl)
 from netns import RoutedTopology, Topology, sh  # noqa: E402
 
 TEN_MIB = 10 * 1024 * 1024
@@ -855,6 +855,23 @@ class AfXdpLifecycle(TimedTestCase):
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("Address already in use", r.stderr)
             self.assertEqual(on_lo(), before, "the foreign program is gone")
+
+    def test_check_config_looks_at_the_interfaces_queues(self):
+        # Regression: --check-config passed a queue the interface lacks;
+        # the start then failed. The error names the file's line.
+        d = tempfile.mkdtemp(prefix="xdpq-check-")
+        conf = os.path.join(d, "xdpq.toml")
+        with Topology() as topo:  # a veth with one receive queue
+            write_afxdp_config(conf, topo.srv_if, "2")
+            r = sh(os.environ["XDPQD"], "--config", conf, "--check-config", ns=topo.srv_ns,
+                   check=False)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn(f"{conf}:6: dataplane.queues: interface {topo.srv_if} has 1 receive "
+                          "queue (0-0): no queue 2", r.stderr)
+            write_afxdp_config(conf, topo.srv_if, "0")
+            r = sh(os.environ["XDPQD"], "--config", conf, "--check-config", ns=topo.srv_ns,
+                   check=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_refuses_foreign_xdp_program(self):
         obj = self.foreign_program()

@@ -1304,6 +1304,15 @@ TEST_F(StreamedRequest, AConnectionClosedRightBehindItsAnswerIsNotHandedOn) {
   ASSERT_EQ(::pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
   ASSERT_EQ(::write(p[1], "x", 1), 1);
   loop_.watch(p[0], &ahead);
+  struct Unwatch {
+    xdpq::dataplane::EventLoop &loop;
+    int *p;
+    ~Unwatch() {
+      loop.unwatch(p[0]);
+      ::close(p[0]);
+      ::close(p[1]);
+    }
+  } unwatch{loop_, p};
   const std::string answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
   auto a = get_answered(answer);
   ASSERT_EQ(::shutdown(up_, SHUT_WR), 0);
@@ -1323,9 +1332,6 @@ TEST_F(StreamedRequest, AConnectionClosedRightBehindItsAnswerIsNotHandedOn) {
                answer_when(got, "POST /api/up HTTP/1.1", answer),
                {[&] { return b->head_ready(); }, nullptr}});
   EXPECT_EQ(steps.run(), 4u);
-  loop_.unwatch(p[0]);
-  ::close(p[0]);
-  ::close(p[1]);
   ASSERT_TRUE(b);
   EXPECT_EQ(b->head().status, 200);
   std::vector<UpstreamStats> st;

@@ -462,25 +462,33 @@ TEST_F(StaticFilesTest, AShortReadHoldsAboutWhatItReads) {
 // Regression: a large file written in place with its mtime put back
 // (cp -p, rsync -t --inplace; a reproducible build's fixed timestamps)
 // while a response read it went out whole: the old bytes, then the new.
-// A file replaced by a rename over it (an atomic replace) is still sent
+// A file that got or lost a name meanwhile (a hard-link snapshot of the
+// docroot; another file renamed over it, an atomic replace) is still sent
 // whole, its old version.
 TEST_F(StaticFilesTest, ALargeFileWrittenInPlaceWithItsMtimeKeptAbortsItsResponses) {
   const std::string big = write_big();
   FileCacheLimits l;
-  l.revalidate_ns = 3600'000'000'000ull; // the cache does not look again
+  l.revalidate_ns = 0; // each get() looks again
   with_limits(l);
   const fs::path path = base_ / "root" / "big.bin";
+  // Timestamps move in ticks of up to 4 ms on kernels without fine-grained
+  // ones: a change must come in a later tick than the open to be seen.
+  auto next_tick = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+  auto linked = get("/big.bin");
+  ASSERT_FALSE(linked.body->chunk(0).empty());
+  next_tick();
+  fs::create_hard_link(path, base_ / "snapshot.bin");
+  EXPECT_EQ(body_of(linked), big);
   auto replaced = get("/big.bin");
   ASSERT_FALSE(replaced.body->chunk(0).empty());
-  // Atomically replaced: the responses' file has no name any more.
+  next_tick();
   write(base_ / "root" / "big.tmp", std::string(big.size(), 'R'));
   fs::rename(base_ / "root" / "big.tmp", path);
   EXPECT_EQ(body_of(replaced), big);
   // A new response's file, written in place with its mtime put back.
-  l.revalidate_ns = 0;
-  with_limits(l);
   auto inflight = get("/big.bin");
   ASSERT_FALSE(inflight.body->chunk(0).empty());
+  next_tick();
   const auto mtime = fs::last_write_time(path);
   {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -632,6 +640,9 @@ TEST_F(StaticFilesTest, FifosAndDevicesAreRefusedWithoutBlocking) {
     let_through = true;
     if (fd >= 0) ::close(fd);
   });
+  // Time for the writer to be waiting in open() (a reader that came and
+  // went before would not let it through).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(get("/pipe").status, 403); // returns at once: never opened
   EXPECT_EQ(get("/pipe").status, 403);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
