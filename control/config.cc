@@ -456,8 +456,10 @@ std::vector<std::string> changed_config_keys(const std::vector<std::string> &bef
   auto on_command_line = [&](const std::string &flag) {
     // The one flag that adds to the file's list rather than replacing it.
     if (flag == "--response-header") return false;
+    const std::string_view other = opposite_switch(flag); // a switch's opposite overrides it too
     for (const auto &x : args) {
-      if (x == flag || (x.starts_with(flag) && x.size() > flag.size() && x[flag.size()] == '=')) {
+      if (x == flag || (x.starts_with(flag) && x.size() > flag.size() && x[flag.size()] == '=') ||
+          (!other.empty() && x == other)) {
         return true;
       }
     }

@@ -286,6 +286,10 @@ Operation:
   --help                  This text.
   --version               Version.
 
+Every on/off switch has its opposite, to undo what a configuration file
+set: --tcp, --early-data, --test-routes, --proxy-forwarded-headers,
+--no-busy-poll, --no-xdp-replace, --no-serve-dotfiles, --no-proxy-via.
+
 Routes on every protocol: --proxy prefixes first, then the built-in
 /healthz, /bytes/N (N bytes, up to 64 MiB) and POST /echo (the last two
 not with --no-test-routes); everything else from the document root.
@@ -293,6 +297,30 @@ not with --no-test-routes); everything else from the document root.
 Exit status: 0 on clean shutdown (SIGINT/SIGTERM), 1 on a runtime failure,
 2 for a usage or configuration error (the reason on stderr).
 )";
+}
+
+namespace {
+
+// Each on/off switch and its opposite.
+constexpr std::pair<std::string_view, std::string_view> SWITCHES[] = {
+    {"--no-tcp", "--tcp"},
+    {"--no-early-data", "--early-data"},
+    {"--no-test-routes", "--test-routes"},
+    {"--no-proxy-forwarded-headers", "--proxy-forwarded-headers"},
+    {"--busy-poll", "--no-busy-poll"},
+    {"--xdp-replace", "--no-xdp-replace"},
+    {"--serve-dotfiles", "--no-serve-dotfiles"},
+    {"--proxy-via", "--no-proxy-via"},
+};
+
+} // namespace
+
+std::string_view opposite_switch(std::string_view flag) {
+  for (const auto &[a, b] : SWITCHES) {
+    if (flag == a) return b;
+    if (flag == b) return a;
+  }
+  return {};
 }
 
 namespace {
@@ -414,10 +442,10 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       } catch (const http::ProxyConfigError &e) {
         throw UsageError(std::string("--proxy-trusted ") + e.what());
       }
-    } else if (arg == "--proxy-via") {
-      o.proxy.via = true;
-    } else if (arg == "--no-proxy-forwarded-headers") {
-      o.proxy.forwarded_headers = false;
+    } else if (arg == "--proxy-via" || arg == "--no-proxy-via") {
+      o.proxy.via = arg == "--proxy-via";
+    } else if (arg == "--no-proxy-forwarded-headers" || arg == "--proxy-forwarded-headers") {
+      o.proxy.forwarded_headers = arg == "--proxy-forwarded-headers";
     } else if (arg == "--proxy-health-check") {
       std::string v(need());
       const bool printable =
@@ -435,8 +463,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.echo = true;
     } else if (arg == "--drain-timeout") {
       o.drain_timeout_ms = parse_number(arg, need(), 0, 3600'000);
-    } else if (arg == "--no-early-data") {
-      o.early_data = false;
+    } else if (arg == "--no-early-data" || arg == "--early-data") {
+      o.early_data = arg == "--early-data";
     } else if (arg == "--listen") {
       auto v = need();
       std::string why;
@@ -477,8 +505,8 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
         throw UsageError("--zerocopy: expected auto, on or off, got '" + std::string(v) + "'");
       }
       o.zerocopy = v;
-    } else if (arg == "--no-tcp") {
-      o.tcp = false;
+    } else if (arg == "--no-tcp" || arg == "--tcp") {
+      o.tcp = arg == "--tcp";
     } else if (arg == "--h2c-listen") {
       auto v = need();
       std::string why;
@@ -497,10 +525,10 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.tcp_idle_timeout_ms = parse_number(arg, need(), 100, 3600'000);
     } else if (arg == "--tcp-write-timeout") {
       o.tcp_write_timeout_ms = parse_number(arg, need(), 100, 3600'000);
-    } else if (arg == "--busy-poll") {
-      o.busy_poll = true;
-    } else if (arg == "--xdp-replace") {
-      o.xdp_replace = true;
+    } else if (arg == "--busy-poll" || arg == "--no-busy-poll") {
+      o.busy_poll = arg == "--busy-poll";
+    } else if (arg == "--xdp-replace" || arg == "--no-xdp-replace") {
+      o.xdp_replace = arg == "--xdp-replace";
     } else if (arg == "--spin-us") {
       o.spin_us = parse_number(arg, need(), 0, 1000000);
     } else if (arg == "--kernel-trains") {
@@ -511,10 +539,10 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
       o.key_file = need_path();
     } else if (arg == "--docroot") {
       o.docroot = need_path();
-    } else if (arg == "--serve-dotfiles") {
-      o.serve_dotfiles = true;
-    } else if (arg == "--no-test-routes") {
-      o.test_routes = false;
+    } else if (arg == "--serve-dotfiles" || arg == "--no-serve-dotfiles") {
+      o.serve_dotfiles = arg == "--serve-dotfiles";
+    } else if (arg == "--no-test-routes" || arg == "--test-routes") {
+      o.test_routes = arg == "--test-routes";
     } else if (arg == "--file-cache-entries") {
       o.file_cache_entries = parse_number(arg, need(), 0, 1u << 24);
     } else if (arg == "--file-cache-bytes") {
@@ -617,8 +645,12 @@ void apply_flags(Options &o, const std::vector<std::string> &args) {
     if (has_inline && !took_value) {
       throw UsageError(std::string(arg) + " takes no value (got '" + args[i] + "')");
     }
-    if (!origin.empty()) o.flag_origins[std::string(arg)] = origin;
-    else o.flag_origins.erase(std::string(arg)); // the command line overrides the file
+    if (!origin.empty()) {
+      o.flag_origins[std::string(arg)] = origin;
+    } else {
+      o.flag_origins.erase(std::string(arg)); // the command line overrides the file
+      if (auto other = opposite_switch(arg); !other.empty()) o.flag_origins.erase(std::string(other));
+    }
     } catch (const UsageError &e) {
       if (origin.empty()) throw;
       throw UsageError(origin + ": " + e.what());

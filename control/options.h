@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -111,5 +112,9 @@ struct Options {
 Options parse_options(int argc, const char *const *argv);
 
 const char *usage_text();
+
+// The opposite of an on/off switch ("--tcp" for "--no-tcp" and back), or
+// empty for any other flag.
+std::string_view opposite_switch(std::string_view flag);
 
 } // namespace xdpq::control

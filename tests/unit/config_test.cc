@@ -58,6 +58,44 @@ test_routes = false
   EXPECT_EQ(f.listen[0].to_string(), "127.0.0.1:9");
 }
 
+// Regression: a switch the file turned on or off could not be turned back
+// from the command line (there was --no-tcp, but no --tcp), though flags
+// override the file.
+TEST(Config, TheCommandLineUndoesAFilesSwitchEitherWay) {
+  auto path = write_config(R"(
+[dataplane]
+busy_poll = false
+[http]
+test_routes = false
+serve_dotfiles = true
+[quic]
+early_data = false
+[tcp]
+enabled = false
+[proxy_defaults]
+via = true
+forwarded_headers = false
+)");
+  auto o = parse({"--config", path, "--tcp", "--early-data", "--test-routes",
+                  "--no-serve-dotfiles", "--no-proxy-via", "--proxy-forwarded-headers"});
+  EXPECT_TRUE(o.tcp);
+  EXPECT_TRUE(o.early_data);
+  EXPECT_TRUE(o.test_routes);
+  EXPECT_FALSE(o.serve_dotfiles);
+  EXPECT_FALSE(o.proxy.via);
+  EXPECT_TRUE(o.proxy.forwarded_headers);
+  EXPECT_TRUE(o.at({"--no-tcp", "--tcp"}).empty()); // not the file's any more
+  // The last one given wins.
+  EXPECT_FALSE(parse({"--tcp", "--no-tcp"}).tcp);
+  EXPECT_TRUE(parse({"--no-tcp", "--tcp"}).tcp);
+  // A reload names the file's change as overridden, not as applied.
+  std::vector<std::string> overridden;
+  auto kept = changed_config_keys({"--no-tcp"}, {}, {}, {"--tcp"}, &overridden);
+  EXPECT_TRUE(kept.empty());
+  ASSERT_EQ(overridden.size(), 1u);
+  EXPECT_EQ(overridden[0], "tcp.enabled");
+}
+
 TEST(Config, ErrorsNameFileLineKeyAndExpectation) {
   auto unknown = write_config("[server]\nlisten = [\"127.0.0.1:1\"]\nlisen = 3\n");
   auto e = error_of({"--config", unknown});
