@@ -209,8 +209,9 @@ Reverse proxy (see docs/proxy.md):
   --proxy-client-timeout MS
                           A client that takes no byte of a proxied
                           response for MS while the proxy holds all it may
-                          of it gets its stream reset, and the upstream
-                          connection is closed (default 60000).
+                          of it (or all of it) gets its stream reset, and
+                          the upstream connection is closed (default
+                          60000).
   --proxy-tunnel-timeout MS
                           A tunnel (an HTTP/1.1 client's WebSocket switched
                           by the upstream's 101) with no byte either way

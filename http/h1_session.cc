@@ -299,10 +299,15 @@ public:
   // a client may send between requests (RFC 9112 2.2) keep nothing alive.
   bool counts_activity() const override { return true; }
   uint64_t activity() const override { return activity_; }
-  // A switched tunnel with nothing queued before it: the exchange's own
-  // deadlines (--proxy-tunnel-timeout, --proxy-client-timeout) bound it.
+  // A proxied request first in line (what follows waits for it), or a
+  // switched tunnel with nothing queued before it: the exchange's own
+  // deadlines bound it (--proxy-timeout to its answer's head and through
+  // its body, --proxy-client-timeout, --proxy-tunnel-timeout), not the
+  // connection's write timeout, which would close the connection before
+  // a 504 when the two are equal, as by default.
   bool timed_by_session() const override {
-    return tunnel_ && queue_.size() == 1 && queue_.front().ex && queue_.front().ex->switched();
+    if (queue_.empty() || !queue_.front().ex) return false;
+    return !queue_.front().ex->switched() || (tunnel_ && queue_.size() == 1);
   }
   void shutdown() override {
     if (!busy()) {

@@ -153,6 +153,12 @@ public:
     return active_ > 0 || (shutdown_ && !final_goaway_ && !input_ended_);
   }
   void input_ended() override { input_ended_ = true; }
+  // Every open stream proxied: the exchanges' own deadlines bound them
+  // (--proxy-timeout to the answer's head and through its body,
+  // --proxy-client-timeout), not the connection's write timeout, which
+  // would close the connection before a 504 when the two are equal, as
+  // by default.
+  bool timed_by_session() const override { return active_ > 0 && proxied_ == active_; }
   bool counts_activity() const override { return true; }
   uint64_t activity() const override { return activity_; }
   void shutdown() override {
@@ -404,6 +410,7 @@ private:
           if ((!st->headers_done || st->trailers_open) && me.pending_headers_ > 0)
             --me.pending_headers_; // (the deadline of the others stays)
           if (st->exchange) {
+            me.proxied_ -= 1;
             if (st->exchange->body_expected()) st->exchange->abort_body(); // reset mid-body
             // Body bytes held for the upstream die with the stream: the
             // connection's credit for them comes back.
@@ -620,6 +627,7 @@ private:
         auto ex = start_proxy(route, st.req, body_follows, this, &st, budget_, env_);
         st.exchange = ex.get();
         st.resp.body = std::move(ex);
+        proxied_ += 1;
         if (body_follows) {
           // Past the initial window, the client gets credit for at most a
           // request window more than the upstream took.
@@ -757,6 +765,7 @@ private:
   SlotKeep keep_; // what free_'s slots keep, summed
   std::vector<H2Stream *> flush_; // proxied bodies to write after this input
   size_t active_ = 0;
+  size_t proxied_ = 0; // of them, streams with a proxied exchange
   uint64_t activity_ = 0; // HEADERS and DATA with data, either way (counts_activity())
   std::vector<nghttp2_nv> nva_;
   ResponseHead head_;

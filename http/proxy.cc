@@ -969,7 +969,40 @@ void ProxyExchange::conn_done() {
   // Answered before the whole body went up (the connection was closed):
   // the rest has nowhere to go.
   if (!req_ended_) drop_body();
+  watch_drain();
   notify();
+}
+
+// The whole answer is here, and what the client has not taken of it holds
+// the ring and its budget: the client must take something of it within
+// --proxy-client-timeout, as while the upstream still sent (a client that
+// grants no window would hold it for ever, on HTTP/3 where no connection
+// deadline sees a stalled stream).
+void ProxyExchange::watch_drain() {
+  if (failed_ || base_ == end_) return; // all taken
+  uint64_t at;
+  if (!client_hold_expired(proxy_.loop().now(), at)) proxy_.loop().timers().schedule(timer_, at);
+}
+
+// The client holds what the ring has: stamped when it last took some.
+// Once it has taken nothing for --proxy-client-timeout, the exchange
+// fails (counted, the session told: it resets the stream) and this is
+// true; else at is when that comes.
+bool ProxyExchange::client_hold_expired(uint64_t now, uint64_t &at) {
+  const uint64_t client_timeout = proxy_.config().client_timeout_ns;
+  if (held_since_ == 0 || held_base_ != base_) {
+    held_since_ = now;
+    held_base_ = base_;
+  } else if (now - held_since_ >= client_timeout) {
+    proxy_.mutable_stats().proxy_client_timeouts += 1;
+    detach();
+    failed_ = true;
+    drop_body();
+    notify();
+    return true;
+  }
+  at = held_since_ + client_timeout;
+  return false;
 }
 
 void ProxyExchange::timer_fired(dataplane::Timer &t) {
@@ -1009,7 +1042,8 @@ void ProxyExchange::timer_fired(dataplane::Timer &t) {
 // The timer is the one that bounded the wait for the head; progress only
 // stamps moved_at_, and the timer moves on when it fires.
 void ProxyExchange::check_stall() {
-  if (!conn_ || ended_ || failed_) return;
+  if (ended_) return watch_drain();
+  if (!conn_ || failed_) return;
   const uint64_t now = proxy_.loop().now();
   const uint64_t timeout =
       switched_ ? proxy_.config().tunnel_timeout_ns : route_->settings.response_timeout_ns;
@@ -1017,19 +1051,8 @@ void ProxyExchange::check_stall() {
   if (held_by_client) {
     // Not the upstream's silence: the client's. It may be slow, but it
     // must take something within --proxy-client-timeout.
-    const uint64_t client_timeout = proxy_.config().client_timeout_ns;
-    if (held_since_ == 0 || held_base_ != base_) {
-      held_since_ = now;
-      held_base_ = base_;
-    } else if (now - held_since_ >= client_timeout) {
-      proxy_.mutable_stats().proxy_client_timeouts += 1;
-      detach();
-      failed_ = true;
-      drop_body();
-      notify();
-      return;
-    }
-    proxy_.loop().timers().schedule(timer_, std::min(now + timeout, held_since_ + client_timeout));
+    uint64_t at;
+    if (!client_hold_expired(now, at)) proxy_.loop().timers().schedule(timer_, std::min(now + timeout, at));
     return;
   }
   held_since_ = 0;

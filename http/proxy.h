@@ -246,6 +246,8 @@ private:
   static void timer_fired(dataplane::Timer &t);
   // After the head: --proxy-timeout without a byte moving ends the exchange.
   void check_stall();
+  void watch_drain();
+  bool client_hold_expired(uint64_t now, uint64_t &at);
   // Finds an upstream connection (chosen: on that upstream, skipping the
   // queue), or waits in the route's queue, or fails.
   void attempt(bool fresh, Upstream *chosen = nullptr);

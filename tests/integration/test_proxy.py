@@ -640,14 +640,18 @@ class ProxyTest(TimedTestCase):
         self.assertLess(len(raw.partition(b"\r\n\r\n")[2]), 100000)
         self.assertIn(ending, ("truncated", "reset"), (len(raw), raw[:300]))
 
-    def test_an_http10_body_the_write_timeout_cuts_does_not_end_like_a_whole_one(self):
-        # Regression (review): the same answer ended by the connection's
-        # write timeout while its upstream stalled got close_notify: only
-        # a cut the session made itself was known as one.
+    def test_an_http10_body_a_timeout_cuts_does_not_end_like_a_whole_one(self):
+        # Regression (review): the same answer ended by a timeout while its
+        # upstream stalled got close_notify: only a cut the session made
+        # itself was known as one. (The proxy's timeout judges the
+        # upstream's silence; the connection's write timeout, shorter here,
+        # only a client that does not read.)
         with self.serve(f"/app={self.app.url}",
-                        extra=("--tcp-write-timeout", "1000", "--proxy-timeout", "10000")) as srv:
+                        extra=("--tcp-write-timeout", "500", "--proxy-timeout", "1000")) as srv:
             raw, ending = self.http10_ending(srv, b"/app/chunked-stall?n=100000&s=4")
-            self.assertGreaterEqual(total(stats_json(srv), "tcp_timeouts_write"), 1)
+            stats = stats_json(srv)
+            self.assertGreaterEqual(total(stats, "upstream0_timeouts"), 1)
+            self.assertEqual(total(stats, "tcp_timeouts_write"), 0)
         self.assertTrue(raw.startswith(b"HTTP/1.1 200"), raw[:200])
         self.assertLess(len(raw.partition(b"\r\n\r\n")[2]), 100000)
         self.assertIn(ending, ("truncated", "reset"), (len(raw), raw[:300]))
@@ -984,6 +988,20 @@ class ProxyTest(TimedTestCase):
             # The upstream is still used afterwards (a timeout is not a failed connect).
             st, _, _, _, _ = curl(srv, "/app/info")
             self.assertEqual(st, 200)
+
+    def test_a_504_reaches_a_tcp_client_whose_write_timeout_is_no_longer(self):
+        # Regression: a connection waiting for a proxied answer was held to
+        # its write timeout too, armed before the proxy's: with the two
+        # equal (both 30 s by default) an HTTP/1.1 or HTTP/2 client got the
+        # connection closed, not the 504.
+        with self.serve(f"/app={self.app.url}",
+                        extra=("--proxy-timeout", "1000", "--tcp-write-timeout", "1000")) as srv:
+            for http in TCP:
+                st, _, _, _, _ = curl(srv, "/app/hang?s=5", http=http)
+                self.assertEqual(st, 504, http)
+            stats = stats_json(srv)
+            self.assertEqual(total(stats, "tcp_timeouts_write"), 0, stats)
+            self.assertGreaterEqual(total(stats, "upstream0_timeouts"), 2)
 
     def test_reload_keeps_proxying(self):
         with self.serve(f"/app={self.app.url}") as srv:

@@ -1541,6 +1541,42 @@ TEST_F(StreamedRequest, Http3ResetLeavesWhileTheStreamWindowIsShut) {
   EXPECT_EQ(client.responses[proxied].reset_code, static_cast<uint64_t>(NGHTTP3_H3_INTERNAL_ERROR));
 }
 
+// Regression: an answer that fit the proxy's ring whole ended the
+// exchange's deadlines with the upstream's part, and a client that granted
+// no window held the ring and its budget for as long as it kept the
+// connection (HTTP/3 has no connection deadline that sees one stream).
+TEST_F(StreamedRequest, Http3AWholeAnswerTheClientDoesNotTakeIsResetInTime) {
+  auto cfg = std::make_shared<ProxyConfig>();
+  cfg->add_route("/api=unix:" + path_);
+  cfg->client_timeout_ns = 200'000'000;
+  Proxy proxy(cfg, loop_);
+  H3Pipe pipe(proxy, 0, 1000);
+  auto &client = pipe.client;
+  const int64_t proxied = client.request("GET", "/api/up");
+  const std::string answer =
+      "HTTP/1.1 200 OK\r\ncontent-length: 30000\r\n\r\n" + std::string(30000, 'x');
+  std::string got;
+  const uint64_t give_up = xdpq::monotonic_ns() + 5'000'000'000ull;
+  Steps steps(loop_, {{[&] {
+                         pipe.wire();
+                         got += upstream();
+                         return got.find("\r\n\r\n") != std::string::npos;
+                       },
+                       [&] { (void)!::send(up_, answer.data(), answer.size(), 0); }},
+                      {[&] {
+                         pipe.wire();
+                         return client.responses[proxied].reset || xdpq::monotonic_ns() > give_up;
+                       },
+                       nullptr}});
+  EXPECT_EQ(steps.run(), 2u);
+  EXPECT_LT(client.responses[proxied].body.size(), 1000u); // the window stayed shut
+  EXPECT_EQ(proxy.stats().proxy_client_timeouts, 1u);
+  EXPECT_TRUE(client.responses[proxied].reset);
+  std::vector<UpstreamStats> st;
+  proxy.upstream_stats(st);
+  EXPECT_EQ(st[0].responses, 1u); // the upstream's part was whole
+}
+
 // Regression (review): an HTTP/2 client's proxied answer whose head and
 // failure came in one read (a bad chunk size right behind the head) was
 // never reset: the session left that to nghttp2's next read of the body,
