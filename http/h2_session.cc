@@ -153,12 +153,20 @@ public:
     return active_ > 0 || (shutdown_ && !final_goaway_ && !input_ended_);
   }
   void input_ended() override { input_ended_ = true; }
-  // Every open stream proxied: the exchanges' own deadlines bound them
-  // (--proxy-timeout to the answer's head and through its body,
-  // --proxy-client-timeout), not the connection's write timeout, which
-  // would close the connection before a 504 when the two are equal, as
-  // by default.
-  bool timed_by_session() const override { return active_ > 0 && proxied_ == active_; }
+  // Every open stream proxied and waiting on its upstream: the exchanges'
+  // own deadlines bound them (--proxy-timeout to the answer's head and
+  // through its body, --proxy-client-timeout), not the connection's write
+  // timeout, which would close the connection before a 504 when the two
+  // are equal, as by default. An answer an exchange has whole (an error
+  // page, an END_STREAM held back by a shut window) is the client's to
+  // take, under the write timeout.
+  bool timed_by_session() const override {
+    if (active_ == 0 || proxied_ != active_) return false;
+    for (const auto &st : pool_) { // closed streams have no exchange
+      if (st->exchange && (st->exchange->ended() || st->exchange->failed())) return false;
+    }
+    return true;
+  }
   bool counts_activity() const override { return true; }
   uint64_t activity() const override { return activity_; }
   void shutdown() override {

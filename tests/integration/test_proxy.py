@@ -240,6 +240,23 @@ class H2Post:
         return status, body
 
 
+def h2_get_without_window(srv, path):
+    """An HTTP/2 GET over TLS from a client that grants no stream window
+    (SETTINGS_INITIAL_WINDOW_SIZE 0): the socket and the h2 connection."""
+    import h2.config
+    import h2.connection
+    import h2.settings
+    t = tls(srv, "h2")
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "https"),
+                            (":authority", "x")], end_stream=True)
+    t.sendall(conn.data_to_send())
+    return t, conn
+
+
 def dead_port():
     """A loopback port nobody listens on (connects are refused)."""
     with socket.socket() as s:
@@ -1662,20 +1679,10 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         # proxied answer and never grants more: after --proxy-client-timeout
         # of taking nothing its stream is reset and the upstream connection
         # closed, instead of being held for as long as the client likes.
-        import h2.config
-        import h2.connection
         import h2.events
-        import h2.settings
         with self.serve(f"/app={self.app.url}",
                         extra=["--proxy-timeout", "300", "--proxy-client-timeout", "1000"]) as srv:
-            t = tls(srv, "h2")
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-            conn.initiate_connection()
-            conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
-            sid = conn.get_next_available_stream_id()
-            conn.send_headers(sid, [(":method", "GET"), (":path", "/app/big?n=4000000"),
-                                    (":scheme", "https"), (":authority", "x")], end_stream=True)
-            t.sendall(conn.data_to_send())
+            t, conn = h2_get_without_window(srv, "/app/big?n=4000000")
             status, reset = 0, None
             while reset is None:
                 data = t.recv(65536)  # the socket's 20 s timeout bounds this
@@ -1691,6 +1698,28 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             self.assertEqual(total(stats, "proxy_client_timeouts"), 1)
             self.assertEqual(total(stats, "upstream0_busy_connections"), 0)
             self.assertEqual(total(stats, "upstream0_timeouts"), 0)  # not the upstream's doing
+            t.close()
+
+    def test_an_error_page_the_client_takes_nothing_of_is_timed(self):
+        # Regression (review): with every open stream proxied, the
+        # connection's write timeout stood aside for the proxy's deadlines,
+        # but an error page (here 502: the upstream is down) has none: an
+        # HTTP/2 client granting no window held its connection for ever.
+        import h2.events
+        with self.serve(f"/dead=http://127.0.0.1:{dead_port()}",
+                        extra=["--tcp-write-timeout", "1000"]) as srv:
+            t, conn = h2_get_without_window(srv, "/dead/x")
+            status = 0
+            try:
+                while data := t.recv(65536):  # the socket's 20 s timeout bounds this
+                    for ev in conn.receive_data(data):
+                        if isinstance(ev, h2.events.ResponseReceived):
+                            status = int(dict(ev.headers)[b":status"])
+                    t.sendall(conn.data_to_send())  # SETTINGS and PING acks, no window
+            except (ConnectionResetError, ssl.SSLError):
+                pass
+            self.assertEqual(status, 502)
+            self.assertGreaterEqual(total(stats_json(srv), "tcp_timeouts_write"), 1)
             t.close()
 
     def test_upstream_that_answers_before_the_body_ends(self):
