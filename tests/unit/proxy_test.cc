@@ -826,6 +826,22 @@ protected:
             [this, &answer] { (void)!::send(up_, answer.data(), answer.size(), 0); }};
   }
 
+  // A body-less POST to /api/up (never retried once it went up).
+  std::unique_ptr<ProxyExchange> start_post() {
+    Request post = request("POST", "/api/up", "h", {});
+    return proxy_->start(0, post, false, {}, nullptr, nullptr, &account_);
+  }
+
+  // b was answered 200, on a second connection: a fresh one for it.
+  void expect_served_on_a_fresh_connection(std::unique_ptr<ProxyExchange> &b) {
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->head().status, 200);
+    std::vector<UpstreamStats> st;
+    proxy_->upstream_stats(st);
+    EXPECT_EQ(st[0].connects, 2u);
+    b.reset();
+  }
+
   // What the upstream has received so far; eof set once it sees the close.
   std::string upstream(bool *eof = nullptr) {
     if (up_ < 0) up_ = ::accept4(listen_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -1272,18 +1288,12 @@ TEST_F(StreamedRequest, AnIdleConnectionTheUpstreamClosedIsNotHandedOn) {
                   // comes before any pass dispatches that.
                   ::close(up_);
                   up_ = -1;
-                  Request post = request("POST", "/api/up", "h", {});
-                  b = proxy_->start(0, post, false, {}, nullptr, nullptr, &account_);
+                  b = start_post();
                 }},
                answer_when(got, "POST /api/up HTTP/1.1", answer),
                {[&] { return b->head_ready(); }, nullptr}});
   EXPECT_EQ(steps.run(), 4u);
-  ASSERT_TRUE(b);
-  EXPECT_EQ(b->head().status, 200);
-  std::vector<UpstreamStats> st;
-  proxy_->upstream_stats(st);
-  EXPECT_EQ(st[0].connects, 2u); // a fresh one for the POST
-  b.reset();
+  expect_served_on_a_fresh_connection(b);
 }
 
 // Regression: an upstream that closes right behind its answer, without
@@ -1323,21 +1333,13 @@ TEST_F(StreamedRequest, AConnectionClosedRightBehindItsAnswerIsNotHandedOn) {
                 [&] {
                   a.reset();
                   // The next pass's first event starts a POST.
-                  ahead.then = [&] {
-                    Request post = request("POST", "/api/up", "h", {});
-                    b = proxy_->start(0, post, false, {}, nullptr, nullptr, &account_);
-                  };
+                  ahead.then = [&] { b = start_post(); };
                 }},
                {[&] { return b != nullptr; }, [&] { ::close(up_); up_ = -1; }},
                answer_when(got, "POST /api/up HTTP/1.1", answer),
                {[&] { return b->head_ready(); }, nullptr}});
   EXPECT_EQ(steps.run(), 4u);
-  ASSERT_TRUE(b);
-  EXPECT_EQ(b->head().status, 200);
-  std::vector<UpstreamStats> st;
-  proxy_->upstream_stats(st);
-  EXPECT_EQ(st[0].connects, 2u); // a fresh one for the POST
-  b.reset();
+  expect_served_on_a_fresh_connection(b);
 }
 
 // A request that waits with its body: the bytes the client sent
