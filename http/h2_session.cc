@@ -42,7 +42,7 @@ struct H2Stream {
   int status = 0;        // the response's, once submitted
   TcpStats *stats = nullptr;
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
-  uint64_t credited = 0;     // request body bytes given to the exchange and consumed
+  uint64_t credited = 0;     // request body bytes that left the exchange, consumed for the stream
   bool flush_queued = false; // in flush_: body bytes to write upstream after this input
   size_t kept = 0;           // idle in free_: the bytes SlotKeep counts for it
 };
@@ -77,7 +77,7 @@ public:
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 256);
     // Credit is ours to give: at once for bodies we hold whole, and for a
-    // proxied body only as it goes upstream (nghttp2_session_consume).
+    // proxied body the stream's only as it goes upstream (see on_proxy_data).
     nghttp2_option_set_no_auto_window_update(opt, 1);
     // Bound nghttp2's own HPACK buffering a little above what we enforce.
     nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
@@ -420,10 +420,6 @@ private:
           if (st->exchange) {
             me.proxied_ -= 1;
             if (st->exchange->body_expected()) st->exchange->abort_body(); // reset mid-body
-            // Body bytes held for the upstream die with the stream: the
-            // connection's credit for them comes back.
-            uint64_t held = st->exchange->body_in() - st->credited;
-            if (held) nghttp2_session_consume_connection(s, held);
           }
           me.budget_.give_back(st->charged); // the body or the response made from it
           st->charged = 0;
@@ -656,7 +652,10 @@ private:
     respond(st);
   }
 
-  // A proxied request's body: into the exchange, credited as it leaves.
+  // A proxied request's body: into the exchange. The connection's credit
+  // comes back at once (the bytes are the exchange's to hold, within the
+  // body budgets), the stream's as they leave: a stream whose upstream is
+  // slow or stalled holds up no other.
   void on_proxy_data(H2Stream &st, const uint8_t *data, size_t len) {
     if (st.refused) {
       nghttp2_session_consume(session_, st.id, len);
@@ -668,6 +667,7 @@ private:
       abort_request(st);
       return;
     }
+    nghttp2_session_consume_connection(session_, len);
     queue_flush(st);
   }
 
@@ -694,7 +694,7 @@ private:
   void credit(H2Stream &st) {
     uint64_t out = st.exchange->body_out();
     if (out > st.credited) {
-      nghttp2_session_consume(session_, st.id, static_cast<size_t>(out - st.credited));
+      nghttp2_session_consume_stream(session_, st.id, static_cast<size_t>(out - st.credited));
       st.credited = out;
     }
   }

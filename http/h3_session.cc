@@ -31,7 +31,7 @@ struct H3Session::Stream {
   size_t charged = 0; // bytes taken from the body budget
   uint64_t acked = 0; // response body bytes the peer acknowledged
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
-  uint64_t credited = 0;      // request body bytes given to the exchange and credited
+  uint64_t credited = 0;      // request body bytes that left the exchange, credited to the stream
   bool flush_queued = false;  // in flush_: body bytes to write upstream after this read
   bool stop_sent = false;     // STOP_SENDING: the rest of the body is not wanted
   bool awaiting = false;      // proxied, its response head not yet come (awaiting_)
@@ -814,7 +814,7 @@ void H3Session::proxy_progress(void *tag) {
 bool H3Session::credit(Stream &s) {
   uint64_t out = s.exchange->body_out();
   if (out <= s.credited) return false;
-  transport_.app_consume(s.id, out - s.credited);
+  transport_.app_consume_stream(s.id, out - s.credited);
   s.credited = out;
   return true;
 }
@@ -852,7 +852,10 @@ void H3Session::abort_request(Stream &s, bool by_client) {
   transport_.app_want_write();
 }
 
-// A proxied request's body: into the exchange, credited as it leaves.
+// A proxied request's body: into the exchange. The connection's credit
+// comes back at once (the bytes are the exchange's to hold, within the
+// body budgets), the stream's as they leave: a stream whose upstream is
+// slow or stalled holds up no other.
 void H3Session::on_proxy_data(Stream &s, const uint8_t *data, size_t len) {
   if (s.aborted || s.refused) {
     transport_.app_consume(s.id, len);
@@ -864,6 +867,7 @@ void H3Session::on_proxy_data(Stream &s, const uint8_t *data, size_t len) {
     abort_request(s);
     return;
   }
+  transport_.app_consume_conn(len);
   if (s.exchange->ended() && !s.stop_sent) {
     // Answered whole already: the rest of the body is not wanted
     // (RFC 9114 4.1).
@@ -944,11 +948,6 @@ void H3Session::on_stream_close(Stream &s) {
   budget_.give_back(s.charged); // the body, or the response made from it
   s.charged = 0;
   if (s.exchange && s.exchange->body_expected()) s.exchange->abort_body(); // reset mid-body
-  if (s.exchange && s.exchange->body_in() > s.credited) {
-    // Body bytes held for the upstream die with the stream: the
-    // connection's credit for them comes back.
-    transport_.app_consume(s.id, s.exchange->body_in() - s.credited);
-  }
   if (s.resp.body && s.resp.body->reads_ahead() && s.body_offset > s.acked)
     release_read_ahead(s.body_offset - s.acked);
   stop_waiting(s);

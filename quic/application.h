@@ -22,7 +22,15 @@ namespace xdpq::quic {
 class AppTransport {
 public:
   // The application consumed n bytes of stream data (flow-control credit).
-  virtual void app_consume(int64_t stream_id, uint64_t n) = 0;
+  void app_consume(int64_t stream_id, uint64_t n) {
+    app_consume_stream(stream_id, n);
+    app_consume_conn(n);
+  }
+  // Either part alone: a body held for someone slower (a proxied upload)
+  // gives the connection's credit back as it arrives, so that a few
+  // stalled streams cannot stall the others, and the stream's as it leaves.
+  virtual void app_consume_stream(int64_t stream_id, uint64_t n) = 0;
+  virtual void app_consume_conn(uint64_t n) = 0;
   // Ask the peer to stop sending on the stream (STOP_SENDING).
   virtual void app_stop_reading(int64_t stream_id, uint64_t app_error) = 0;
   // Abandon our side of the stream (RESET_STREAM).

@@ -934,10 +934,11 @@ void Connection::on_path_validation(bool ok, const ngtcp2_path *path, bool new_t
   }
 }
 
-void Connection::app_consume(int64_t stream_id, uint64_t n) {
+void Connection::app_consume_stream(int64_t stream_id, uint64_t n) {
   ngtcp2_conn_extend_max_stream_offset(conn_, stream_id, n);
-  ngtcp2_conn_extend_max_offset(conn_, n);
 }
+
+void Connection::app_consume_conn(uint64_t n) { ngtcp2_conn_extend_max_offset(conn_, n); }
 
 void Connection::app_stop_reading(int64_t stream_id, uint64_t app_error) {
   // Not marked as seen: the RESET_STREAM that answers it is no cancel (see

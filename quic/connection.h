@@ -96,7 +96,8 @@ public:
   void saw_1rtt_packet(const uint8_t *header, size_t len);
 
   // AppTransport
-  void app_consume(int64_t stream_id, uint64_t n) override;
+  void app_consume_stream(int64_t stream_id, uint64_t n) override;
+  void app_consume_conn(uint64_t n) override;
   void app_stop_reading(int64_t stream_id, uint64_t app_error) override;
   void app_reset_writing(int64_t stream_id, uint64_t app_error) override;
   bool app_charge_cancel() override;

@@ -14,7 +14,8 @@ using namespace xdpq;
 namespace {
 
 struct Transport final : quic::AppTransport {
-  void app_consume(int64_t, uint64_t) override {}
+  void app_consume_stream(int64_t, uint64_t) override {}
+  void app_consume_conn(uint64_t) override {}
   void app_stop_reading(int64_t, uint64_t) override {}
   void app_reset_writing(int64_t, uint64_t) override {}
   int64_t app_open_uni_stream() override { return next_uni += 4; } // 3, 7, 11

@@ -1539,6 +1539,89 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
             self.assertLess(peak["rss"], 48 * 1024)
         os.unlink(src)
 
+    def test_http2_uploads_to_a_stalled_upstream_hold_up_no_other_stream(self):
+        """Regression: the bytes of proxied uploads held for an upstream that
+        takes none kept the connection's window as well as their streams'.
+        Five such uploads spent the 4 MiB connection window (each stream
+        may send 1 MiB ahead), and every other upload on the connection
+        stalled behind them."""
+        import h2.config
+        import h2.connection
+        import h2.events
+        stalled = socket.socket()  # accepts nothing, reads nothing
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(16)
+        port = stalled.getsockname()[1]
+        size = 8 << 20
+        with self.serve(f"/stall=http://127.0.0.1:{port}", f"/app={self.app.url}") as srv:
+            t = tls(srv, "h2")
+            t.settimeout(0.2)
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            left = {}
+            for _ in range(5):
+                sid = conn.get_next_available_stream_id()
+                conn.send_headers(sid, [(":method", "POST"), (":path", "/stall/x"),
+                                        (":scheme", "https"), (":authority", "x"),
+                                        ("content-length", str(size))])
+                left[sid] = b"u" * size
+            ended, resets, answer = set(), {}, {}
+
+            def pump():
+                """Sends what the windows let out, reads what came; True if
+                anything moved."""
+                moved = False
+                for sid, data in list(left.items()):
+                    n = min(16384, conn.local_flow_control_window(sid), len(data))
+                    while n > 0:
+                        conn.send_data(sid, data[:n], end_stream=n == len(data))
+                        data = data[n:]
+                        moved = True
+                        n = min(16384, conn.local_flow_control_window(sid), len(data))
+                    left[sid] = data
+                t.sendall(conn.data_to_send())
+                try:
+                    got = t.recv(1 << 20)
+                except (socket.timeout, ssl.SSLWantReadError):
+                    got = b""
+                for ev in conn.receive_data(got):
+                    if isinstance(ev, h2.events.ResponseReceived):
+                        answer[ev.stream_id] = [int(dict(ev.headers)[b":status"]), b""]
+                    elif isinstance(ev, h2.events.DataReceived):
+                        answer[ev.stream_id][1] += ev.data
+                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                    elif isinstance(ev, h2.events.StreamEnded):
+                        ended.add(ev.stream_id)
+                    elif isinstance(ev, h2.events.StreamReset):
+                        resets[ev.stream_id] = ev.error_code
+                t.sendall(conn.data_to_send())
+                return moved or bool(got)
+
+            # Until the uploads stall: nothing moves for a second.
+            quiet_since, give_up = time.time(), time.time() + 30
+            while time.time() - quiet_since < 1 and time.time() < give_up:
+                if pump():
+                    quiet_since = time.time()
+            sent_ahead = sum(size - len(d) for d in left.values())
+            body = os.urandom(256 * 1024)
+            other = conn.get_next_available_stream_id()
+            conn.send_headers(other, [(":method", "POST"), (":path", "/app/sum"),
+                                      (":scheme", "https"), (":authority", "x"),
+                                      ("content-length", str(len(body)))])
+            left[other] = body
+            give_up = time.time() + 10
+            while other not in ended and other not in resets and time.time() < give_up:
+                pump()
+            t.close()
+        stalled.close()
+        # The stalled uploads sent past the connection's 4 MiB window.
+        self.assertGreater(sent_ahead, 4 << 20)
+        self.assertEqual(resets, {})
+        self.assertIn(other, ended)
+        self.assertEqual(answer[other][0], 200)
+        self.assertEqual(json.loads(answer[other][1])["body_sha256"], sha256(body))
+
     def test_client_lying_about_its_length_closes_the_upstream(self):
         with self.serve(f"/app={self.app.url}") as srv:
             before = len(self.app.requests)

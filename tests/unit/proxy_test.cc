@@ -1417,8 +1417,9 @@ void expect_no_body_framing(const std::string &wire) {
 // proxy; wire() moves datagrams both ways with no time passing (the event
 // loop runs the upstream side).
 struct H3Pipe {
-  H3Pipe(Proxy &proxy, uint64_t fixed_window = 0, uint64_t stream_window = 0)
-      : server(clock, xdpq::quic::EndpointConfig{}, secrets),
+  H3Pipe(Proxy &proxy, uint64_t fixed_window = 0, uint64_t stream_window = 0,
+         const xdpq::quic::EndpointConfig &cfg = {})
+      : server(clock, cfg, secrets),
         client(clock, xdpq::testing::make_test_path(), fixed_window, false, 0, 0, {},
                stream_window) {
     server.app->set_proxy(&proxy);
@@ -1431,6 +1432,12 @@ struct H3Pipe {
       for (auto &back : server.deliver(dg)) client.read(back);
     }
     for (auto &back : server.tick()) client.read(back);
+  }
+  // Many exchanges, with up to 1 ms passing each time nothing moves
+  // (uploads the client's pacer spreads out); never enough for an idle
+  // timeout.
+  void wire_for_a_while() {
+    for (int i = 0; i < 20; ++i) xdpq::testing::exchange_or_wait(client, server, clock, 1'000'000);
   }
   // A step: wires until the answer to request *sid has come whole.
   Steps::Step until_answered(const int64_t *sid) {
@@ -1495,6 +1502,51 @@ TEST_F(StreamedRequest, Http3ResetLeavesWhileTheConnectionWindowIsSpent) {
   EXPECT_TRUE(client.responses[proxied].reset);
   EXPECT_EQ(client.responses[proxied].reset_code, static_cast<uint64_t>(NGHTTP3_H3_INTERNAL_ERROR));
   EXPECT_FALSE(client.responses[big].done);
+}
+
+// Regression: a proxied upload's bytes held for an upstream that takes
+// none kept the connection's flow-control credit as well as the stream's.
+// A few such uploads spent the connection's whole window, and every other
+// stream of the connection stalled behind them: here a POST to /echo,
+// which the server answers itself.
+TEST_F(StreamedRequest, Http3UploadsToAStalledUpstreamHoldUpNoOtherStream) {
+  xdpq::quic::EndpointConfig ecfg;
+  ecfg.conn_window = ecfg.max_conn_window = 512 * 1024; // not tuned past it
+  ecfg.max_stream_window = ecfg.stream_window;          // 256 KiB
+  H3Pipe pipe(*proxy_, 0, 0, ecfg);
+  auto &client = pipe.client;
+  // The upstream accepts no connection and reads nothing: once the socket
+  // buffers are full, each upload's exchange holds its stream's window.
+  const std::string upload(1 << 20, 'u');
+  std::vector<int64_t> uploads;
+  for (int i = 0; i < 3; ++i)
+    uploads.push_back(client.request("POST", "/api/up", {{"content-length", "1048576"}}, upload,
+                                     false));
+  const std::string echo_body(20000, 'e');
+  int64_t echo = -1;
+  int rounds = 0;
+  Steps steps(loop_, {{[&] {
+                         pipe.wire_for_a_while();
+                         return ++rounds > 20;
+                       },
+                       [&] {
+                         echo = client.request("POST", "/echo", {}, echo_body);
+                         rounds = 0;
+                       }},
+                      {[&] {
+                         pipe.wire_for_a_while();
+                         return client.responses[echo].done || ++rounds > 50;
+                       },
+                       nullptr}});
+  EXPECT_EQ(steps.run(), 2u);
+  EXPECT_TRUE(client.responses[echo].done);
+  EXPECT_EQ(client.responses[echo].status, 200);
+  EXPECT_TRUE(client.responses[echo].body == echo_body);
+  for (int64_t sid : uploads) {
+    EXPECT_FALSE(client.responses[sid].done) << sid; // still stalled, not refused
+    EXPECT_FALSE(client.responses[sid].reset) << sid;
+  }
+  EXPECT_EQ(proxy_->stats().proxy_body_aborts, 0u);
 }
 
 // Regression: a proxied answer that failed while the client's stream

@@ -165,6 +165,30 @@ struct TestServer {
   void lose_oversized(std::vector<Datagram> &out) const;
 };
 
+// One exchange of datagrams both ways; when nothing moved, the clock goes
+// to the next timer (a pacer's, a loss timer's), or max_wait on. False
+// when nothing moved and no timer is set.
+inline bool exchange_or_wait(TestClient &client, TestServer &server, quic::ManualClock &clock,
+                             uint64_t max_wait = UINT64_MAX) {
+  bool moved = false;
+  for (auto &dg : client.write()) {
+    moved = true;
+    for (auto &back : server.deliver(dg)) client.read(back);
+  }
+  for (auto &back : server.tick()) {
+    moved = true;
+    client.read(back);
+  }
+  if (!moved) {
+    uint64_t next = std::min(client.expiry(), server.wheel.next_expiry());
+    if (next == UINT64_MAX) return false;
+    next = std::min(next, clock.now() + std::min(max_wait, UINT64_MAX - clock.now()));
+    if (next > clock.now()) clock.set(next);
+    client.handle_expiry();
+  }
+  return true;
+}
+
 // Exchanges datagrams until nothing moves, advancing the clock to the next
 // timer when idle, up to max_steps. Returns when pred() holds (true) or
 // the budget runs out (false).
@@ -173,21 +197,7 @@ bool run_until(TestClient &client, TestServer &server, quic::ManualClock &clock,
                int max_steps = 2000) {
   for (int step = 0; step < max_steps; ++step) {
     if (pred()) return true;
-    bool moved = false;
-    for (auto &dg : client.write()) {
-      moved = true;
-      for (auto &back : server.deliver(dg)) client.read(back);
-    }
-    for (auto &back : server.tick()) {
-      moved = true;
-      client.read(back);
-    }
-    if (!moved) {
-      uint64_t next = std::min(client.expiry(), server.wheel.next_expiry());
-      if (next == UINT64_MAX) return pred();
-      if (next > clock.now()) clock.set(next);
-      client.handle_expiry();
-    }
+    if (!exchange_or_wait(client, server, clock)) return pred();
   }
   return pred();
 }
