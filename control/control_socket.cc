@@ -10,6 +10,7 @@
 #include "control/config.h"
 #include "control/counters.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "control/self_signed.h"
 #include "control/server.h"
 #include "control/systemd.h"
@@ -40,24 +41,26 @@ namespace xdpq::control {
 
 namespace {
 
+// A JSON string's content; bytes that are not UTF-8 (JSON must be) are
+// given as U+FFFD.
 std::string json_escape(const std::string &s) {
   std::string o;
-  for (char c : s) {
+  append_utf8(o, s, [](std::string &out, char c) {
     switch (c) {
-    case '"': o += "\\\""; break;
-    case '\\': o += "\\\\"; break;
-    case '\n': o += "\\n"; break;
-    case '\t': o += "\\t"; break;
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\t': out += "\\t"; break;
     default:
       if (static_cast<unsigned char>(c) < 0x20) {
         char b[8];
         snprintf(b, sizeof(b), "\\u%04x", c);
-        o += b;
+        out += b;
       } else {
-        o += c;
+        out += c;
       }
     }
-  }
+  });
   return o;
 }
 
@@ -111,8 +114,10 @@ int bind_control_socket(const std::string &path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size());
-  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (connect(probe, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0) {
+  // Not blocking: a listener whose backlog is full (a hung server that
+  // clients kept calling) would hold a blocking connect for good.
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (connect(probe, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0 || errno == EAGAIN) {
     close(probe);
     throw UsageError("--control-socket " + path +
                      ": another xdpqd is listening there (use another path)");

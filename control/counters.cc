@@ -1,5 +1,6 @@
 #include "control/counters.h"
 
+#include "base/utf8.h"
 #include "dataplane/xdp_program.h"
 
 #include <dlfcn.h>
@@ -33,15 +34,16 @@ std::string fmt_sum_seconds(uint64_t ns) {
   return b;
 }
 
-// A Prometheus label value: backslash, double quote and newline escaped.
+// A Prometheus label value: backslash, double quote and newline escaped;
+// bytes that are not UTF-8 (a scraper refuses the page) given as U+FFFD.
 std::string label_value(std::string_view v) {
   std::string o;
-  for (char c : v) {
-    if (c == '\\') o += "\\\\";
-    else if (c == '"') o += "\\\"";
-    else if (c == '\n') o += "\\n";
-    else o += c;
-  }
+  append_utf8(o, v, [](std::string &out, char c) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  });
   return o;
 }
 
@@ -193,8 +195,14 @@ Counters counters_of(const WorkerSnapshot &s, bool with_upstreams) {
   // exports the same names in the same order.
   add_group(c, s.tcp, "tcp_");
   add_group(c, s.proxy, "");
+#ifdef XDPQ_HAVE_AFXDP
+  add_group(c, s.afxdp, "afxdp_");
+  add_group(c, s.next_hops, "");
+#endif
   // Upstreams by position in the configuration (`xdpqctl status` names
-  // them); every worker has the same list.
+  // them), last: the one part whose length varies. Workers have the same
+  // list, except for a moment around a reload that changes it (a snapshot
+  // begun before, a worker that exited with the old list).
   for (size_t i = 0; with_upstreams && i < s.upstreams.size(); ++i) {
     const std::string prefix = "upstream" + std::to_string(i) + "_";
     add_group(c, s.upstreams[i], prefix.c_str());
@@ -202,10 +210,6 @@ Counters counters_of(const WorkerSnapshot &s, bool with_upstreams) {
       c.push_back(Counter{prefix + name, v, help, true});
     });
   }
-#ifdef XDPQ_HAVE_AFXDP
-  add_group(c, s.afxdp, "afxdp_");
-  add_group(c, s.next_hops, "");
-#endif
   return c;
 }
 
@@ -213,11 +217,12 @@ Counters sum(const std::vector<WorkerSnapshot> &snaps) {
   Counters total;
   for (const auto &s : snaps) {
     auto c = counters_of(s);
-    if (total.empty()) {
-      total = std::move(c);
-      continue;
+    // The same names in the same order, but for the upstreams at the end:
+    // a longer list adds its upstreams.
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (i < total.size()) total[i].value += c[i].value;
+      else total.push_back(std::move(c[i]));
     }
-    for (size_t i = 0; i < c.size() && i < total.size(); ++i) total[i].value += c[i].value;
   }
   return total;
 }

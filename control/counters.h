@@ -22,7 +22,8 @@ using Counters = std::vector<Counter>;
 // Every counter of one worker, in a stable order; with_upstreams: the
 // upstreams' too, as upstreamN_NAME.
 Counters counters_of(const WorkerSnapshot &s, bool with_upstreams = true);
-// Element-wise sum over workers (same order as counters_of).
+// The sum over workers, counter by counter (in counters_of's order; a
+// longer upstream list adds its upstreams).
 Counters sum(const std::vector<WorkerSnapshot> &snaps);
 // The XDP program's per-CPU counters summed (empty without AF_XDP).
 Counters xdp_counters(const dataplane::XdpProgram *program);

@@ -23,8 +23,9 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import (H3LOAD, Server, TimedTestCase, free_udp_port,  # noqa: E402
-                     gtlsclient, make_cert, pattern, read_pcap, require_tools, sha256, xdpqctl)
+from harness import (H3LOAD, XDPQD, Server, TimedTestCase, free_udp_port,  # noqa: E402
+                     gtlsclient, make_cert, pattern, read_pcap, read_to_end, require_tools,
+                     sha256, xdpqctl)
 from netns import Topology  # noqa: E402
 
 
@@ -85,6 +86,35 @@ class ControlTest(TimedTestCase):
             self.assertIn("path too long (at most 107 bytes)", err)
             self.assertEqual(out, "")
             srv.stop()
+
+    def test_a_live_socket_with_a_full_backlog_is_refused_not_waited_on(self):
+        # Regression (review): the check for another server on the path was
+        # a blocking connect, which waits for good on a listener whose
+        # backlog is full (a hung server its clients kept calling).
+        path = os.path.join(tempfile.mkdtemp(prefix="xdpq-ctl-", dir=self.tmp), "ctl")
+        hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        hung.bind(path)
+        hung.listen(0)
+        callers = []
+        while True:  # fill the backlog
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            try:
+                c.connect(path)
+            except BlockingIOError:
+                c.close()
+                break
+            callers.append(c)
+        try:
+            r = subprocess.run([XDPQD, "--listen", f"127.0.0.1:{free_udp_port()}", "--no-tcp",
+                                "--control-socket", path], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=10)
+        finally:
+            for c in callers:
+                c.close()
+            hung.close()
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("another xdpqd is listening there", r.stderr)
 
     def test_a_stopped_worker_still_answers_for_its_figures(self):
         # Regression: in a drain a worker with nothing left stops at once,
@@ -634,6 +664,15 @@ class ControlTest(TimedTestCase):
             rc, out, _ = xdpqctl(srv, "status")
             self.assertEqual(rc, 0, "the control socket did not survive garbage")
             self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+            # Regression (review): the error that names an unknown command
+            # passed its bytes on as they were: not JSON when they are not
+            # UTF-8. They come back as U+FFFD.
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(path)
+                s.sendall(b"json\tst\xffat\xc3\xa9\n")
+                reply = read_to_end(s)
+            self.assertIn("st\ufffdat\u00e9", json.loads(reply.decode("utf-8"))["error"])
 
     def test_xdpqctl_talks_only_to_its_own_users_server(self):
         # Regression: xdpqctl asked, and believed, whatever listened at the

@@ -1,4 +1,5 @@
 #include "base/log.h"
+#include "base/utf8.h"
 
 #include <gtest/gtest.h>
 
@@ -57,4 +58,26 @@ TEST(Log, AShortLineIsUnchanged) {
   std::string out = captured([] { LOG_ERROR("plain %d", 42); });
   EXPECT_EQ(out.find('\n'), out.size() - 1);
   EXPECT_NE(out.find("error: plain 42\n"), std::string::npos);
+}
+
+TEST(Utf8, WellFormedSequencesOnly) {
+  using xdpq::utf8_sequence;
+  EXPECT_EQ(utf8_sequence("a"), 1u);
+  EXPECT_EQ(utf8_sequence("\xc3\xa9"), 2u);         // é
+  EXPECT_EQ(utf8_sequence("\xe2\x82\xac"), 3u);     // €
+  EXPECT_EQ(utf8_sequence("\xf0\x9f\x98\x80"), 4u); // U+1F600
+  EXPECT_EQ(utf8_sequence("\xff"), 0u);
+  EXPECT_EQ(utf8_sequence("\x80"), 0u);             // a continuation byte alone
+  EXPECT_EQ(utf8_sequence("\xc0\xaf"), 0u);         // overlong '/'
+  EXPECT_EQ(utf8_sequence("\xe0\x80\xaf"), 0u);     // overlong '/'
+  EXPECT_EQ(utf8_sequence("\xed\xa0\x80"), 0u);     // a surrogate
+  EXPECT_EQ(utf8_sequence("\xf4\x90\x80\x80"), 0u); // past U+10FFFF
+  EXPECT_EQ(utf8_sequence("\xe2\x82"), 0u);         // cut short
+  EXPECT_EQ(utf8_sequence("\xe2\x28\xac"), 0u);     // not a continuation
+  std::string out;
+  xdpq::append_utf8(out, "a\xff\xc3\xa9\"", [](std::string &o, char c) {
+    if (c == '"') o += "\\\"";
+    else o += c;
+  });
+  EXPECT_EQ(out, "a\xef\xbf\xbd\xc3\xa9\\\"");
 }
