@@ -43,6 +43,7 @@ struct H3Session::Stream {
   bool heading = false;  // in heading_: its header section is not whole yet
   uint64_t head_since = 0; // when it began (0: not stamped yet)
   size_t kept = 0;         // idle in free_: the bytes SlotKeep counts for it
+  size_t head_held = 0;    // its head's bytes in heads_held_
 
   void reset(int64_t stream_id) {
     id = stream_id;
@@ -288,6 +289,7 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
 H3Session::~H3Session() {
   // Requests open when the connection ends are logged as they stand.
   for (auto &p : pool_) log_request(*p);
+  charge_memory(-static_cast<int64_t>(heads_held_));
   nghttp3_conn_del(conn_);
   if (ra_pool_) {
     // Streams still open die with the connection: their share goes back.
@@ -687,6 +689,10 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
     s.headers_too_large = true;
     return 0;
   }
+  const size_t held = n.size() + v.size() + 32;
+  s.head_held += held;
+  heads_held_ += held;
+  charge_memory(static_cast<int64_t>(held));
   switch (token) {
   case NGHTTP3_QPACK_TOKEN__METHOD: s.req.method.assign(v); break;
   case NGHTTP3_QPACK_TOKEN__SCHEME: s.req.scheme.assign(v); break;
@@ -943,6 +949,9 @@ void H3Session::settle(Stream &s) {
 
 void H3Session::on_stream_close(Stream &s) {
   active_ -= 1;
+  heads_held_ -= s.head_held;
+  charge_memory(-static_cast<int64_t>(s.head_held));
+  s.head_held = 0;
   if (s.heading) stop_heading(s);
   settle(s);
   budget_.give_back(s.charged); // the body, or the response made from it

@@ -303,6 +303,10 @@ private:
   // the connection's window or room (woken by before_write()).
   static constexpr uint64_t MAX_READ_AHEAD = 4u << 20;
   uint64_t read_ahead_held_ = 0;
+  // The request heads its open streams keep (each up to the field section
+  // limit, for as long as the stream stays open: a peer that lets no
+  // answer out keeps it open), counted with the connection's memory.
+  uint64_t heads_held_ = 0;
   ReadAheadPool *ra_pool_ = nullptr; // the worker's (limits_.read_ahead)
   bool pool_waiting_ = false;        // in ra_pool_->waiting, at pool_place_
   std::list<H3Session *>::iterator pool_place_;
