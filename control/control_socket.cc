@@ -230,15 +230,21 @@ std::vector<WorkerSnapshot> Server::snapshots(bool with_conns, std::vector<int> 
   // All asked at once, one deadline for all: a stuck worker costs the
   // control thread SNAPSHOT_WAIT, not that per worker.
   for (auto &w : workers_) w->request_snapshot(with_conns);
-  const auto deadline = std::chrono::steady_clock::now() + SNAPSHOT_WAIT;
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = now + SNAPSHOT_WAIT;
   last_snapshots_.resize(workers_.size());
+  missed_at_beat_.resize(workers_.size());
   for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerSnapshot s;
-    if (workers_[i]->collect_snapshot(s, deadline)) {
+    auto &missed = missed_at_beat_[i];
+    const bool stuck = missed && *missed == workers_[i]->heartbeat();
+    if (workers_[i]->collect_snapshot(s, stuck ? now : deadline)) {
+      missed.reset();
       if (!with_conns) last_snapshots_[i] = s;
       v.push_back(std::move(s));
       continue;
     }
+    if (!stuck) missed = workers_[i]->heartbeat();
     unanswered.push_back(workers_[i]->id());
     if (last_known && last_snapshots_[i]) v.push_back(*last_snapshots_[i]);
   }

@@ -85,10 +85,14 @@ private:
   // (SNAPSHOT_WAIT); the ids of workers that did not answer in time (stuck,
   // or busy past it) go to unanswered, so that no output leaves them out
   // without saying so. With last_known, such a worker's last snapshot
-  // stands in for it (if it ever answered).
+  // stands in for it (if it ever answered). A worker that missed a round
+  // and has not turned its loop since is not waited for again: a stuck
+  // worker costs the control thread (its signals, other admin clients)
+  // one wait, not one per request.
   std::vector<WorkerSnapshot> snapshots(bool with_conns, std::vector<int> &unanswered,
                                         bool last_known = false);
   std::vector<std::optional<WorkerSnapshot>> last_snapshots_; // by worker index
+  std::vector<std::optional<uint64_t>> missed_at_beat_;      // by worker index: its heartbeat then
   // A reload's check thread runs (it may outlive the reload that gave up
   // on it): the next reload waits for it to end.
   std::shared_ptr<std::atomic<bool>> reload_check_running_ =

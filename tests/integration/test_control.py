@@ -5,6 +5,7 @@ new certificate during a download, SIGTERM drain (AF_XDP, nothing left
 attached), stateless reset after a restart with the same secrets, the control
 socket refusing others and surviving garbage, Prometheus metrics, sd_notify."""
 
+import concurrent.futures
 import contextlib
 import ctypes
 import json
@@ -356,6 +357,34 @@ class ControlTest(TimedTestCase):
             self.assertEqual(sorted(w["id"] for w in st["workers"]), [0, 1])
             self.assertFalse(xdpqctl(srv, "stats")[1].startswith("warning"))
             self.assertEqual(gtlsclient(srv, ["/healthz"]).statuses, {0: 200})
+
+    def test_a_stuck_worker_is_waited_for_once_not_per_request(self):
+        # Regression (review): every admin request waited SNAPSHOT_WAIT
+        # (500 ms) for a stuck worker, on the thread that also handles the
+        # signals and every other admin client. 32 scrapes (the metrics
+        # port's limit) queued 16 s of waiting, and xdpqctl gave up after
+        # its 10 s. A worker that missed a round and has not turned its
+        # loop since is no longer waited for.
+        mport = free_udp_port()
+
+        def scrape():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics",
+                                              timeout=60).status
+            except OSError as e:
+                return str(e)
+        with Server("--metrics", f"127.0.0.1:{mport}", workers=2) as srv:
+            with StoppedThread(thread_named(srv.proc.pid, "xdpq-worker-1")):
+                with concurrent.futures.ThreadPoolExecutor(32) as pool:
+                    scrapes = [pool.submit(scrape) for _ in range(32)]
+                    time.sleep(0.5)  # all 32 connected and asking
+                    rc, out, err = xdpqctl(srv, "status", json_out=True, timeout=30)
+                    self.assertEqual(rc, 0, out + err)
+                    self.assertEqual(json.loads(out)["unanswered_workers"], [1])
+                    self.assertEqual([s.result() for s in scrapes], [200] * 32)
+            # Once it runs again, it is waited for and answers.
+            st = json.loads(xdpqctl(srv, "stats", json_out=True)[1])
+            self.assertEqual(st["unanswered_workers"], [])
 
     def test_a_metrics_client_over_the_limit_gets_503(self):
         # Regression: the metrics port refused a client over its limit
