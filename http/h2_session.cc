@@ -2,6 +2,7 @@
 
 #include "http/tcp_session.h"
 
+#include "http/body_credit.h"
 #include "http/response_head.h"
 
 #include "base/clock.h"
@@ -42,7 +43,7 @@ struct H2Stream {
   int status = 0;        // the response's, once submitted
   TcpStats *stats = nullptr;
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
-  uint64_t credited = 0;     // request body bytes that left the exchange, consumed for the stream
+  BodyCredit::Stream flow;   // a proxied body's credit given (see BodyCredit)
   bool flush_queued = false; // in flush_: body bytes to write upstream after this input
   size_t kept = 0;           // idle in free_: the bytes SlotKeep counts for it
 };
@@ -59,7 +60,8 @@ void record_latency(H2Stream &st) {
 class H2Session final : public TcpSession, public ProxyListener {
 public:
   explicit H2Session(const SessionEnv &env)
-      : env_(env), budget_(env.budget, env.limits.max_body_per_connection) {
+      : env_(env), budget_(env.budget, env.limits.max_body_per_connection),
+        body_credit_(env.limits.max_body_per_connection / 2) {
     head_.set_extra(env.response_headers);
     nghttp2_session_callbacks *cb;
     nghttp2_session_callbacks_new(&cb);
@@ -226,7 +228,7 @@ private:
           st->charged = 0;
           st->offset = 0;
           st->exchange = nullptr;
-          st->credited = 0;
+          st->flow = {};
           st->flush_queued = false;
           st->started_ns = me.now_;
           st->begun_ns = me.now_;
@@ -420,6 +422,9 @@ private:
           if (st->exchange) {
             me.proxied_ -= 1;
             if (st->exchange->body_expected()) st->exchange->abort_body(); // reset mid-body
+            // Bytes held without the connection's credit die with the stream.
+            if (uint64_t owed = me.body_credit_.closed(st->flow, st->exchange->body_in()))
+              nghttp2_session_consume_connection(s, static_cast<size_t>(owed));
           }
           me.budget_.give_back(st->charged); // the body or the response made from it
           st->charged = 0;
@@ -652,10 +657,8 @@ private:
     respond(st);
   }
 
-  // A proxied request's body: into the exchange. The connection's credit
-  // comes back at once (the bytes are the exchange's to hold, within the
-  // body budgets), the stream's as they leave: a stream whose upstream is
-  // slow or stalled holds up no other.
+  // A proxied request's body: into the exchange, credited as BodyCredit
+  // says (a stream whose upstream is slow or stalled holds up no other).
   void on_proxy_data(H2Stream &st, const uint8_t *data, size_t len) {
     if (st.refused) {
       nghttp2_session_consume(session_, st.id, len);
@@ -667,7 +670,8 @@ private:
       abort_request(st);
       return;
     }
-    nghttp2_session_consume_connection(session_, len);
+    if (uint64_t now = body_credit_.arrived(st.flow, len))
+      nghttp2_session_consume_connection(session_, static_cast<size_t>(now));
     queue_flush(st);
   }
 
@@ -692,11 +696,9 @@ private:
 
   // Flow-control credit for the body bytes that left the exchange.
   void credit(H2Stream &st) {
-    uint64_t out = st.exchange->body_out();
-    if (out > st.credited) {
-      nghttp2_session_consume_stream(session_, st.id, static_cast<size_t>(out - st.credited));
-      st.credited = out;
-    }
+    const auto c = body_credit_.left(st.flow, st.exchange->body_out());
+    if (c.stream) nghttp2_session_consume_stream(session_, st.id, static_cast<size_t>(c.stream));
+    if (c.conn) nghttp2_session_consume_connection(session_, static_cast<size_t>(c.conn));
   }
 
   // The proxied request cannot go on (body overrun or short, over budget):
@@ -705,7 +707,7 @@ private:
     st.exchange->abort_body();
     if (st.refused) return;
     st.refused = true;
-    st.refused_by_us = st.exchange->worker_budget_refused();
+    st.refused_by_us = st.exchange->budget_refused();
     st.responded = true;
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
   }
@@ -765,6 +767,7 @@ private:
 
   SessionEnv env_;
   BudgetAccount budget_;
+  BodyCredit body_credit_; // proxied bodies' flow-control credit
   nghttp2_session *session_ = nullptr;
   // Streams are pooled per connection (at most its concurrent-stream limit
   // at once): nghttp2's stream user data points into pool_.

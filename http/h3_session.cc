@@ -31,7 +31,7 @@ struct H3Session::Stream {
   size_t charged = 0; // bytes taken from the body budget
   uint64_t acked = 0; // response body bytes the peer acknowledged
   ProxyExchange *exchange = nullptr; // a proxied response (owned by resp.body)
-  uint64_t credited = 0;      // request body bytes that left the exchange, credited to the stream
+  BodyCredit::Stream flow;    // a proxied body's credit given (see BodyCredit)
   bool flush_queued = false;  // in flush_: body bytes to write upstream after this read
   bool stop_sent = false;     // STOP_SENDING: the rest of the body is not wanted
   bool awaiting = false;      // proxied, its response head not yet come (awaiting_)
@@ -65,7 +65,7 @@ struct H3Session::Stream {
     charged = 0;
     acked = 0;
     exchange = nullptr;
-    credited = 0;
+    flow = {};
     flush_queued = false;
     stop_sent = false;
     awaiting = false;
@@ -249,7 +249,8 @@ nghttp3_nv make_nv(std::string_view name, std::string_view value, bool copy_valu
 H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router> router,
                      const H3Limits &limits, H3Stats &stats)
     : transport_(transport), router_(std::move(router)), limits_(limits), stats_(stats),
-      budget_(limits.budget, limits.max_body_per_connection), ra_pool_(limits.read_ahead) {
+      budget_(limits.budget, limits.max_body_per_connection),
+      body_credit_(limits.max_body_per_connection / 2), ra_pool_(limits.read_ahead) {
   head_.set_extra(limits.response_headers);
   nghttp3_callbacks cbs{};
   cbs.stream_close = cb_stream_close;
@@ -818,11 +819,10 @@ void H3Session::proxy_progress(void *tag) {
 }
 
 bool H3Session::credit(Stream &s) {
-  uint64_t out = s.exchange->body_out();
-  if (out <= s.credited) return false;
-  transport_.app_consume_stream(s.id, out - s.credited);
-  s.credited = out;
-  return true;
+  const auto c = body_credit_.left(s.flow, s.exchange->body_out());
+  if (c.stream) transport_.app_consume_stream(s.id, c.stream);
+  if (c.conn) transport_.app_consume_conn(c.conn);
+  return c.stream || c.conn;
 }
 
 void H3Session::flush_bodies() {
@@ -858,10 +858,8 @@ void H3Session::abort_request(Stream &s, bool by_client) {
   transport_.app_want_write();
 }
 
-// A proxied request's body: into the exchange. The connection's credit
-// comes back at once (the bytes are the exchange's to hold, within the
-// body budgets), the stream's as they leave: a stream whose upstream is
-// slow or stalled holds up no other.
+// A proxied request's body: into the exchange, credited as BodyCredit
+// says (a stream whose upstream is slow or stalled holds up no other).
 void H3Session::on_proxy_data(Stream &s, const uint8_t *data, size_t len) {
   if (s.aborted || s.refused) {
     transport_.app_consume(s.id, len);
@@ -873,7 +871,7 @@ void H3Session::on_proxy_data(Stream &s, const uint8_t *data, size_t len) {
     abort_request(s);
     return;
   }
-  transport_.app_consume_conn(len);
+  if (uint64_t now = body_credit_.arrived(s.flow, len)) transport_.app_consume_conn(now);
   if (s.exchange->ended() && !s.stop_sent) {
     // Answered whole already: the rest of the body is not wanted
     // (RFC 9114 4.1).
@@ -957,6 +955,11 @@ void H3Session::on_stream_close(Stream &s) {
   budget_.give_back(s.charged); // the body, or the response made from it
   s.charged = 0;
   if (s.exchange && s.exchange->body_expected()) s.exchange->abort_body(); // reset mid-body
+  // Bytes held without the connection's credit die with the stream.
+  if (s.exchange) {
+    if (uint64_t owed = body_credit_.closed(s.flow, s.exchange->body_in()))
+      transport_.app_consume_conn(owed);
+  }
   if (s.resp.body && s.resp.body->reads_ahead() && s.body_offset > s.acked)
     release_read_ahead(s.body_offset - s.acked);
   stop_waiting(s);

@@ -8,6 +8,7 @@
 #include "base/counters.h"
 #include "dataplane/histogram.h"
 #include "http/access_log.h"
+#include "http/body_credit.h"
 #include "http/memory_budget.h"
 #include "http/message.h"
 #include "http/proxy.h"
@@ -282,6 +283,7 @@ private:
   H3Limits limits_;
   H3Stats &stats_;
   BudgetAccount budget_;
+  BodyCredit body_credit_; // proxied bodies' flow-control credit
   nghttp3_conn *conn_ = nullptr;
   nghttp3_mem mem_{}; // nghttp3's allocator (counted_table: charge_memory())
   size_t awaiting_ = 0; // proxied requests whose response head has not come

@@ -82,7 +82,11 @@ struct EndpointConfig {
   uint64_t stream_window = 256 * 1024;
   uint64_t conn_window = 1024 * 1024;
   uint64_t max_stream_window = 6 * 1024 * 1024; // auto-tuning ceiling
-  uint64_t max_conn_window = 16 * 1024 * 1024;
+  // The connection's receive window's auto-tuning ceiling: with half the
+  // default body budget per connection (what proxied bodies may hold with
+  // the connection's credit given, see http::BodyCredit), it keeps stalled
+  // uploads under the budget.
+  uint64_t max_conn_window = 8 * 1024 * 1024;
   size_t max_udp_payload = 1452;
   size_t max_connections = 65536;
   uint32_t stateless_resets_per_second = 1000;

@@ -7,6 +7,7 @@ outstanding against round robin), passive and active health, a client that
 never reads, counters, latency histograms and their Prometheus form."""
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -255,6 +256,99 @@ def h2_get_without_window(srv, path):
                             (":authority", "x")], end_stream=True)
     t.sendall(conn.data_to_send())
     return t, conn
+
+
+@contextlib.contextmanager
+def stalled_listener():
+    """A TCP listener on loopback that accepts nothing and reads nothing
+    (its port): an upstream that takes no byte of a request body."""
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.bind(("127.0.0.1", 0))
+    stalled.listen(64)
+    try:
+        yield stalled.getsockname()[1]
+    finally:
+        stalled.close()
+
+
+class StalledUploads:
+    """n HTTP/2 POSTs of 8 MiB on one connection (python3-h2), each sent as
+    far as flow control lets it."""
+    SIZE = 8 << 20
+
+    def __init__(self, srv, path, n):
+        import h2.config
+        import h2.connection
+        self.t = tls(srv, "h2")
+        self.t.settimeout(0.2)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.left, self.ended, self.resets, self.answer = {}, set(), {}, {}
+        self.uploads = [self.post(path, b"u" * self.SIZE) for _ in range(n)]
+        self.goaway = False
+
+    def post(self, path, body):
+        """Starts another POST on the connection; its stream id."""
+        sid = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "https"),
+                                     (":authority", "x"), ("content-length", str(len(body)))])
+        self.left[sid] = body
+        return sid
+
+    def pump(self):
+        """Sends what the windows let out, reads what came; True if
+        anything moved."""
+        import h2.events
+        moved = False
+        for sid, data in list(self.left.items()):
+            if sid in self.resets:
+                continue
+            n = min(16384, self.conn.local_flow_control_window(sid), len(data))
+            while n > 0:
+                self.conn.send_data(sid, data[:n], end_stream=n == len(data))
+                data = data[n:]
+                moved = True
+                n = min(16384, self.conn.local_flow_control_window(sid), len(data))
+            self.left[sid] = data
+        self.t.sendall(self.conn.data_to_send())
+        try:
+            got = self.t.recv(1 << 20)
+        except (socket.timeout, ssl.SSLWantReadError):
+            got = b""
+        for ev in self.conn.receive_data(got):
+            if isinstance(ev, h2.events.ResponseReceived):
+                self.answer[ev.stream_id] = [int(dict(ev.headers)[b":status"]), b""]
+            elif isinstance(ev, h2.events.DataReceived):
+                self.answer[ev.stream_id][1] += ev.data
+                self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, h2.events.StreamEnded):
+                self.ended.add(ev.stream_id)
+            elif isinstance(ev, h2.events.StreamReset):
+                self.resets[ev.stream_id] = ev.error_code
+            elif isinstance(ev, h2.events.ConnectionTerminated):
+                self.goaway = True
+        self.t.sendall(self.conn.data_to_send())
+        return moved or bool(got)
+
+    def until_stalled(self):
+        """Pumps until nothing has moved for a second."""
+        quiet_since, give_up = time.time(), time.time() + 30
+        while time.time() - quiet_since < 1 and time.time() < give_up:
+            if self.pump():
+                quiet_since = time.time()
+
+    def until_done(self, sid, timeout=10):
+        give_up = time.time() + timeout
+        while sid not in self.ended and sid not in self.resets and time.time() < give_up:
+            self.pump()
+
+    def sent_ahead(self):
+        """Bytes of the uploads sent so far."""
+        return sum(self.SIZE - len(self.left[sid]) for sid in self.uploads)
+
+    def close(self):
+        self.t.close()
 
 
 def dead_port():
@@ -1545,82 +1639,44 @@ http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/prox
         Five such uploads spent the 4 MiB connection window (each stream
         may send 1 MiB ahead), and every other upload on the connection
         stalled behind them."""
-        import h2.config
-        import h2.connection
-        import h2.events
-        stalled = socket.socket()  # accepts nothing, reads nothing
-        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        stalled.bind(("127.0.0.1", 0))
-        stalled.listen(16)
-        port = stalled.getsockname()[1]
-        size = 8 << 20
-        with self.serve(f"/stall=http://127.0.0.1:{port}", f"/app={self.app.url}") as srv:
-            t = tls(srv, "h2")
-            t.settimeout(0.2)
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-            conn.initiate_connection()
-            left = {}
-            for _ in range(5):
-                sid = conn.get_next_available_stream_id()
-                conn.send_headers(sid, [(":method", "POST"), (":path", "/stall/x"),
-                                        (":scheme", "https"), (":authority", "x"),
-                                        ("content-length", str(size))])
-                left[sid] = b"u" * size
-            ended, resets, answer = set(), {}, {}
-
-            def pump():
-                """Sends what the windows let out, reads what came; True if
-                anything moved."""
-                moved = False
-                for sid, data in list(left.items()):
-                    n = min(16384, conn.local_flow_control_window(sid), len(data))
-                    while n > 0:
-                        conn.send_data(sid, data[:n], end_stream=n == len(data))
-                        data = data[n:]
-                        moved = True
-                        n = min(16384, conn.local_flow_control_window(sid), len(data))
-                    left[sid] = data
-                t.sendall(conn.data_to_send())
-                try:
-                    got = t.recv(1 << 20)
-                except (socket.timeout, ssl.SSLWantReadError):
-                    got = b""
-                for ev in conn.receive_data(got):
-                    if isinstance(ev, h2.events.ResponseReceived):
-                        answer[ev.stream_id] = [int(dict(ev.headers)[b":status"]), b""]
-                    elif isinstance(ev, h2.events.DataReceived):
-                        answer[ev.stream_id][1] += ev.data
-                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-                    elif isinstance(ev, h2.events.StreamEnded):
-                        ended.add(ev.stream_id)
-                    elif isinstance(ev, h2.events.StreamReset):
-                        resets[ev.stream_id] = ev.error_code
-                t.sendall(conn.data_to_send())
-                return moved or bool(got)
-
-            # Until the uploads stall: nothing moves for a second.
-            quiet_since, give_up = time.time(), time.time() + 30
-            while time.time() - quiet_since < 1 and time.time() < give_up:
-                if pump():
-                    quiet_since = time.time()
-            sent_ahead = sum(size - len(d) for d in left.values())
+        with stalled_listener() as port, \
+                self.serve(f"/stall=http://127.0.0.1:{port}", f"/app={self.app.url}") as srv:
+            up = StalledUploads(srv, "/stall/x", 5)
+            up.until_stalled()
+            sent_ahead = up.sent_ahead()
             body = os.urandom(256 * 1024)
-            other = conn.get_next_available_stream_id()
-            conn.send_headers(other, [(":method", "POST"), (":path", "/app/sum"),
-                                      (":scheme", "https"), (":authority", "x"),
-                                      ("content-length", str(len(body)))])
-            left[other] = body
-            give_up = time.time() + 10
-            while other not in ended and other not in resets and time.time() < give_up:
-                pump()
-            t.close()
-        stalled.close()
+            other = up.post("/app/sum", body)
+            up.until_done(other)
+            up.close()
         # The stalled uploads sent past the connection's 4 MiB window.
         self.assertGreater(sent_ahead, 4 << 20)
-        self.assertEqual(resets, {})
-        self.assertIn(other, ended)
-        self.assertEqual(answer[other][0], 200)
-        self.assertEqual(json.loads(answer[other][1])["body_sha256"], sha256(body))
+        self.assertEqual(up.resets, {})
+        self.assertIn(other, up.ended)
+        self.assertEqual(up.answer[other][0], 200)
+        self.assertEqual(json.loads(up.answer[other][1])["body_sha256"], sha256(body))
+
+    def test_http2_many_uploads_to_a_stalled_upstream_are_slowed_not_refused(self):
+        """Regression (review of the above): with the connection's credit
+        given back for every byte as it arrived, 24 uploads to a stalled
+        upstream (each sending its 1 MiB stream window ahead) went past the
+        connection's 16 MiB body budget, and the streams past it were
+        reset. Past an allowance, the connection's credit comes back as the
+        bytes leave: the client is slowed down, never refused."""
+        with stalled_listener() as port, \
+                self.serve(f"/stall=http://127.0.0.1:{port}") as srv:
+            up = StalledUploads(srv, "/stall/x", 24)
+            up.until_stalled()
+            stats = stats_json(srv)
+            up.close()
+        # More than the allowance (half the budget) is held, within the
+        # budget (what went into the upstream sockets' buffers is not).
+        held = total(stats, "body_bytes_held")
+        print(f"held {held} B", end=" ", flush=True)
+        self.assertGreater(held, 8 << 20)
+        self.assertLess(held, 16 << 20)
+        self.assertEqual(up.resets, {})
+        self.assertFalse(up.goaway)
+        self.assertEqual(total(stats, "proxy_body_budget_refusals"), 0)
 
     def test_client_lying_about_its_length_closes_the_upstream(self):
         with self.serve(f"/app={self.app.url}") as srv:

@@ -5,6 +5,7 @@
 #include "control/counters.h"
 #include "control/worker.h"
 #include "dataplane/histogram.h"
+#include "http/body_credit.h"
 #include "http/proxy.h"
 #include "http/proxy_config.h"
 #include "http/proxy_headers.h"
@@ -1502,6 +1503,39 @@ TEST_F(StreamedRequest, Http3ResetLeavesWhileTheConnectionWindowIsSpent) {
   EXPECT_TRUE(client.responses[proxied].reset);
   EXPECT_EQ(client.responses[proxied].reset_code, static_cast<uint64_t>(NGHTTP3_H3_INTERNAL_ERROR));
   EXPECT_FALSE(client.responses[big].done);
+}
+
+// A proxied body's credit: the stream's as bytes leave; the connection's
+// as they arrive while those so held stay within the allowance, else as
+// they leave, or when the stream closes for those that never left.
+TEST(BodyCredit, TheConnectionsCreditComesBackEarlyOnlyWithinTheAllowance) {
+  BodyCredit credit(100);
+  BodyCredit::Stream a, b;
+  EXPECT_EQ(credit.arrived(a, 60), 60u);
+  EXPECT_EQ(credit.arrived(b, 60), 0u); // 120 would be over the allowance
+  EXPECT_EQ(credit.arrived(b, 40), 40u);
+  EXPECT_EQ(credit.held(), 100u);
+  // a's first 50 bytes leave: the stream's credit only (the connection's
+  // was given).
+  auto c = credit.left(a, 50);
+  EXPECT_EQ(c.stream, 50u);
+  EXPECT_EQ(c.conn, 0u);
+  EXPECT_EQ(credit.held(), 50u);
+  // b's 100 leave: 40 had the connection's credit, 60 get it now.
+  c = credit.left(b, 100);
+  EXPECT_EQ(c.stream, 100u);
+  EXPECT_EQ(c.conn, 60u);
+  EXPECT_EQ(credit.held(), 10u);
+  EXPECT_EQ(credit.left(b, 100).stream, 0u); // nothing new
+  // a closes with 30 more taken, never credited to the connection, and
+  // 10 credited early still held.
+  EXPECT_EQ(credit.arrived(a, 95), 0u);
+  EXPECT_EQ(credit.closed(a, 155), 95u);
+  EXPECT_EQ(credit.held(), 0u);
+  // A slot reused starts afresh.
+  EXPECT_EQ(credit.arrived(a, 100), 100u);
+  EXPECT_EQ(credit.closed(a, 100), 0u);
+  EXPECT_EQ(credit.held(), 0u);
 }
 
 // Regression: a proxied upload's bytes held for an upstream that takes
