@@ -41,15 +41,13 @@ namespace xdpq::control {
 namespace {
 // How long a reload may take to check the new configuration.
 constexpr std::chrono::seconds RELOAD_CHECK_LIMIT{30};
+} // namespace
 
-// SIGTERM or SIGINT waits to be read: the server signals are blocked in
-// every thread and read from the control loop's signalfd.
 bool stop_pending() {
   sigset_t set;
   if (sigpending(&set) != 0) return false;
   return sigismember(&set, SIGTERM) == 1 || sigismember(&set, SIGINT) == 1;
 }
-} // namespace
 
 // A fresh access log file at the configured path (logrotate moved the old
 // one). "" or "; access log not reopened, ...: why".

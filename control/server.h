@@ -39,6 +39,11 @@ namespace xdpq::control {
 class Worker;
 struct WorkerSnapshot;
 
+// SIGTERM or SIGINT waits to be read: the server signals are blocked in
+// every thread and read from the control loop's signalfd. Work that keeps
+// the control thread (a reload's check, an upgrade's wait) gives up for it.
+bool stop_pending();
+
 class Server final : public AdminHandler {
 public:
   // Prepares everything that can fail on bad input: files, addresses,

@@ -185,6 +185,13 @@ std::string Server::upgrade() {
       text.clear();
       continue;
     }
+    if (!got && errno == ETIMEDOUT && stop_pending()) {
+      // The stop is not kept waiting (systemd kills what has not stopped
+      // within TimeoutStopSec, drain or not): the signal stays queued for
+      // the loop, which drains as soon as this returns.
+      return abandon("abandoned: the server was asked to stop while the new process was "
+                     "starting");
+    }
     if (!got && errno != ETIMEDOUT) {
       for (int fd : fds) close(fd);
       int status = 0;

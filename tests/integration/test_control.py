@@ -894,6 +894,28 @@ class ControlTest(TimedTestCase):
         self.assertNotIn("took longer than 30 s", log)
         self.assertIn("draining", log)
 
+    def test_a_stop_during_an_upgrade_does_not_wait_for_it(self):
+        # Regression (review): a binary upgrade waited up to 30 s for the
+        # new process to be ready, on the control thread, without looking
+        # at a SIGTERM that came meanwhile. The upgrade is abandoned now
+        # (the new process stopped) and the drain begins.
+        with silent_resolver(self.tmp) as (ns, write, n, env):
+            with Server("--config", write.path, netns=ns, extra_env=env) as srv:
+                while n.recv(256).decode() != "READY=1":
+                    pass
+                write("http://app.example:8080")  # the new process resolves it as it starts
+                srv.proc.send_signal(signal.SIGUSR2)
+                give_up = time.time() + 10
+                while "upgrade: started" not in srv.output() and time.time() < give_up:
+                    time.sleep(0.05)
+                time.sleep(0.5)  # into the wait for its verdict
+                srv.proc.send_signal(signal.SIGTERM)
+                self.assertEqual(srv.proc.wait(timeout=20), 0, srv.output()[-2000:])
+                log = srv.output()
+        self.assertIn("upgrade failed, still serving: abandoned: the server was asked to stop",
+                      log)
+        self.assertIn("draining", log)
+
 
 def reload_to_an_unresolvable_name(srv, write, notify):
     """Once srv is ready: a route to a name the resolver never answers, and
