@@ -74,6 +74,10 @@ enum xdpq_counter {
 	                              * host does not have: the kernel's (it forwards or drops) */
 	XDPQ_CNT_DROP_LOCAL_SOURCE,  /* a source address that is the host's own: forged (the
 	                              * kernel drops such a martian too) */
+	XDPQ_CNT_DROP_EXT_HEADER,    /* IPv6 UDP to a served port behind extension headers
+	                              * (hop-by-hop, routing, destination options), or a chain
+	                              * of them too long to see the end of, to this host: passed
+	                              * on, it would reach the server past these checks */
 	XDPQ_CNT__MAX
 };
 

@@ -75,6 +75,23 @@ struct vlan_hdr {
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
 #define IPPROTO_FRAGMENT_HDR 44
+#define IPPROTO_HOPOPTS_HDR 0
+#define IPPROTO_ROUTING_HDR 43
+#define IPPROTO_DSTOPTS_HDR 60
+/* IPv6 extension headers walked to find what they carry. */
+#define IPV6_EXT_WALK 8
+
+/* Hop-by-hop, routing and destination options headers begin alike. */
+struct ext_hdr {
+	__u8 nexthdr;
+	__u8 len; /* in 8-octet units, not counting the first 8 */
+};
+
+static __always_inline int ipv6_ext(__u8 nexthdr)
+{
+	return nexthdr == IPPROTO_HOPOPTS_HDR || nexthdr == IPPROTO_ROUTING_HDR ||
+	       nexthdr == IPPROTO_DSTOPTS_HDR;
+}
 
 struct frag_hdr {
 	__u8 nexthdr;
@@ -202,9 +219,40 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 
 	if ((void *)(ip6 + 1) > end)
 		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
-	udp = (struct udphdr *)(ip6 + 1);
-	if (ip6->nexthdr == IPPROTO_FRAGMENT_HDR) {
-		struct frag_hdr *fh = (struct frag_hdr *)(ip6 + 1);
+	/* Extension headers: the kernel reads past them, so the UDP they carry
+	 * reaches the server's port through the kernel's socket, past every
+	 * check here (a source that is the host's own address, which IPv6
+	 * input does not refuse as IPv4's does, would have the server answer
+	 * its own host). The user-space path does not read them either. */
+	__u8 next = ip6->nexthdr;
+	void *l4 = ip6 + 1;
+	int extended = 0;
+#pragma unroll
+	for (int i = 0; i < IPV6_EXT_WALK; i++) {
+		struct ext_hdr *eh = l4;
+
+		if (!ipv6_ext(next))
+			break;
+		if ((void *)(eh + 1) > end)
+			return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+		next = eh->nexthdr;
+		l4 += ((__u32)eh->len + 1) * 8;
+		extended = 1;
+	}
+	if (ipv6_ext(next)) {
+		/* Longer than we look: what it carries stays unknown. Aimed at
+		 * this host, it is dropped (no one sends such chains; RFC 7872);
+		 * anything else is the kernel's to forward. */
+		struct in6_addr a;
+
+		__builtin_memcpy(&a, &ip6->daddr, 16); /* map keys must live on the stack */
+		if (bpf_map_lookup_elem(&local_v6, &a))
+			return count(XDPQ_CNT_DROP_EXT_HEADER, XDP_DROP);
+		return count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
+	}
+	udp = l4;
+	if (next == IPPROTO_FRAGMENT_HDR) {
+		struct frag_hdr *fh = l4;
 
 		if ((void *)(fh + 1) > end)
 			return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
@@ -212,7 +260,7 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 			return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
 		fragment = 1;
 		udp = (struct udphdr *)(fh + 1);
-	} else if (ip6->nexthdr != IPPROTO_UDP) {
+	} else if (next != IPPROTO_UDP) {
 		return count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
 	}
 	if ((void *)(udp + 1) > end)
@@ -220,6 +268,8 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 	int s = served6(&ip6->daddr, udp->dest);
 	if (s != SERVED)
 		return not_served(s);
+	if (extended)
+		return count(XDPQ_CNT_DROP_EXT_HEADER, XDP_DROP);
 	if (fragment)
 		return count(XDPQ_CNT_DROP_FRAGMENT, XDP_DROP);
 	payload_len = bpf_ntohs(ip6->payload_len);

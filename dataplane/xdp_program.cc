@@ -30,7 +30,7 @@ const char *const XDP_COUNTER_NAMES[] = {
     "xdp_pass_not_served",  "xdp_pass_truncated",      "xdp_pass_no_socket",
     "xdp_drop_short_payload", "xdp_drop_small_initial", "xdp_drop_reflection",
     "xdp_drop_fragment",    "xdp_drop_bad_ip_len",     "xdp_drop_bad_udp_len",
-    "xdp_pass_not_local",   "xdp_drop_local_source",
+    "xdp_pass_not_local",   "xdp_drop_local_source",   "xdp_drop_ext_header",
 };
 static_assert(sizeof(XDP_COUNTER_NAMES) / sizeof(XDP_COUNTER_NAMES[0]) == XDPQ_CNT__MAX,
               "a counter name per enum xdpq_counter");

@@ -23,6 +23,9 @@ struct FrameSpec {
   std::vector<uint8_t> payload;
   uint16_t frag_off = 0;        // IPv4 flags+offset field (host order)
   bool v6_fragment_header = false;
+  // IPv6 extension headers of 8 bytes each, of these types, in this order,
+  // before the fragment header (if any) and the UDP header.
+  std::vector<uint8_t> v6_ext;
   int tot_len_delta = 0;        // corrupts the IP length
   int udp_len_delta = 0;        // corrupts the UDP length
   uint8_t tos = 0;
@@ -74,15 +77,20 @@ inline std::vector<uint8_t> make_frame(const FrameSpec &s) {
   } else {
     std::vector<uint8_t> ip = {static_cast<uint8_t>(0x60 | (s.tos >> 4)),
                                static_cast<uint8_t>((s.tos & 0xf) << 4), 0, 0};
-    size_t plen = l4.size() + (s.v6_fragment_header ? 8 : 0);
+    size_t plen = l4.size() + (s.v6_fragment_header ? 8 : 0) + 8 * s.v6_ext.size();
     put16(ip, static_cast<uint16_t>(plen + s.tot_len_delta));
-    ip.push_back(s.v6_fragment_header ? 44 : s.proto);
+    const uint8_t after_ext = s.v6_fragment_header ? 44 : s.proto;
+    ip.push_back(s.v6_ext.empty() ? after_ext : s.v6_ext[0]);
     ip.push_back(64);
     in6_addr a;
     inet_pton(AF_INET6, s.src.c_str(), &a);
     ip.insert(ip.end(), a.s6_addr, a.s6_addr + 16);
     inet_pton(AF_INET6, s.dst.c_str(), &a);
     ip.insert(ip.end(), a.s6_addr, a.s6_addr + 16);
+    for (size_t i = 0; i < s.v6_ext.size(); ++i) {
+      const uint8_t next = i + 1 < s.v6_ext.size() ? s.v6_ext[i + 1] : after_ext;
+      ip.insert(ip.end(), {next, 0, 1, 4, 0, 0, 0, 0}); // a PadN option
+    }
     if (s.v6_fragment_header) {
       ip.insert(ip.end(), {s.proto, 0, 0, 1, 0, 0, 0, 7}); // offset 0, M=1
     }

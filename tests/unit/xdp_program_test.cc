@@ -19,7 +19,7 @@ const std::string COUNTERS[] = {"redirected",     "pass_not_ip",       "pass_not
                                 "pass_not_served", "pass_truncated",   "pass_no_socket",
                                 "drop_short_payload", "drop_small_initial", "drop_reflection",
                                 "drop_fragment",  "drop_bad_ip_len",   "drop_bad_udp_len",
-                                "pass_not_local", "drop_local_source"};
+                                "pass_not_local", "drop_local_source", "drop_ext_header"};
 
 class XdpProgramTest : public ::testing::Test {
 protected:
@@ -200,6 +200,43 @@ TEST_F(XdpProgramTest, JunkAimedAtServedPortIsDropped) {
   FrameSpec tiny_udp = served_v4(quic_short(60));
   tiny_udp.udp_len_delta = -64;
   expect(make_frame(tiny_udp), XDP_DROP, "drop_bad_udp_len");
+}
+
+// Regression (review): UDP behind IPv6 extension headers passed as "not
+// UDP", and the kernel, reading past them, gave it to the server's socket
+// past every check here: a forged source that is the host's own address
+// had the server answer its own host.
+TEST_F(XdpProgramTest, UdpBehindIpv6ExtensionHeadersToAServedPortIsDropped) {
+  FrameSpec v6 = served_v4(quic_short(80));
+  v6.ipv6 = true;
+  v6.src = "fd00::2";
+  v6.dst = "fd00::1";
+  for (uint8_t type : {0, 43, 60}) {
+    v6.v6_ext = {type};
+    expect(make_frame(v6), XDP_DROP, "drop_ext_header");
+  }
+  v6.v6_ext = {0, 60, 43, 60};
+  expect(make_frame(v6), XDP_DROP, "drop_ext_header");
+  v6.v6_fragment_header = true; // and a fragment behind them
+  expect(make_frame(v6), XDP_DROP, "drop_ext_header");
+  v6.v6_fragment_header = false;
+  // Not to a served port: the kernel's, as before.
+  v6.dport = 5555;
+  expect(make_frame(v6), XDP_PASS, "pass_not_served");
+  v6.dport = 4433;
+  FrameSpec tcp = v6;
+  tcp.proto = 6;
+  expect(make_frame(tcp), XDP_PASS, "pass_not_udp");
+  // A chain longer than the program looks: dropped when aimed at this
+  // host (fd00::1 is the served address, not one of the host's here).
+  v6.v6_ext.assign(9, 60);
+  expect(make_frame(v6), XDP_PASS, "pass_not_udp");
+  prog_->set_local(*parse_address("[fd00::1]:0"), true);
+  expect(make_frame(v6), XDP_DROP, "drop_ext_header");
+  // Cut short inside the chain: not ours to judge.
+  auto cut = make_frame(v6);
+  cut.resize(14 + 40 + 4);
+  expect(cut, XDP_PASS, "pass_truncated");
 }
 
 TEST_F(XdpProgramTest, TruncatedAtEveryLayerPasses) {
