@@ -229,6 +229,20 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 	int extended = 0;
 #pragma unroll
 	for (int i = 0; i < IPV6_EXT_WALK; i++) {
+		if (next == IPPROTO_FRAGMENT_HDR) {
+			/* Extension headers may follow it too (RFC 8200 4.1). */
+			struct frag_hdr *fh = l4;
+
+			if ((void *)(fh + 1) > end)
+				return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+			/* A non-first fragment carries no UDP header: nothing to judge. */
+			if (fh->frag_off & bpf_htons(0xfff8))
+				return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
+			fragment = 1;
+			next = fh->nexthdr;
+			l4 = fh + 1;
+			continue;
+		}
 		struct ext_hdr *eh = l4;
 
 		if (!ipv6_ext(next))
@@ -239,7 +253,7 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 		l4 += ((__u32)eh->len + 1) * 8;
 		extended = 1;
 	}
-	if (ipv6_ext(next)) {
+	if (ipv6_ext(next) || next == IPPROTO_FRAGMENT_HDR) {
 		/* Longer than we look: what it carries stays unknown. Aimed at
 		 * this host, it is dropped (no one sends such chains; RFC 7872);
 		 * anything else is the kernel's to forward. */
@@ -250,19 +264,9 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 			return count(XDPQ_CNT_DROP_EXT_HEADER, XDP_DROP);
 		return count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
 	}
-	udp = l4;
-	if (next == IPPROTO_FRAGMENT_HDR) {
-		struct frag_hdr *fh = l4;
-
-		if ((void *)(fh + 1) > end)
-			return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
-		if (fh->nexthdr != IPPROTO_UDP || (fh->frag_off & bpf_htons(0xfff8)))
-			return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
-		fragment = 1;
-		udp = (struct udphdr *)(fh + 1);
-	} else if (next != IPPROTO_UDP) {
+	if (next != IPPROTO_UDP)
 		return count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
-	}
+	udp = l4;
 	if ((void *)(udp + 1) > end)
 		return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
 	int s = served6(&ip6->daddr, udp->dest);

@@ -1,14 +1,15 @@
 #pragma once
 // Flow-control credit for proxied request bodies on a multiplexed
 // connection (HTTP/2, HTTP/3). A body's bytes are held by its exchange
-// until the upstream takes them. The stream's credit comes back only as
-// they leave, so that a slow upstream slows its own client stream. The
-// connection's comes back as they arrive, so that stalled uploads do not
-// stall every other stream of the connection, but only while the bytes so
-// held stay under an allowance: past it, as they leave. What a connection
-// holds of proxied bodies is then at most the allowance plus its
-// connection window, kept under its body budget, and a client with many
-// uploads to a stalled upstream is slowed down, never refused.
+// until the upstream takes them, charged to the connection's body budget.
+// The stream's credit comes back only as they leave, so that a slow
+// upstream slows its own client stream. The connection's comes back as
+// they arrive, so that stalled uploads do not stall every other stream of
+// the connection, but only while the connection's budget holds no more
+// than an allowance (half of it): past that, as they leave, or when their
+// stream ends. What proxied bodies hold beyond the allowance is then the
+// connection's window at most, and a client with many uploads to a stalled
+// upstream is slowed down rather than refused for the budget.
 
 #include <cstdint>
 
@@ -22,10 +23,10 @@ public:
   };
   explicit BodyCredit(uint64_t allowance) : allowance_(allowance) {}
 
-  // n bytes the exchange took: the connection credit to give now (n or 0).
-  uint64_t arrived(Stream &s, uint64_t n) {
-    if (held_ + n > allowance_) return 0;
-    held_ += n;
+  // n bytes the exchange took, with the connection's budget holding
+  // budget_held (them included): the connection credit to give now.
+  uint64_t arrived(Stream &s, uint64_t n, uint64_t budget_held) const {
+    if (budget_held > allowance_) return 0;
     s.conn += n;
     return n;
   }
@@ -34,14 +35,11 @@ public:
   struct Credit {
     uint64_t stream = 0, conn = 0;
   };
-  Credit left(Stream &s, uint64_t out) {
+  static Credit left(Stream &s, uint64_t out) {
     Credit c;
     if (out <= s.out) return c;
     c.stream = out - s.out;
-    if (s.conn >= out) {
-      held_ -= out - s.out;
-    } else {
-      held_ -= s.conn - s.out;
+    if (s.conn < out) {
       c.conn = out - s.conn;
       s.conn = out;
     }
@@ -50,17 +48,14 @@ public:
   }
   // The stream ended with in bytes taken in all (body_in()): the
   // connection credit for those still without it (they die with it).
-  uint64_t closed(Stream &s, uint64_t in) {
-    held_ -= s.conn - s.out;
+  static uint64_t closed(Stream &s, uint64_t in) {
     const uint64_t owed = in > s.conn ? in - s.conn : 0;
     s = Stream{};
     return owed;
   }
-  uint64_t held() const { return held_; }
 
 private:
   uint64_t allowance_;
-  uint64_t held_ = 0; // bytes held whose connection credit was given
 };
 
 } // namespace xdpq::http

@@ -670,7 +670,7 @@ private:
       abort_request(st);
       return;
     }
-    if (uint64_t now = body_credit_.arrived(st.flow, len))
+    if (uint64_t now = body_credit_.arrived(st.flow, len, budget_.held()))
       nghttp2_session_consume_connection(session_, static_cast<size_t>(now));
     queue_flush(st);
   }
@@ -707,7 +707,7 @@ private:
     st.exchange->abort_body();
     if (st.refused) return;
     st.refused = true;
-    st.refused_by_us = st.exchange->budget_refused();
+    st.refused_by_us = st.exchange->worker_budget_refused();
     st.responded = true;
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
   }

@@ -871,7 +871,8 @@ void H3Session::on_proxy_data(Stream &s, const uint8_t *data, size_t len) {
     abort_request(s);
     return;
   }
-  if (uint64_t now = body_credit_.arrived(s.flow, len)) transport_.app_consume_conn(now);
+  if (uint64_t now = body_credit_.arrived(s.flow, len, budget_.held()))
+    transport_.app_consume_conn(now);
   if (s.exchange->ended() && !s.stop_sent) {
     // Answered whole already: the rest of the body is not wanted
     // (RFC 9114 4.1).

@@ -819,6 +819,7 @@ bool ProxyExchange::put_body(const uint8_t *data, size_t len) {
   if (budget_ && !budget_->try_take(len)) {
     proxy_.mutable_stats().proxy_body_budget_refusals += 1;
     budget_refused_ = true; // counted as that, not also as an abort
+    own_budget_refused_ = budget_->own_limit_refused();
     abort_body();
     return false; // not taken: the session credits them itself
   }

@@ -185,10 +185,9 @@ public:
   uint64_t body_out() const { return req_out_; }
   uint64_t body_in() const { return req_in_; }
   bool body_expected() const { return framing_ != RequestFraming::none && !req_ended_; }
-  // put_body() refused bytes for want of the body budget: the server's
-  // doing, whether the worker's or the connection's part ran out. The
-  // client sent no more than the flow control it was given allowed.
-  bool budget_refused() const { return budget_refused_; }
+  // put_body() refused bytes for want of the worker's budget (what all
+  // clients hold: not this client's doing).
+  bool worker_budget_refused() const { return budget_refused_ && !own_budget_refused_; }
 
   // Used by the proxy and the upstream connection.
   void begin();
@@ -329,6 +328,7 @@ private:
   bool failed_ = false;
   bool upstream_failed_ = false;
   bool budget_refused_ = false; // the body cut off by the budget
+  bool own_budget_refused_ = false; // ... by the connection's own part of it
   bool counted_ = false; // outstanding on upstream_
   bool switched_ = false; // a tunnel's 101 came
 };

@@ -24,8 +24,10 @@ struct FrameSpec {
   uint16_t frag_off = 0;        // IPv4 flags+offset field (host order)
   bool v6_fragment_header = false;
   // IPv6 extension headers of 8 bytes each, of these types, in this order,
-  // before the fragment header (if any) and the UDP header.
+  // before the fragment header (if any; after it with v6_fragment_first)
+  // and the UDP header.
   std::vector<uint8_t> v6_ext;
+  bool v6_fragment_first = false;
   int tot_len_delta = 0;        // corrupts the IP length
   int udp_len_delta = 0;        // corrupts the UDP length
   uint8_t tos = 0;
@@ -79,21 +81,24 @@ inline std::vector<uint8_t> make_frame(const FrameSpec &s) {
                                static_cast<uint8_t>((s.tos & 0xf) << 4), 0, 0};
     size_t plen = l4.size() + (s.v6_fragment_header ? 8 : 0) + 8 * s.v6_ext.size();
     put16(ip, static_cast<uint16_t>(plen + s.tot_len_delta));
-    const uint8_t after_ext = s.v6_fragment_header ? 44 : s.proto;
-    ip.push_back(s.v6_ext.empty() ? after_ext : s.v6_ext[0]);
+    // The chain: [fragment] extension headers [fragment], then proto.
+    const bool frag_first = s.v6_fragment_header && s.v6_fragment_first;
+    const bool frag_last = s.v6_fragment_header && !s.v6_fragment_first;
+    const uint8_t after_ext = frag_last ? 44 : s.proto;
+    const uint8_t after_frag = s.v6_ext.empty() ? s.proto : s.v6_ext[0];
+    ip.push_back(frag_first ? 44 : s.v6_ext.empty() ? after_ext : s.v6_ext[0]);
     ip.push_back(64);
     in6_addr a;
     inet_pton(AF_INET6, s.src.c_str(), &a);
     ip.insert(ip.end(), a.s6_addr, a.s6_addr + 16);
     inet_pton(AF_INET6, s.dst.c_str(), &a);
     ip.insert(ip.end(), a.s6_addr, a.s6_addr + 16);
+    if (frag_first) ip.insert(ip.end(), {after_frag, 0, 0, 1, 0, 0, 0, 7}); // offset 0, M=1
     for (size_t i = 0; i < s.v6_ext.size(); ++i) {
       const uint8_t next = i + 1 < s.v6_ext.size() ? s.v6_ext[i + 1] : after_ext;
       ip.insert(ip.end(), {next, 0, 1, 4, 0, 0, 0, 0}); // a PadN option
     }
-    if (s.v6_fragment_header) {
-      ip.insert(ip.end(), {s.proto, 0, 0, 1, 0, 0, 0, 7}); // offset 0, M=1
-    }
+    if (frag_last) ip.insert(ip.end(), {s.proto, 0, 0, 1, 0, 0, 0, 7});
     f.insert(f.end(), ip.begin(), ip.end());
   }
   f.insert(f.end(), l4.begin(), l4.end());

@@ -1506,36 +1506,31 @@ TEST_F(StreamedRequest, Http3ResetLeavesWhileTheConnectionWindowIsSpent) {
 }
 
 // A proxied body's credit: the stream's as bytes leave; the connection's
-// as they arrive while those so held stay within the allowance, else as
-// they leave, or when the stream closes for those that never left.
+// as they arrive while the connection's budget holds no more than the
+// allowance, else as they leave, or when the stream closes for those that
+// never left.
 TEST(BodyCredit, TheConnectionsCreditComesBackEarlyOnlyWithinTheAllowance) {
   BodyCredit credit(100);
   BodyCredit::Stream a, b;
-  EXPECT_EQ(credit.arrived(a, 60), 60u);
-  EXPECT_EQ(credit.arrived(b, 60), 0u); // 120 would be over the allowance
-  EXPECT_EQ(credit.arrived(b, 40), 40u);
-  EXPECT_EQ(credit.held(), 100u);
+  EXPECT_EQ(credit.arrived(a, 60, 60), 60u);
+  EXPECT_EQ(credit.arrived(b, 60, 120), 0u); // the budget holds more than the allowance
+  EXPECT_EQ(credit.arrived(b, 40, 100), 40u);
   // a's first 50 bytes leave: the stream's credit only (the connection's
   // was given).
-  auto c = credit.left(a, 50);
+  auto c = BodyCredit::left(a, 50);
   EXPECT_EQ(c.stream, 50u);
   EXPECT_EQ(c.conn, 0u);
-  EXPECT_EQ(credit.held(), 50u);
   // b's 100 leave: 40 had the connection's credit, 60 get it now.
-  c = credit.left(b, 100);
+  c = BodyCredit::left(b, 100);
   EXPECT_EQ(c.stream, 100u);
   EXPECT_EQ(c.conn, 60u);
-  EXPECT_EQ(credit.held(), 10u);
-  EXPECT_EQ(credit.left(b, 100).stream, 0u); // nothing new
-  // a closes with 30 more taken, never credited to the connection, and
-  // 10 credited early still held.
-  EXPECT_EQ(credit.arrived(a, 95), 0u);
-  EXPECT_EQ(credit.closed(a, 155), 95u);
-  EXPECT_EQ(credit.held(), 0u);
+  EXPECT_EQ(BodyCredit::left(b, 100).stream, 0u); // nothing new
+  // a closes with 95 more taken, never credited to the connection.
+  EXPECT_EQ(credit.arrived(a, 95, 105), 0u);
+  EXPECT_EQ(BodyCredit::closed(a, 155), 95u);
   // A slot reused starts afresh.
-  EXPECT_EQ(credit.arrived(a, 100), 100u);
-  EXPECT_EQ(credit.closed(a, 100), 0u);
-  EXPECT_EQ(credit.held(), 0u);
+  EXPECT_EQ(credit.arrived(a, 100, 100), 100u);
+  EXPECT_EQ(BodyCredit::closed(a, 100), 0u);
 }
 
 // Regression: a proxied upload's bytes held for an upstream that takes

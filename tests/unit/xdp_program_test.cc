@@ -219,7 +219,11 @@ TEST_F(XdpProgramTest, UdpBehindIpv6ExtensionHeadersToAServedPortIsDropped) {
   expect(make_frame(v6), XDP_DROP, "drop_ext_header");
   v6.v6_fragment_header = true; // and a fragment behind them
   expect(make_frame(v6), XDP_DROP, "drop_ext_header");
-  v6.v6_fragment_header = false;
+  v6.v6_fragment_first = true; // or in front of them (review)
+  v6.v6_ext = {60};
+  expect(make_frame(v6), XDP_DROP, "drop_ext_header");
+  v6.v6_fragment_header = v6.v6_fragment_first = false;
+  v6.v6_ext = {0, 60, 43, 60};
   // Not to a served port: the kernel's, as before.
   v6.dport = 5555;
   expect(make_frame(v6), XDP_PASS, "pass_not_served");
