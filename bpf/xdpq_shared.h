@@ -75,9 +75,10 @@ enum xdpq_counter {
 	XDPQ_CNT_DROP_LOCAL_SOURCE,  /* a source address that is the host's own: forged (the
 	                              * kernel drops such a martian too) */
 	XDPQ_CNT_DROP_EXT_HEADER,    /* IPv6 UDP to a served port behind extension headers
-	                              * (hop-by-hop, routing, destination options), or a chain
-	                              * of them too long to see the end of, to this host: passed
-	                              * on, it would reach the server past these checks */
+	                              * (hop-by-hop, routing, destination options), or, to this
+	                              * host, a chain whose end cannot be seen (too long, or cut
+	                              * short in a first fragment): passed on, it could reach
+	                              * the server past these checks */
 	XDPQ_CNT__MAX
 };
 

@@ -210,6 +210,26 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, void *l3, void *end)
 	return judge_udp(ctx, udp, udp_len, end);
 }
 
+/* An IPv6 header chain whose end this packet does not show: longer than
+ * the walk, or (cut) ending inside the packet's own bytes. The kernel drops
+ * a packet cut inside its chain, except a first fragment: it reassembles
+ * that whole (it refuses only a first fragment cut before its upper-layer
+ * header), so what it carries could be UDP to a served port. Such a packet
+ * aimed at this host is dropped (no one sends them: RFC 7872, RFC 8200
+ * 4.5); anything else is the kernel's. */
+static __always_inline int chain_unseen(struct ipv6hdr *ip6, int cut, int fragment)
+{
+	struct in6_addr a;
+
+	if (!cut || fragment) {
+		__builtin_memcpy(&a, &ip6->daddr, 16); /* map keys must live on the stack */
+		if (bpf_map_lookup_elem(&local_v6, &a))
+			return count(XDPQ_CNT_DROP_EXT_HEADER, XDP_DROP);
+	}
+	return cut ? count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS)
+		   : count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
+}
+
 static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 {
 	struct ipv6hdr *ip6 = l3;
@@ -234,7 +254,7 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 			struct frag_hdr *fh = l4;
 
 			if ((void *)(fh + 1) > end)
-				return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+				return chain_unseen(ip6, 1, fragment);
 			/* A non-first fragment carries no UDP header: nothing to judge. */
 			if (fh->frag_off & bpf_htons(0xfff8))
 				return count(XDPQ_CNT_PASS_NOT_SERVED, XDP_PASS);
@@ -248,22 +268,13 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *l3, void *end)
 		if (!ipv6_ext(next))
 			break;
 		if ((void *)(eh + 1) > end)
-			return count(XDPQ_CNT_PASS_TRUNCATED, XDP_PASS);
+			return chain_unseen(ip6, 1, fragment);
 		next = eh->nexthdr;
 		l4 += ((__u32)eh->len + 1) * 8;
 		extended = 1;
 	}
-	if (ipv6_ext(next) || next == IPPROTO_FRAGMENT_HDR) {
-		/* Longer than we look: what it carries stays unknown. Aimed at
-		 * this host, it is dropped (no one sends such chains; RFC 7872);
-		 * anything else is the kernel's to forward. */
-		struct in6_addr a;
-
-		__builtin_memcpy(&a, &ip6->daddr, 16); /* map keys must live on the stack */
-		if (bpf_map_lookup_elem(&local_v6, &a))
-			return count(XDPQ_CNT_DROP_EXT_HEADER, XDP_DROP);
-		return count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
-	}
+	if (ipv6_ext(next) || next == IPPROTO_FRAGMENT_HDR)
+		return chain_unseen(ip6, 0, fragment); /* longer than we look */
 	if (next != IPPROTO_UDP)
 		return count(XDPQ_CNT_PASS_NOT_UDP, XDP_PASS);
 	udp = l4;

@@ -320,6 +320,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
   h3_limits_.max_header_fields = opts_.max_header_fields;
   h3_limits_.max_request_body = opts_.max_request_body;
   h3_limits_.max_body_per_connection = opts_.max_body_per_connection;
+  h3_limits_.max_conn_window = ecfg.max_conn_window;
   h3_limits_.header_timeout = opts_.header_timeout_ms * 1'000'000ull;
   h3_limits_.response_headers = &opts_.response_headers;
 

@@ -6,11 +6,12 @@
 // upstream slows its own client stream. The connection's comes back as
 // they arrive, so that stalled uploads do not stall every other stream of
 // the connection, but only while the connection's budget holds no more
-// than an allowance (half of it): past that, as they leave, or when their
+// than an allowance (allowance()): past that, as they leave, or when their
 // stream ends. What proxied bodies hold beyond the allowance is then the
 // connection's window at most, and a client with many uploads to a stalled
 // upstream is slowed down rather than refused for the budget.
 
+#include <algorithm>
 #include <cstdint>
 
 namespace xdpq::http {
@@ -22,6 +23,15 @@ public:
     uint64_t conn = 0; // bytes whose connection credit was given (>= out)
   };
   explicit BodyCredit(uint64_t allowance) : allowance_(allowance) {}
+
+  // For a connection whose body budget is limit and whose receive window
+  // can reach window: at most half the budget, and room left for the
+  // window and an eighth of the budget besides (response windows, bodies
+  // answered here). 0 (credit as bytes leave) when the budget is smaller.
+  static uint64_t allowance(uint64_t limit, uint64_t window) {
+    const uint64_t reserve = window + limit / 8;
+    return limit > reserve ? std::min(limit / 2, limit - reserve) : 0;
+  }
 
   // n bytes the exchange took, with the connection's budget holding
   // budget_held (them included): the connection credit to give now.

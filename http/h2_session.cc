@@ -61,7 +61,7 @@ class H2Session final : public TcpSession, public ProxyListener {
 public:
   explicit H2Session(const SessionEnv &env)
       : env_(env), budget_(env.budget, env.limits.max_body_per_connection),
-        body_credit_(env.limits.max_body_per_connection / 2) {
+        body_credit_(BodyCredit::allowance(env.limits.max_body_per_connection, CONN_WINDOW)) {
     head_.set_extra(env.response_headers);
     nghttp2_session_callbacks *cb;
     nghttp2_session_callbacks_new(&cb);
@@ -95,7 +95,7 @@ public:
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
     };
     nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, iv, std::size(iv));
-    nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, 4 << 20);
+    nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
     env_.stats->h2_connections += 1;
   }
 
@@ -765,6 +765,7 @@ private:
     if (!has_body) record_latency(st);
   }
 
+  static constexpr int32_t CONN_WINDOW = 4 << 20; // the connection's receive window
   SessionEnv env_;
   BudgetAccount budget_;
   BodyCredit body_credit_; // proxied bodies' flow-control credit

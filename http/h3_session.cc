@@ -250,7 +250,8 @@ H3Session::H3Session(quic::AppTransport &transport, std::shared_ptr<const Router
                      const H3Limits &limits, H3Stats &stats)
     : transport_(transport), router_(std::move(router)), limits_(limits), stats_(stats),
       budget_(limits.budget, limits.max_body_per_connection),
-      body_credit_(limits.max_body_per_connection / 2), ra_pool_(limits.read_ahead) {
+      body_credit_(BodyCredit::allowance(limits.max_body_per_connection, limits.max_conn_window)),
+      ra_pool_(limits.read_ahead) {
   head_.set_extra(limits.response_headers);
   nghttp3_callbacks cbs{};
   cbs.stream_close = cb_stream_close;

@@ -68,6 +68,10 @@ struct H3Limits {
   // Request bodies (and responses made from them) held per connection;
   // over it a request is refused with H3_REQUEST_REJECTED.
   size_t max_body_per_connection = 16u << 20;
+  // The ceiling of the connection's receive window (ngtcp2 tunes it up to
+  // there: quic::EndpointConfig::max_conn_window): proxied uploads leave
+  // room for it in the body budget (BodyCredit).
+  uint64_t max_conn_window = 8u << 20;
   // A request's header section must be whole this long after its HEADERS
   // frame began; past it the stream is abandoned both ways (0: no limit).
   uint64_t header_timeout = 10'000'000'000ull;

@@ -82,10 +82,9 @@ struct EndpointConfig {
   uint64_t stream_window = 256 * 1024;
   uint64_t conn_window = 1024 * 1024;
   uint64_t max_stream_window = 6 * 1024 * 1024; // auto-tuning ceiling
-  // The connection's receive window's auto-tuning ceiling: with half the
-  // default body budget per connection (what proxied bodies may hold with
-  // the connection's credit given, see http::BodyCredit), it keeps stalled
-  // uploads under the budget.
+  // The connection's receive window's auto-tuning ceiling: what proxied
+  // uploads to a stalled upstream may hold beyond what had the connection's
+  // credit early (http::BodyCredit), within the body budget.
   uint64_t max_conn_window = 8 * 1024 * 1024;
   size_t max_udp_payload = 1452;
   size_t max_connections = 65536;

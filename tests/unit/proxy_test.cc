@@ -1533,6 +1533,17 @@ TEST(BodyCredit, TheConnectionsCreditComesBackEarlyOnlyWithinTheAllowance) {
   EXPECT_EQ(BodyCredit::closed(a, 100), 0u);
 }
 
+// The allowance leaves the connection's window and an eighth of the budget
+// within it (review: HTTP/3's 8 MiB window plus half the 16 MiB budget left
+// no room for the response windows charged besides).
+TEST(BodyCredit, TheAllowanceLeavesRoomForTheWindow) {
+  constexpr uint64_t MiB = 1 << 20;
+  EXPECT_EQ(BodyCredit::allowance(16 * MiB, 4 * MiB), 8 * MiB); // HTTP/2's defaults
+  EXPECT_EQ(BodyCredit::allowance(16 * MiB, 8 * MiB), 6 * MiB); // HTTP/3's
+  EXPECT_EQ(BodyCredit::allowance(4 * MiB, 4 * MiB), 0u);       // a small budget: none early
+  EXPECT_EQ(BodyCredit::allowance(64 * MiB, 8 * MiB), 32 * MiB);
+}
+
 // Regression: a proxied upload's bytes held for an upstream that takes
 // none kept the connection's flow-control credit as well as the stream's.
 // A few such uploads spent the connection's whole window, and every other
