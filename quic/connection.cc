@@ -413,6 +413,15 @@ bool Connection::write() {
     return true;
   }
   const size_t max_udp = ngtcp2_conn_get_max_tx_udp_payload_size(conn_);
+  // ngtcp2 writes a path MTU probe (a datagram of padding up to
+  // max_udp_payload) only into room as large as the probe. A connection
+  // gets that room once it has carried enough to gain from larger
+  // datagrams: until then its room is the size the path has confirmed, so
+  // that one request on a new connection costs no probe and no
+  // acknowledgement of it. Every other packet is that size anyway.
+  const size_t room = bytes_out_ >= PMTU_PROBE_AFTER
+                          ? max_udp
+                          : ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_);
   size_t max_pkts = ngtcp2_conn_get_send_quantum(conn_) / max_udp;
   if (max_pkts == 0) max_pkts = 1;
   if (max_pkts > 64) max_pkts = 64;
@@ -461,7 +470,7 @@ bool Connection::write() {
     if (fin) flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
     ngtcp2_ssize ndatalen = -1;
     ngtcp2_ssize nwrite =
-        ngtcp2_conn_writev_stream(conn_, &ps.path, &pi, buf.data(), max_udp, &ndatalen, flags,
+        ngtcp2_conn_writev_stream(conn_, &ps.path, &pi, buf.data(), room, &ndatalen, flags,
                                   stream_id, vec, static_cast<size_t>(nvec), ts);
     if (nwrite < 0) {
       switch (nwrite) {

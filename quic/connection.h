@@ -214,6 +214,9 @@ private:
   uint64_t hold_until_ = 0;   // when the held ACK leaves without the answer
   static constexpr uint64_t ACK_HOLD = 2'000'000; // ns
   static constexpr uint64_t STREAM_CREDIT_DELAY = 1'000'000; // ns
+  // Bytes a connection sends before ngtcp2 may probe its path's MTU
+  // (write()): about 27 datagrams of 1200 bytes, handshake included.
+  static constexpr uint64_t PMTU_PROBE_AFTER = 32 * 1024;
 };
 
 } // namespace xdpq::quic

@@ -294,11 +294,12 @@ std::vector<Datagram> TestServer::deliver(const Datagram &dg) {
   endpoint->end_of_pass();
   std::vector<Datagram> out;
   out.swap(sink.out);
-  lose_oversized(out);
+  on_the_way(out);
   return out;
 }
 
-void TestServer::lose_oversized(std::vector<Datagram> &out) const {
+void TestServer::on_the_way(std::vector<Datagram> &out) {
+  for (const auto &d : out) sent_over_1200 += d.data.size() > 1200;
   if (drop_above) std::erase_if(out, [&](const Datagram &d) { return d.data.size() > drop_above; });
 }
 
@@ -307,7 +308,7 @@ std::vector<Datagram> TestServer::tick() {
   endpoint->end_of_pass();
   std::vector<Datagram> out;
   out.swap(sink.out);
-  lose_oversized(out);
+  on_the_way(out);
   return out;
 }
 

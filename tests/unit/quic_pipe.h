@@ -159,10 +159,13 @@ struct TestServer {
   // When set, the server's datagrams larger than this are lost on the way
   // (a path with a smaller MTU: a VPN, PPPoE).
   size_t drop_above = 0;
+  // The server's datagrams larger than QUIC's 1200 bytes (path MTU probes
+  // and what they confirmed), lost or not.
+  size_t sent_over_1200 = 0;
   // Feeds a datagram, runs end_of_pass; returns what the server sent.
   std::vector<Datagram> deliver(const Datagram &dg);
   std::vector<Datagram> tick(); // runs due timers and writes
-  void lose_oversized(std::vector<Datagram> &out) const;
+  void on_the_way(std::vector<Datagram> &out);
 };
 
 // One exchange of datagrams both ways; when nothing moved, the clock goes

@@ -1267,6 +1267,32 @@ TEST_F(QuicPipe, ASmallerPathMtuStillServes) {
   EXPECT_EQ(r.body.size(), 100000u);
 }
 
+// Regression: every new connection got a path MTU probe (a full-size
+// datagram of padding) as soon as its handshake was done, and the client
+// paid its receive and its acknowledgement: one request on a new
+// connection cost a datagram more each way, for nothing it would use.
+// Probes now wait until the connection has carried enough to gain from
+// larger datagrams; a large response still grows them.
+TEST_F(QuicPipe, ShortExchangesSendNoPathMtuProbe) {
+  start();
+  for (int i = 0; i < 5; ++i) {
+    const auto &r = fetch("GET", "/bytes/3");
+    EXPECT_EQ(r.status, 200);
+  }
+  for (int i = 0; i < 10; ++i) { // past any probe's timer
+    clock_.set(clock_.now() + 100'000'000);
+    for (auto &dg : server_->tick()) client_->read(dg);
+    for (auto &dg : client_->write()) {
+      for (auto &back : server_->deliver(dg)) client_->read(back);
+    }
+  }
+  EXPECT_EQ(server_->sent_over_1200, 0u);
+  const auto &big = fetch("GET", "/bytes/300000");
+  EXPECT_EQ(big.status, 200);
+  EXPECT_EQ(big.body.size(), 300000u);
+  EXPECT_GT(server_->sent_over_1200, 50u) << "datagrams did not grow past 1200 bytes";
+}
+
 // Regression: a large file was read 128 KiB ahead per stream whether or
 // not the peer let anything out, and held until acknowledged: a client
 // that keeps its response windows shut made the server hold 128 KiB per
