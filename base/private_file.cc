@@ -10,9 +10,9 @@
 
 namespace xdpq {
 
-std::string private_file_problem(const struct stat &st, bool allow_root) {
+std::string private_file_problem(const struct stat &st, bool allow_root, bool any_owner) {
   if (!S_ISREG(st.st_mode)) return "not a regular file";
-  if (st.st_uid != geteuid() && !(allow_root && st.st_uid == 0)) {
+  if (!any_owner && st.st_uid != geteuid() && !(allow_root && st.st_uid == 0)) {
     return "owned by uid " + std::to_string(st.st_uid) + ", not by us";
   }
   if (st.st_mode & (S_IRWXG | S_IRWXO)) {

@@ -23,8 +23,8 @@ int open_private_output(const std::string &path, bool truncate, std::string *why
                         std::string_view kind = {});
 
 // What is wrong with a file that holds secrets, from its fstat: not a
-// regular file, owned by someone else (root too when allow_root), or
-// readable by group or others. Empty when it is fine.
-std::string private_file_problem(const struct stat &st, bool allow_root);
+// regular file, owned by someone else (root too when allow_root; anyone
+// when any_owner), or readable by group or others. Empty when it is fine.
+std::string private_file_problem(const struct stat &st, bool allow_root, bool any_owner = false);
 
 } // namespace xdpq

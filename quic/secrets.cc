@@ -42,16 +42,22 @@ Secrets Secrets::load_or_create(const std::string &path, bool create) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) {
     Secrets s = generate();
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash ? slash : 1);
     if (!create) {
-      size_t slash = path.rfind('/');
-      std::string dir = slash == std::string::npos ? "." : path.substr(0, slash ? slash : 1);
       if (access(dir.c_str(), W_OK | X_OK) != 0) {
         throw std::runtime_error("secrets file " + path + ": cannot create: " +
                                  std::strerror(errno));
       }
       return s;
     }
-    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    // Written whole under a temporary name, then linked into place: a
+    // failed write (a full disk) leaves no part of a file that every later
+    // start would refuse, and of two processes creating it at once, one's
+    // keys are the file and the other reads them.
+    const std::string tmp = path + ".new." + std::to_string(getpid());
+    unlink(tmp.c_str()); // left by a process of ours that died writing it
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
       throw std::runtime_error("secrets file " + path + ": cannot create: " + std::strerror(errno));
     }
@@ -61,10 +67,30 @@ Secrets Secrets::load_or_create(const std::string &path, bool create) {
     text += "ticket_key=" + to_hex(s.ticket_key) + "\n";
     text += "# QUIC-LB (quic_lb.mode = \"encrypted\"): the same on every node and the balancer\n";
     text += "quic_lb_key=" + to_hex(*s.quic_lb_key) + "\n";
+    errno = 0;
     bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ok = fsync(fd) == 0 && ok;
+    ok = ok && fsync(fd) == 0;
+    const int write_errno = errno;
     close(fd);
-    if (!ok) throw std::runtime_error("secrets file " + path + ": write failed");
+    if (!ok) {
+      unlink(tmp.c_str());
+      throw std::runtime_error("secrets file " + path + ": write failed" +
+                               (write_errno ? std::string(": ") + std::strerror(write_errno) : ""));
+    }
+    int linked = link(tmp.c_str(), path.c_str());
+    if (linked != 0 && (errno == EPERM || errno == EOPNOTSUPP))
+      linked = rename(tmp.c_str(), path.c_str()); // a filesystem without hard links
+    const int link_errno = errno;
+    unlink(tmp.c_str());
+    if (linked != 0 && link_errno == EEXIST) return load_or_create(path, create); // theirs won
+    if (linked != 0) {
+      throw std::runtime_error("secrets file " + path + ": cannot create: " +
+                               std::strerror(link_errno));
+    }
+    if (int d = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+      fsync(d); // the new name outlives a crash
+      close(d);
+    }
     return s;
   }
   if (fd < 0) {
@@ -76,7 +102,10 @@ Secrets Secrets::load_or_create(const std::string &path, bool create) {
     problem = std::strerror(errno);
   } else {
     // Whoever owns it could swap the keys (forge tokens, read tickets).
-    problem = private_file_problem(st, true);
+    // Root checking a service's configuration (--check-config before a
+    // reload) reads the file the service's user made, and serves nothing
+    // with it: any owner, as long as the file is private.
+    problem = private_file_problem(st, true, !create && geteuid() == 0);
     if (problem.empty() && st.st_size > 64 * 1024) problem = "larger than a secrets file can be";
   }
   if (!problem.empty()) {

@@ -171,6 +171,54 @@ class CliTest(TimedTestCase):
         self.assertIn("missing-dir", r.stderr)
         os.rmdir(d)
 
+    def test_a_root_check_takes_the_service_users_secrets_file(self):
+        # Regression: after the service (its own user) made its secrets
+        # file, an operator's --check-config as root before a reload said
+        # "owned by uid N, not by us" and exited 2.
+        d = tempfile.mkdtemp(prefix="xdpq-check-")
+        path = os.path.join(d, "secrets")
+        with open(path, "w") as f:
+            f.write(f"reset_key={'11' * 32}\ntoken_key={'22' * 32}\n"
+                    f"ticket_key={'33' * 64}\n")
+        os.chmod(path, 0o600)
+        os.chown(path, 65534, 65534)
+        r = run("--check-config", "--listen", "127.0.0.1:1", "--secrets", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("configuration OK", r.stdout)
+        # Still private, whoever owns it.
+        os.chmod(path, 0o640)
+        r = run("--check-config", "--listen", "127.0.0.1:1", "--secrets", path)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("chmod 600", r.stderr)
+        # Serving, root still refuses a file someone else could have written.
+        os.chmod(path, 0o600)
+        r = run("--listen", f"127.0.0.1:{free_udp_port()}", "--no-tcp", "--secrets", path)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("owned by uid 65534", r.stderr)
+        os.unlink(path)
+        os.rmdir(d)
+
+    def test_a_secrets_file_that_cannot_be_written_whole_is_not_left(self):
+        # Regression: a failed write (a full disk) left an empty secrets
+        # file behind, and every later start refused it ("missing a key").
+        d = tempfile.mkdtemp(prefix="xdpq-full-")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", d], check=True)
+        try:
+            with open(os.path.join(d, "filler"), "wb") as f:
+                try:
+                    f.write(b"x" * 65536)
+                    f.flush()
+                except OSError:
+                    pass
+            path = os.path.join(d, "secrets")
+            r = run("--listen", f"127.0.0.1:{free_udp_port()}", "--no-tcp", "--secrets", path)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("write failed", r.stderr)
+            self.assertEqual(sorted(os.listdir(d)), ["filler"])
+        finally:
+            subprocess.run(["umount", d], check=True)
+            os.rmdir(d)
+
     def test_bad_config_file_exits_2_naming_file_and_line(self):
         d = tempfile.mkdtemp(prefix="xdpq-config-")
         path = os.path.join(d, "xdpq.toml")
