@@ -161,6 +161,13 @@ void Response::reset() {
   length_unknown = false;
 }
 
+bool valid_field_value(std::string_view value) {
+  for (unsigned char c : value) {
+    if ((c < 0x20 && c != '\t') || c == 0x7f) return false;
+  }
+  return true;
+}
+
 bool valid_host_field(std::string_view value) {
   std::string_view port;
   if (!value.empty() && value.front() == '[') {

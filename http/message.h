@@ -198,5 +198,10 @@ std::string_view reason_phrase(int status);
 // 3986 3.2.2): a registered name or IPv4 address, or an IPv6 address in
 // brackets, and digits after a colon. Empty is valid (an empty authority).
 bool valid_host_field(std::string_view value);
+// A field value as RFC 9110 5.5 allows it: no control byte but HTAB. NUL,
+// CR and LF would let another hop end or split the field; the others are
+// refused by HTTP/2 and HTTP/3 peers, so such a value cannot be passed on.
+bool valid_field_value(std::string_view value);
+
 
 } // namespace xdpq::http

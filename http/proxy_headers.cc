@@ -25,9 +25,7 @@ bool listed(std::string_view list, std::string_view name) {
   return false;
 }
 
-bool writable(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
-}
+bool writable(std::string_view s) { return valid_field_value(s); }
 
 // A request line's method or target: no whitespace or control byte, where
 // a hop could split the line otherwise than we did (RFC 9112 3).
@@ -42,10 +40,11 @@ bool line_token(std::string_view s) {
 // path prefix or URL, as applications and their frameworks read them: CGI,
 // WSGI and PHP turn '-' and '_' alike into HTTP_X_FORWARDED_FOR;
 // applications written for nginx's realip module read X-Real-IP; address
-// libraries read X-Client-IP, True-Client-IP, CF-Connecting-IP and
-// X-Cluster-Client-IP; proxy-fix middleware reads X-Forwarded-Port,
-// -Prefix, -Scheme and -Ssl; some routers take X-Original-URL and
-// X-Rewrite-URL for the path. From an untrusted client they are dropped. A
+// libraries read X-Client-IP, Client-IP (PHP's idiom), True-Client-IP,
+// CF-Connecting-IP, Fastly-Client-IP, X-Cluster-Client-IP, X-Forwarded,
+// Forwarded-For and X-Original-Forwarded-For; proxy-fix middleware reads
+// X-Forwarded-Port, -Prefix, -Scheme, -Ssl and -Server, and X-Host; some
+// routers take X-Original-URL and X-Rewrite-URL for the path. From an untrusted client they are dropped. A
 // spelling with '_' for '-' is a look-alike, which no proxy of ours sends:
 // dropped whoever sends it. (Names are lower case here.)
 enum class Forwarding { none, field, lookalike };
@@ -54,7 +53,9 @@ Forwarding forwarding_field(std::string_view name) {
       "x-forwarded-for",    "x-forwarded-proto",  "x-forwarded-host",   "forwarded",
       "x-real-ip",          "x-client-ip",        "true-client-ip",     "cf-connecting-ip",
       "x-cluster-client-ip", "x-forwarded-port",  "x-forwarded-prefix", "x-forwarded-scheme",
-      "x-forwarded-ssl",    "x-original-url",     "x-rewrite-url"};
+      "x-forwarded-ssl",    "x-original-url",     "x-rewrite-url",      "client-ip",
+      "x-forwarded",        "forwarded-for",      "fastly-client-ip",   "x-forwarded-server",
+      "x-host",             "x-original-forwarded-for"};
   for (std::string_view n : NAMES) {
     if (n.size() != name.size()) continue;
     size_t i = 0;
@@ -131,6 +132,9 @@ bool build_upstream_request(const Request &req, const ForwardContext &ctx, std::
         is_hop_by_hop(f.name, connection)) {
       continue;
     }
+    // "Proxy" names no proxy of ours: CGI-style applications read it as
+    // HTTP_PROXY, their own outbound proxy (the "httpoxy" attack).
+    if (f.name == "proxy") continue;
     // An untrusted client's own are dropped whether or not we add ours.
     const Forwarding fwd = forwarding_field(f.name);
     if (fwd == Forwarding::lookalike || (fwd == Forwarding::field && !ctx.trusted)) continue;

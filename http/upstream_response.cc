@@ -180,6 +180,11 @@ bool UpstreamResponseParser::flush_field() {
     return false;
   }
   while (!value_.empty() && ows(value_.back())) value_.pop_back();
+  // Debian's http-parser checks a value's bytes but not its first.
+  if (!valid_field_value(value_)) {
+    fail("control byte in a field value");
+    return false;
+  }
   ascii_lower_in_place(field_);
   headers_.add(field_, value_);
   field_.clear();
@@ -226,6 +231,11 @@ int UpstreamResponseParser::on_headers_complete() {
   value_open_ = false;
   if (!flush_field()) return -1;
   status_ = static_cast<int>(parser_.status_code);
+  if (parser_.http_major != 1) {
+    // "HTTP/2.0", "HTTP/0.9": not a version this proxy speaks upstream.
+    fail("not an HTTP/1 response");
+    return -1;
+  }
   if (status_ < 100 || status_ > 599) {
     fail("status code out of range");
     return -1;
