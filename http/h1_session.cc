@@ -83,9 +83,7 @@ public:
   void on_input(const uint8_t *data, size_t len, uint64_t now_ns) override {
     if (tunnel_) return tunnel_input(data, len);
     parse_input(data, len, now_ns);
-    // The client's input ended with a proxied body still waiting here:
-    // once all it sent is parsed, a body still short is cut.
-    if (eof_ && body_ex_ && buffered_.empty()) end_of_proxy_input();
+    input_done();
   }
 
   void parse_input(const uint8_t *data, size_t len, uint64_t now_ns) {
@@ -151,10 +149,17 @@ public:
         env_.stats->bad_requests += 1;
         abort_proxy_body();
       } else if (!closing_ && !last_) {
-        if (in_headers_ && (too_large_ || framing_.head_over_limit() ||
-                            HTTP_PARSER_ERRNO(&parser_) == HPE_HEADER_OVERFLOW)) {
-          req_.method = http_method_str(static_cast<http_method>(parser_.method)); // for the log
+        const bool in_head = in_headers_;
+        if (in_head) {
+          // A request refused before its head ended counts as one, as do
+          // those refused at its end, with its method for the log (and a
+          // HEAD's answer without a body).
+          req_.method = http_method_str(static_cast<http_method>(parser_.method));
           env_.stats->requests += 1;
+          in_headers_ = false;
+        }
+        if (in_head && (too_large_ || framing_.head_over_limit() ||
+                        HTTP_PARSER_ERRNO(&parser_) == HPE_HEADER_OVERFLOW)) {
           env_.stats->header_limit_rejects += 1;
           fail(431);
         } else {
@@ -291,7 +296,20 @@ public:
     // not wait for the rest. What it sent before is parsed first (a client
     // that half-closes after a large body has most of it waiting here).
     eof_ = true;
-    if (body_ex_ && buffered_.empty()) end_of_proxy_input();
+    input_done();
+  }
+  // After the client's last byte is parsed: a proxied body still short is
+  // cut, and a request still short of its end (its head, or a body kept
+  // here) can never be whole: it is dropped, and the connection ends after
+  // the answers to the requests before it, not at a deadline.
+  void input_done() {
+    if (!eof_ || !buffered_.empty()) return;
+    if (body_ex_) return end_of_proxy_input();
+    if (in_message_ && !tunnel_) {
+      in_message_ = false;
+      in_headers_ = false;
+      closing_ = true;
+    }
   }
   uint64_t headers_started() const override { return in_headers_ ? started_ : 0; }
   bool busy() const override { return in_message_ || !queue_.empty(); }
@@ -405,6 +423,8 @@ private:
     // part of it (RFC 9110 5.5).
     if (field_.find_first_of(" \t") != std::string::npos) malformed_ = true;
     while (!value_.empty() && (value_.back() == ' ' || value_.back() == '\t')) value_.pop_back();
+    // Debian's http-parser checks a value's bytes but not its first.
+    if (!valid_field_value(value_)) malformed_ = true;
     if (++header_fields_ > env_.limits.max_header_fields) too_large_ = true;
     if (!too_large_) {
       ascii_lower_in_place(field_);

@@ -561,6 +561,43 @@ class TcpTest(TimedTestCase):
         self.assertEqual(got.count(b"HTTP/1.1 "), 1, got)
         self.assertEqual(stats["tcp_requests"], 1, stats)
 
+    def test_a_head_refused_in_its_head_gets_no_body_and_counts(self):
+        # Regression: a HEAD refused while its head was being parsed (two
+        # Content-Length fields: http-parser's own error) got the 400's
+        # body after the head, and the request was not counted.
+        with self.serve() as srv:
+            s = self.tls_http1(srv)
+            s.sendall(b"HEAD / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n"
+                      b"Content-Length: 1\r\n\r\n")
+            got = read_to_end(s)
+            s.close()
+            stats = srv.stop()
+        head, sep, rest = got.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 400 "), got)
+        self.assertEqual((sep, rest), (b"\r\n\r\n", b""), got)
+        self.assertEqual(stats["tcp_requests"], 1, stats)
+        self.assertEqual(stats["tcp_bad_requests"], 1, stats)
+
+    def test_a_client_that_leaves_mid_request_is_let_go_at_once(self):
+        # Regression: a client that half-closed with a request short of its
+        # end (its head, or its body) was held until the header or write
+        # deadline, counted as a timeout, and a drain waited for it. The
+        # request can never be whole: the connection ends at once, after
+        # the answers to the requests before it.
+        port = free_udp_port()
+        with self.serve("--h2c-listen", f"127.0.0.1:{port}", "--tcp-header-timeout", "30000") as srv:
+            for partial in (b"GET /healthz HTTP/1.1\r\nHost: x\r\n",
+                            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab"):
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                    s.sendall(b"GET /bytes/3 HTTP/1.1\r\nHost: x\r\n\r\n" + partial)
+                    s.shutdown(socket.SHUT_WR)
+                    got = read_to_end(s)  # the socket's timeout (10 s) is under the deadlines
+                self.assertEqual(got.count(b"HTTP/1.1 "), 1, got)
+                self.assertTrue(got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"abc"), got)
+            stats = srv.stop()
+        self.assertEqual(stats["tcp_timeouts_headers"], 0, stats)
+        self.assertEqual(stats["tcp_timeouts_write"], 0, stats)
+
     def test_a_partial_h2c_preface_costs_no_cpu(self):
         # Regression: the cleartext port peeked at the first bytes and
         # waited while they were a part of "PRI " (the HTTP/2 preface): the
