@@ -33,7 +33,8 @@ struct H2Stream {
   bool refused_by_us = false;    // reset for the server's doing (its body budget spent, a file that shrank), not the client's
   bool ended = false;            // the client's END_STREAM arrived
   bool discarding = false;       // answered at its head; its body is skipped as it comes
-  uint64_t discarded = 0;        // ... so far
+  uint64_t discarded = 0;        // body bytes dropped after its answer began
+  bool answered = false;         // the answer's END_STREAM went out
   bool headers_done = false;
   bool trailers_open = false;    // its trailer block began and has not ended
   uint64_t started_ns = 0;
@@ -225,6 +226,7 @@ private:
           st->trailers_open = false;
           st->refused = st->refused_by_us = st->ended = st->discarding = false;
           st->discarded = 0;
+          st->answered = false;
           st->charged = 0;
           st->offset = 0;
           st->exchange = nullptr;
@@ -255,8 +257,10 @@ private:
               static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
           if (!st || f->hd.type != NGHTTP2_HEADERS)
             return 0;
+          std::string_view n(reinterpret_cast<const char *>(name), namelen);
+          std::string_view v(reinterpret_cast<const char *>(value), valuelen);
           st->header_bytes += namelen + valuelen + 32;
-          st->header_fields += 1;
+          st->header_fields += counts_as_field(n);
           if (st->header_bytes > me.env_.limits.max_header_size ||
               st->header_fields > me.env_.limits.max_header_fields) {
             st->too_large = true;
@@ -269,8 +273,6 @@ private:
           // Trailers are not part of the request's header section (RFC
           // 9110 6.5.1): a request answered at its end would see them.
           if (f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-          std::string_view n(reinterpret_cast<const char *>(name), namelen);
-          std::string_view v(reinterpret_cast<const char *>(value), valuelen);
           if (n == ":method")
             st->req.method.assign(v);
           else if (n == ":scheme")
@@ -371,17 +373,23 @@ private:
             me.on_proxy_data(*st, data, len);
             return 0;
           }
-          nghttp2_session_consume(s, id, len);
-          if (st && st->discarding) {
-            // Answered at its head: the body is read and dropped, up to the
-            // request body limit; past it the client is told to stop.
+          if (st && (st->discarding || st->responded) && !st->refused) {
+            // Answered before its body ended (at its head, or 413, 431):
+            // the body is read and dropped, up to the request body limit.
+            // Past it the stream's credit stops (the connection's comes
+            // back): the client can send no more on it, and is told to stop
+            // (RST_STREAM NO_ERROR, RFC 9113 8.1) once the answer is all
+            // out, not before.
             st->discarded += len;
-            if (st->discarded > me.env_.limits.max_request_body) {
-              st->discarding = false;
-              nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+            if (st->discarded <= me.env_.limits.max_request_body) {
+              nghttp2_session_consume(s, id, len);
+            } else {
+              nghttp2_session_consume_connection(s, len);
+              if (st->answered) me.stop_body(*st);
             }
             return 0;
           }
+          nghttp2_session_consume(s, id, len);
           if (!st || st->responded || st->refused)
             return 0;
           if (st->req.body.size() + len > me.env_.limits.max_request_body) {
@@ -485,11 +493,14 @@ private:
               (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
             auto *st =
                 static_cast<H2Stream *>(nghttp2_session_get_stream_user_data(s, f->hd.stream_id));
-            if (st && !st->ended && !st->discarding) {
-              // The response went out before the request ended (413, 431): tell
-              // the client to stop sending (RFC 9113 8.1) instead of reading and
-              // discarding the rest of its body.
-              nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+            if (st) st->answered = true;
+            auto &me = self(ud);
+            if (st && !st->ended &&
+                (!st->discarding || st->discarded > me.env_.limits.max_request_body)) {
+              // The response went out before the request ended (413, 431,
+              // or a body past the limit): tell the client to stop sending
+              // (RFC 9113 8.1) instead of reading and discarding the rest.
+              me.stop_body(*st);
             }
           }
           // Counted here: nghttp2 also sends GOAWAYs of its own (rate limits).
@@ -512,6 +523,11 @@ private:
   // new streams are taken until the final GOAWAY, which waits for the
   // client's PING ACK. A client that withheld it could otherwise open and
   // reset streams without limit for the whole drain.
+  void stop_body(H2Stream &st) {
+    st.ended = true; // nothing more of it is waited for
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_NO_ERROR);
+  }
+
   void client_reset() {
     if (!resets_.take(1, env_.limits.rst_rate, env_.limits.rst_burst, now_)) calm_down();
   }
@@ -538,7 +554,8 @@ private:
       break;
     case NGHTTP2_PRIORITY: cost = 1; break;
     case NGHTTP2_DATA:
-      if (f.hd.length == 0 && !(f.hd.flags & NGHTTP2_FLAG_END_STREAM)) cost = 1;
+      // No data once its padding (and the pad length's byte) is taken off.
+      if (f.hd.length <= f.data.padlen && !(f.hd.flags & NGHTTP2_FLAG_END_STREAM)) cost = 1;
       break;
     default: break;
     }

@@ -684,7 +684,7 @@ int H3Session::on_header(Stream &s, int32_t token, nghttp3_rcbuf *name, nghttp3_
   auto n = view(name);
   auto v = view(value);
   s.header_bytes += n.size() + v.size() + 32;
-  s.header_fields += 1;
+  s.header_fields += counts_as_field(n);
   if (s.header_bytes > limits_.max_field_section_size ||
       s.header_fields > limits_.max_header_fields) {
     // Keep decoding (QPACK state must stay in sync) but store nothing more.

@@ -203,5 +203,13 @@ bool valid_host_field(std::string_view value);
 // refused by HTTP/2 and HTTP/3 peers, so such a value cannot be passed on.
 bool valid_field_value(std::string_view value);
 
+// Whether a field of an HTTP/2 or HTTP/3 head counts against the limit on
+// fields as HTTP/1.1 counts its lines: pseudo-header fields are the
+// request line's, and cookie crumbs (RFC 9113 8.2.3, RFC 9114 4.2.1: a
+// browser splits its Cookie line into a field per cookie) are the one
+// line's. Their bytes count all the same.
+inline bool counts_as_field(std::string_view name) {
+  return !name.starts_with(':') && name != "cookie";
+}
 
 } // namespace xdpq::http

@@ -44,8 +44,10 @@ bool Router::takes_body(const Request &req) const {
 void Router::route(const Request &req, Response &resp) const {
   resp.reset();
   // HTTP/1.x checked its Host already; an HTTP/2 or HTTP/3 :authority that
-  // is not a host and port (userinfo, a path) names nothing served here.
-  if (!req.authority.empty() && !valid_host_field(req.authority)) {
+  // is not a host and port (userinfo, a path) names nothing served here,
+  // nor does a Host field that stands in for a missing :authority.
+  const std::string *host = req.authority.empty() ? req.find("host") : &req.authority;
+  if (host && !host->empty() && !valid_host_field(*host)) {
     make_error(resp, 400, req.method == "HEAD");
     return;
   }

@@ -1267,6 +1267,21 @@ TEST_F(QuicPipe, ASmallerPathMtuStillServes) {
   EXPECT_EQ(r.body.size(), 100000u);
 }
 
+// Regression (review): cookie crumbs (a browser sends a field per cookie,
+// RFC 9114 4.2.1) and pseudo-header fields counted against the limit of
+// 128 fields: 130 cookies got 431 where HTTP/1.1 (one Cookie line) was
+// served. Other fields still count.
+TEST_F(QuicPipe, CookieCrumbsCountAsTheOneLineTheyAre) {
+  start();
+  std::vector<std::pair<std::string, std::string>> cookies, many;
+  for (int i = 0; i < 130; ++i) {
+    cookies.emplace_back("cookie", "c" + std::to_string(i) + "=v");
+    many.emplace_back("x-f" + std::to_string(i), "v");
+  }
+  EXPECT_EQ(fetch("GET", "/healthz", cookies).status, 200);
+  EXPECT_EQ(fetch("GET", "/healthz", many).status, 431);
+}
+
 // Regression: every new connection got a path MTU probe (a full-size
 // datagram of padding) as soon as its handshake was done, and the client
 // paid its receive and its acknowledgement: one request on a new

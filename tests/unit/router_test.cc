@@ -106,6 +106,18 @@ TEST(Router, AuthorityThatIsNotAHostGets400) {
     router->route(r, resp);
     EXPECT_EQ(resp.status, 200) << good;
   }
+  // Regression (review): HTTP/2 takes a Host field for a missing
+  // :authority, and it was not checked: "u@a" was served.
+  for (const char *bad : {"u@a", "a/b"}) {
+    Request r = req("GET", "/healthz");
+    r.headers.add("host", bad);
+    router->route(r, resp);
+    EXPECT_EQ(resp.status, 400) << bad;
+  }
+  Request r = req("GET", "/healthz");
+  r.headers.add("host", "a:443");
+  router->route(r, resp);
+  EXPECT_EQ(resp.status, 200);
 }
 
 // Production: no /echo or /bytes/N (a file of that name is served instead);

@@ -246,6 +246,89 @@ TEST(H2Errors, TrailersOverTheHeaderLimitsGet431) {
   EXPECT_EQ(h.stats.responses_2xx, 0u);
 }
 
+// Regression (review): a request answered before its body ended with an
+// error (431 here) had the rest of its body read and credited until the
+// answer was out, with no limit: a client whose window keeps the answer in
+// could upload without end. And a body past the limit on a stream
+// answered at its head was reset with NO_ERROR at once, cutting an answer
+// not yet out. Now past the limit the stream's credit stops, and the reset
+// waits for the answer's end.
+TEST(H2Limits, ABodyAfterItsAnswerIsBoundedAndTheAnswerEndsWhole) {
+  H2Setup h;
+  h.env.limits.max_request_body = 64 * 1024;
+  h.session = make_h2_session(h.env);
+  const std::string window0("\x00\x04\x00\x00\x00\x00", 6); // INITIAL_WINDOW_SIZE 0
+  std::string out = h.exchange("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, window0) +
+                               h2_frame(4, 1, 0, ""));
+  // POST https /echo with :authority x and a 20,000-byte field: 431, its
+  // body held in by the window; no END_STREAM.
+  const std::string big(20000, 'b');
+  const std::string head = std::string("\x83\x87\x04\x05/echo\x01\x01x", 12) +
+                           std::string(1, '\0') + hpack_int(0, 7, 5) + "x-big" +
+                           hpack_int(0, 7, big.size()) + big;
+  out = h.exchange(h2_frame(1, 0, 1, head.substr(0, 10000)) + h2_frame(9, 4, 1, head.substr(10000)));
+  EXPECT_EQ(h.stats.header_limit_rejects, 1u);
+  int64_t credit = 1 << 20; // the server's stream window
+  uint64_t sent = 0;
+  const std::string chunk(16384, 'd');
+  auto reset = [](const std::string &o) {
+    for (const auto &f : xdpq::testing::h2_frames(o)) {
+      if (f.type == 3 && f.stream == 1) return true;
+    }
+    return false;
+  };
+  bool was_reset = false;
+  while (credit >= static_cast<int64_t>(chunk.size()) && sent < (8u << 20)) {
+    out = h.exchange(h2_frame(0, 0, 1, chunk));
+    sent += chunk.size();
+    credit -= static_cast<int64_t>(chunk.size());
+    for (const auto &f : xdpq::testing::h2_frames(out)) {
+      if (f.type == 8 && f.stream == 1) credit += f.word();
+    }
+    was_reset |= reset(out);
+  }
+  EXPECT_LE(sent, 64u * 1024 + (1u << 20) + chunk.size()) << "credited without limit";
+  EXPECT_FALSE(was_reset) << "reset before the answer went out";
+  // The client lets the answer out: it ends whole, and then the stream is
+  // reset (NO_ERROR).
+  out = h.exchange(h2_frame(8, 0, 1, std::string("\x00\x01\x00\x00", 4)));
+  bool ended = false;
+  uint32_t code = 99;
+  for (const auto &f : xdpq::testing::h2_frames(out)) {
+    if (f.stream != 1) continue;
+    if (f.type == 0 && (f.flags & 1)) ended = true;
+    if (f.type == 3) {
+      EXPECT_TRUE(ended) << "reset before the answer's end";
+      code = f.word();
+    }
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(code, 0u);
+}
+
+// Regression (review): every field of an HTTP/2 head counted against the
+// limit of 128, the four pseudo-header fields and each cookie crumb too (a
+// browser splits its Cookie line into one field per cookie, RFC 9113
+// 8.2.3). A browser holding 130 cookies got 431 where its HTTP/1.1 request
+// (one Cookie line) was served.
+TEST(H2Limits, CookieCrumbsCountAsTheOneLineTheyAre) {
+  H2Setup h;
+  std::string head("\x82\x87\x04\x08/healthz\x01\x01x", 15); // GET https /healthz, :authority x
+  for (int i = 0; i < 130; ++i) {
+    const std::string crumb = "c" + std::to_string(i) + "=v";
+    head += std::string(1, '\0') + hpack_int(0, 7, 6) + "cookie" + hpack_int(0, 7, crumb.size()) +
+            crumb;
+  }
+  h.exchange(h.preface + h2_frame(1, 5, 1, head));
+  EXPECT_EQ(h.stats.header_limit_rejects, 0u);
+  EXPECT_EQ(h.stats.responses_2xx, 1u);
+  // Other fields still count: 130 of them are over the limit.
+  std::string many("\x82\x87\x04\x08/healthz\x01\x01x", 15);
+  for (int i = 0; i < 130; ++i) many += std::string("\x00\x03x-a\x01v", 7);
+  h.exchange(h2_frame(1, 5, 3, many));
+  EXPECT_EQ(h.stats.header_limit_rejects, 1u);
+}
+
 // Regression: each of a connection's stream slots kept, for the
 // connection's life, the buffers its largest request head needed (up to
 // 16 KiB of fields, lines and body each): a client that opened 100
@@ -427,6 +510,25 @@ TEST(H2Limits, AFloodOfControlFramesIsCalmedDown) {
     std::string burst;
     for (int i = 0; i < 10; ++i) burst += h2_frame(4, 0, 0, entries);
     out = h.exchange(burst); // each one acknowledged, and read
+  }
+  EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{11}); // ENHANCE_YOUR_CALM
+  EXPECT_GT(rounds, 5);
+  EXPECT_EQ(h.stats.protocol_error_closes, 1u);
+}
+
+// Regression (review): an empty DATA frame cost the flood limit only when
+// its frame length was 0. One padded with nothing (the PADDED flag and a
+// pad length of 0: one byte on the wire, no data) cost nothing, and the
+// limit let a client send such frames without end.
+TEST(H2Limits, PaddedEmptyDataFramesAreCalmedDownToo) {
+  H2Setup h;
+  const std::string post = std::string("\x83\x87\x84\x01\x01x", 6); // POST https / x
+  std::string out = h.exchange(h.preface + h2_frame(1, 4, 1, post));
+  int rounds = 0;
+  for (; rounds < 50 && goaway_codes(out).empty(); ++rounds) {
+    std::string burst;
+    for (int i = 0; i < 100; ++i) burst += h2_frame(0, 0x8, 1, std::string(1, '\0')); // PADDED
+    out = h.exchange(burst);
   }
   EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{11}); // ENHANCE_YOUR_CALM
   EXPECT_GT(rounds, 5);
