@@ -535,6 +535,15 @@ TEST(H2Limits, PaddedEmptyDataFramesAreCalmedDownToo) {
   EXPECT_EQ(h.stats.protocol_error_closes, 1u);
 }
 
+// Regression (review): Debian's http-parser checks a field value's bytes
+// but not its first: a control byte there was taken, and went on to a
+// proxied upstream as it was.
+TEST_F(H1Head, AControlByteFirstInAValueIsA400) {
+  feed("GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: \x01" "b\r\n\r\n");
+  const std::string out = drain();
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 400 ")) << out.substr(0, 200);
+}
+
 // Regression (review): a malformed head followed, in the same read, by
 // more than the head limit was answered 431 (the framing check had looked
 // that far) where the parser had stopped at the malformed byte: 400.
