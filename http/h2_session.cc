@@ -76,7 +76,10 @@ public:
     nghttp2_option *opt;
     nghttp2_option_new(&opt);
     nghttp2_option_set_stream_reset_rate_limit(opt, env_.limits.rst_burst, env_.limits.rst_rate);
-    nghttp2_option_set_max_continuations(opt, env_.limits.max_continuations);
+    // A head of max_header_size bytes takes about that many on the wire
+    // (literal fields), in 16 KiB frames: enough CONTINUATIONs for it.
+    nghttp2_option_set_max_continuations(
+        opt, std::max(env_.limits.max_continuations, env_.limits.max_header_size / 16384 + 2));
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 256);
     // Credit is ours to give: at once for bodies we hold whole, and for a

@@ -246,6 +246,30 @@ TEST(H2Errors, TrailersOverTheHeaderLimitsGet431) {
   EXPECT_EQ(h.stats.responses_2xx, 0u);
 }
 
+// Regression (review): nghttp2 allows 8 CONTINUATION frames by default,
+// about 144 KiB of head: with --max-header-size set higher, a head larger
+// than that closed the whole connection (GOAWAY) where HTTP/1.1 and
+// HTTP/3 took it.
+TEST(H2Limits, AHeadUpToTheConfiguredLimitFitsInContinuations) {
+  H2Setup h;
+  h.env.limits.max_header_size = 262144;
+  h.session = make_h2_session(h.env);
+  std::string head("\x82\x87\x04\x08/healthz\x01\x01x", 15); // GET https /healthz, :authority x
+  const std::string value(50000, 'v');
+  for (int i = 0; i < 4; ++i) { // 200 KB, each field under nghttp2's 64 KiB
+    head += std::string(1, '\0') + hpack_int(0, 7, 3) + "x-" + std::to_string(i) +
+            hpack_int(0, 7, value.size()) + value;
+  }
+  std::string in = h.preface;
+  for (size_t at = 0; at < head.size(); at += 16384) {
+    const bool first = at == 0, last = at + 16384 >= head.size();
+    in += h2_frame(first ? 1 : 9, (first ? 1 : 0) | (last ? 4 : 0), 1, head.substr(at, 16384));
+  }
+  const std::string out = h.exchange(in);
+  EXPECT_EQ(goaway_codes(out), std::vector<uint32_t>{});
+  EXPECT_EQ(h.stats.responses_2xx, 1u);
+}
+
 // Regression (review): a request answered before its body ended with an
 // error (431 here) had the rest of its body read and credited until the
 // answer was out, with no limit: a client whose window keeps the answer in
