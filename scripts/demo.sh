@@ -26,12 +26,13 @@ echo "== starting xdpqd on 127.0.0.1:$PORT (log: $LOG)"
 "$XDPQD" --listen "127.0.0.1:$PORT" --listen "[::1]:$PORT" --control-socket "$CTL" >"$LOG" 2>&1 &
 PID=$!
 trap 'kill -TERM $PID 2>/dev/null || true; wait $PID 2>/dev/null || true' EXIT
-for _ in $(seq 50); do
+for _ in $(seq 200); do
   grep -q "ready:" "$LOG" && break
   kill -0 $PID 2>/dev/null || { cat "$LOG"; exit 1; }
   sleep 0.1
 done
 sed 's/^/   server| /' "$LOG"
+grep -q "ready:" "$LOG" || { echo "demo: xdpqd did not say ready within 20 s" >&2; exit 1; }
 
 fetch() { # fetch HOST PATH...
   local host=$1; shift

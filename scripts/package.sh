@@ -8,16 +8,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh >&2
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 # 0.2.0~gitN.HASH from a git checkout: each commit's package is newer than
 # the last (dpkg compares N as a number; a shallow clone counts fewer, so
 # build packages from a full one), older than the 0.2.0 release (~), and
-# says which commit it is.
-suffix=""
-if n=$(git rev-list --count HEAD 2>/dev/null) && h=$(git rev-parse --short=8 HEAD 2>/dev/null); then
+# says which commit it is. Where git cannot say (a source tarball, or a
+# checkout git refuses as another user's), the version is not guessed:
+# XDPQ_VERSION_SUFFIX names it ("" for the release itself).
+if [[ -n "${XDPQ_VERSION_SUFFIX+set}" ]]; then
+  suffix="$XDPQ_VERSION_SUFFIX"
+elif n=$(git rev-list --count HEAD) && h=$(git rev-parse --short=8 HEAD); then
   suffix="~git$n.$h"
+else
+  echo "package: git cannot name this commit (see above); set XDPQ_VERSION_SUFFIX," \
+       "e.g. XDPQ_VERSION_SUFFIX='~local1', or '' to build the release version" >&2
+  exit 1
 fi
+bash scripts/setup.sh >&2
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 cmake --preset package -DXDPQ_VERSION_SUFFIX="$suffix" >/dev/null
 cmake --build --preset package >&2
 rm -f build/package/xdpq_*.deb

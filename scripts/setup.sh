@@ -58,7 +58,8 @@ fi
 if ((${#missing_bpo[@]})); then
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
   if [[ "$codename" == bookworm ]] &&
-     ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+     ! grep -rqsE --include='*.list' --include='*.sources' '^[^#]*bookworm-backports' \
+       /etc/apt/sources.list /etc/apt/sources.list.d/; then
     echo "setup: adding Debian's bookworm-backports suite" >&2
     $SUDO tee /etc/apt/sources.list.d/debian-backports.sources >/dev/null <<'SRC'
 Types: deb

@@ -80,6 +80,8 @@ class PackageTest(TimedTestCase):
             unit = f.read()
         self.assertRegex(unit, r"(?m)^User=xdpq$")
         self.assertRegex(unit, r"(?m)^ExecStart=/usr/sbin/xdpqd --config /etc/xdpq/xdpq.toml$")
+        # A configuration error (exit 2) is not retried once a second.
+        self.assertRegex(unit, r"(?m)^RestartPreventExitStatus=2$")
         # The kernel-socket dataplane (the packaged configuration's) needs
         # one capability; the AF_XDP ones come from a drop-in.
         caps = self.caps_of(unit_file)
@@ -198,6 +200,11 @@ class PackageTest(TimedTestCase):
         self.assertEqual(stats["responses_2xx"], 50)
         st = os.stat("/var/lib/xdpq/secrets")
         self.assertEqual((st.st_uid, st.st_mode & 0o777), (user.pw_uid, 0o600))
+        # The operator's check before a reload, as root, takes the file the
+        # service made (it used to say "owned by uid N, not by us").
+        r = run("/usr/sbin/xdpqd", "--config", "/etc/xdpq/xdpq.toml", "--check-config",
+                check=False)
+        self.assertEqual(r.returncode, 0, r.stdout)
 
         # AF_XDP in a namespace pair, with only the unit's capabilities.
         with Topology() as topo:
@@ -223,6 +230,18 @@ class PackageTest(TimedTestCase):
         with open("/etc/xdpq/key.pem") as f:
             self.assertEqual(f.read(), "the operator's key\n")
         self.assertRaises(KeyError, pwd.getpwnam, "xdpq")
+
+    def test_a_commit_git_cannot_name_is_not_packaged(self):
+        # Regression: where git failed (a source tarball, a checkout git
+        # refuses as another user's), the package silently took the
+        # release's version, 0.2.0, which apt ranks above every later
+        # 0.2.0~gitN snapshot. It stops now, saying how to name the build.
+        env = dict(os.environ, GIT_DIR="/nonexistent")
+        env.pop("XDPQ_VERSION_SUFFIX", None)
+        r = run("bash", os.path.join(ROOT, "scripts/package.sh"), check=False, env=env,
+                timeout=1500)
+        self.assertEqual(r.returncode, 1, r.stdout[-2000:])
+        self.assertIn("XDPQ_VERSION_SUFFIX", r.stdout)
 
     def test_a_reinstall_from_source_keeps_the_configuration(self):
         # `cmake --install` of a source build installs the configuration
