@@ -177,7 +177,13 @@ void Server::open_control() {
       }
     }
   }
-  if (control_fd_ < 0) control_fd_ = bind_control_socket(control_path_);
+  if (control_fd_ < 0) {
+    try {
+      control_fd_ = bind_control_socket(control_path_);
+    } catch (const UsageError &e) {
+      throw UsageError(opts_.at({"--control-socket"}) + e.what());
+    }
+  }
   if (opts_.metrics && metrics_fd_ < 0) {
     const auto &a = *opts_.metrics;
     metrics_fd_ = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -187,7 +193,7 @@ void Server::open_control() {
       std::string why = strerror(errno);
       close(metrics_fd_);
       metrics_fd_ = -1;
-      throw UsageError("--metrics " + a.to_string() + ": " + why);
+      throw UsageError(opts_.at({"--metrics"}) + "--metrics " + a.to_string() + ": " + why);
     }
   }
 }

@@ -249,7 +249,8 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     lb.nonce_len = opts_.quic_lb_nonce_length;
     if (opts_.quic_lb_mode == "encrypted") {
       if (!secrets.quic_lb_key) {
-        throw UsageError("--quic-lb-mode encrypted: secrets file " + opts_.secrets_file +
+        throw UsageError(opts_.at({"--quic-lb-mode"}) + "--quic-lb-mode encrypted: secrets file " +
+                         opts_.secrets_file +
                          " has no quic_lb_key line; add quic_lb_key=<32 hex digits> (the key "
                          "the balancer and every node share), or use --quic-lb-mode plaintext");
       }
@@ -258,7 +259,7 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
     try {
       quic_lb = std::make_shared<const quic::QuicLbCodec>(lb);
     } catch (const std::invalid_argument &e) {
-      throw UsageError(std::string("--quic-lb-server-id: ") + e.what());
+      throw UsageError(opts_.at({"--quic-lb-server-id"}) + "--quic-lb-server-id: " + e.what());
     }
     LOG_INFO("QUIC-LB: config %d, server ID %s, nonce %zu bytes, %s, connection IDs of %zu bytes",
              opts_.quic_lb_config_id, to_hex(lb.server_id).c_str(), lb.nonce_len,
@@ -279,7 +280,11 @@ Server::Server(const Options &opts, std::vector<std::string> argv, int upgrade_f
                      "restart (drain, then start), not an upgrade");
   }
   if (opts_.check_config) {
-    check_control_path(control_socket_path(opts_));
+    try {
+      check_control_path(control_socket_path(opts_));
+    } catch (const UsageError &e) {
+      throw UsageError(opts_.at({"--control-socket"}) + e.what());
+    }
     if (opts_.dataplane == "afxdp") {
       bool queue = false;
       const std::string why = dataplane::check_interface(opts_.interface, opts_.queues, queue);

@@ -156,6 +156,37 @@ class CliTest(TimedTestCase):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn(f"{conf}:2: server.listen: ", r.stderr)
         self.assertIn("in use", r.stderr)
+        # Regression (review): the QUIC-LB key's absence, the control
+        # socket's path and the metrics address named their flag only.
+        secrets = os.path.join(d, "secrets")
+        with open(secrets, "w") as f:
+            f.write(f"reset_key={'11' * 32}\ntoken_key={'22' * 32}\nticket_key={'33' * 64}\n")
+        os.chmod(secrets, 0o600)
+        with open(conf, "w") as f:
+            f.write(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[tls]\nsecrets = "{secrets}"\n\n'
+                    f'[quic_lb]\nserver_id = "0a0b"\nmode = "encrypted"\n')
+        r = run("--config", conf, "--check-config")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"{conf}:9: quic_lb.mode: --quic-lb-mode encrypted: ", r.stderr)
+        with open(conf, "w") as f:
+            f.write(f'[server]\nlisten = ["127.0.0.1:1"]\n'
+                    f'control_socket = "{secrets}/x.sock"\n')  # under a file
+        r = run("--config", conf, "--check-config")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"{conf}:3: server.control_socket: --control-socket ", r.stderr)
+        r = run("--config", conf, "--no-tcp", "--listen", f"127.0.0.1:{free_udp_port()}")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"{conf}:3: server.control_socket: --control-socket ", r.stderr)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            with open(conf, "w") as f:
+                f.write(f'[server]\nlisten = ["127.0.0.1:{free_udp_port()}"]\n'
+                        f'control_socket = "{d}/ctl.sock"\n'
+                        f'metrics = "127.0.0.1:{taken.getsockname()[1]}"\n')
+            r = run("--config", conf, "--no-tcp")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"{conf}:4: server.metrics: --metrics ", r.stderr)
 
     def test_check_config_writes_nothing(self):
         # Run as root on a service's config, --check-config must not leave a
