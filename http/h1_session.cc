@@ -40,8 +40,13 @@ class H1Session final : public TcpSession, public ProxyListener {
 public:
   ~H1Session() override {
     for (auto &q : queue_) finish_log(q); // answers cut short by the close
-    // A request whose body was still arriving when the connection ended
-    // (a proxied one is queued at its head, above): status 0, none sent.
+    log_cut_short();
+  }
+
+  // A request whose body was still arriving when the connection or the
+  // client's input ended (a proxied one is queued at its head, and logged
+  // with the queue): status 0, none sent.
+  void log_cut_short() {
     if (in_message_ && !in_headers_ && !proxied_) {
       log_request(env_, req_, http10() ? "HTTP/1.0" : "HTTP/1.1", 0, 0, started_);
     }
@@ -153,8 +158,11 @@ public:
         if (in_head) {
           // A request refused before its head ended counts as one, as do
           // those refused at its end, with its method for the log (and a
-          // HEAD's answer without a body).
-          req_.method = http_method_str(static_cast<http_method>(parser_.method));
+          // HEAD's answer without a body). A method not read whole is none:
+          // http-parser guesses one from the first byte ("H": HEAD).
+          const bool method_read = HTTP_PARSER_ERRNO(&parser_) != HPE_INVALID_METHOD;
+          req_.method =
+              method_read ? http_method_str(static_cast<http_method>(parser_.method)) : "";
           env_.stats->requests += 1;
           in_headers_ = false;
         }
@@ -306,6 +314,9 @@ public:
     if (!eof_ || !buffered_.empty()) return;
     if (body_ex_) return end_of_proxy_input();
     if (in_message_ && !tunnel_) {
+      // Its body is given back now, not when the answers before it end.
+      log_cut_short();
+      release_body();
       in_message_ = false;
       in_headers_ = false;
       closing_ = true;

@@ -388,7 +388,7 @@ private:
               nghttp2_session_consume(s, id, len);
             } else {
               nghttp2_session_consume_connection(s, len);
-              if (st->answered) me.stop_body(*st);
+              if (st->answered && !st->ended) me.stop_body(*st);
             }
             return 0;
           }

@@ -1,6 +1,7 @@
 #include "quic/secrets.h"
 
 #include "base/hex.h"
+#include "base/log.h"
 #include "base/private_file.h"
 
 #include <fcntl.h>
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -23,6 +26,49 @@ template <size_t N> void random_fill(std::array<uint8_t, N> &a) {
   if (gnutls_rnd(GNUTLS_RND_KEY, a.data(), a.size()) != 0) {
     throw std::runtime_error("gnutls_rnd failed");
   }
+}
+
+// Writes s to a file of a name of its own, synced, then gives it path's
+// name if no file has it: a failed write (a full disk) leaves no part of a
+// file that every later start would refuse, and of two processes creating
+// it at once, one's keys are the file. False if path was taken meanwhile.
+bool publish(const std::string &path, const std::string &dir, const Secrets &s) {
+  std::string tmp = path + ".new.XXXXXX";
+  const int fd = mkostemp(tmp.data(), O_CLOEXEC); // mode 0600, a name no one else has
+  if (fd < 0) {
+    throw std::runtime_error("secrets file " + path + ": cannot create: " + std::strerror(errno));
+  }
+  std::string text = "# xdpq secrets: keep private, keep across restarts\n";
+  text += "reset_key=" + to_hex(s.reset_key) + "\n";
+  text += "token_key=" + to_hex(s.token_key) + "\n";
+  text += "ticket_key=" + to_hex(s.ticket_key) + "\n";
+  text += "# QUIC-LB (quic_lb.mode = \"encrypted\"): the same on every node and the balancer\n";
+  text += "quic_lb_key=" + to_hex(*s.quic_lb_key) + "\n";
+  errno = 0;
+  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = ok && fsync(fd) == 0;
+  const int write_errno = errno;
+  close(fd);
+  if (!ok) {
+    unlink(tmp.c_str());
+    throw std::runtime_error("secrets file " + path + ": write failed" +
+                             (write_errno ? std::string(": ") + std::strerror(write_errno) : ""));
+  }
+  int placed = link(tmp.c_str(), path.c_str());
+  if (placed != 0 && (errno == EPERM || errno == EOPNOTSUPP)) // a filesystem without hard links
+    placed = renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+  const int place_errno = errno;
+  unlink(tmp.c_str()); // gone already if renamed
+  if (placed != 0 && place_errno == EEXIST) return false;
+  if (placed != 0) {
+    throw std::runtime_error("secrets file " + path + ": cannot create: " +
+                             std::strerror(place_errno));
+  }
+  if (int d = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    fsync(d); // the new name outlives a crash
+    close(d);
+  }
+  return true;
 }
 
 } // namespace
@@ -51,47 +97,17 @@ Secrets Secrets::load_or_create(const std::string &path, bool create) {
       }
       return s;
     }
-    // Written whole under a temporary name, then linked into place: a
-    // failed write (a full disk) leaves no part of a file that every later
-    // start would refuse, and of two processes creating it at once, one's
-    // keys are the file and the other reads them.
-    const std::string tmp = path + ".new." + std::to_string(getpid());
-    unlink(tmp.c_str()); // left by a process of ours that died writing it
-    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (publish(path, dir, s)) return s;
+    // Another process made it first (its keys are the file's), or the
+    // name is a symbolic link to nothing.
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      throw std::runtime_error("secrets file " + path + ": cannot create: " + std::strerror(errno));
+      struct stat ls {};
+      const bool dangling = errno == ENOENT && lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode);
+      throw std::runtime_error("secrets file " + path + ": " +
+                               (dangling ? std::string("a symbolic link to a file that does not exist")
+                                         : std::strerror(errno)));
     }
-    std::string text = "# xdpq secrets: keep private, keep across restarts\n";
-    text += "reset_key=" + to_hex(s.reset_key) + "\n";
-    text += "token_key=" + to_hex(s.token_key) + "\n";
-    text += "ticket_key=" + to_hex(s.ticket_key) + "\n";
-    text += "# QUIC-LB (quic_lb.mode = \"encrypted\"): the same on every node and the balancer\n";
-    text += "quic_lb_key=" + to_hex(*s.quic_lb_key) + "\n";
-    errno = 0;
-    bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ok = ok && fsync(fd) == 0;
-    const int write_errno = errno;
-    close(fd);
-    if (!ok) {
-      unlink(tmp.c_str());
-      throw std::runtime_error("secrets file " + path + ": write failed" +
-                               (write_errno ? std::string(": ") + std::strerror(write_errno) : ""));
-    }
-    int linked = link(tmp.c_str(), path.c_str());
-    if (linked != 0 && (errno == EPERM || errno == EOPNOTSUPP))
-      linked = rename(tmp.c_str(), path.c_str()); // a filesystem without hard links
-    const int link_errno = errno;
-    unlink(tmp.c_str());
-    if (linked != 0 && link_errno == EEXIST) return load_or_create(path, create); // theirs won
-    if (linked != 0) {
-      throw std::runtime_error("secrets file " + path + ": cannot create: " +
-                               std::strerror(link_errno));
-    }
-    if (int d = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
-      fsync(d); // the new name outlives a crash
-      close(d);
-    }
-    return s;
   }
   if (fd < 0) {
     throw std::runtime_error("secrets file " + path + ": " + std::strerror(errno));
@@ -106,6 +122,10 @@ Secrets Secrets::load_or_create(const std::string &path, bool create) {
     // reload) reads the file the service's user made, and serves nothing
     // with it: any owner, as long as the file is private.
     problem = private_file_problem(st, true, !create && geteuid() == 0);
+    if (problem.empty() && st.st_uid != geteuid() && st.st_uid != 0) {
+      LOG_WARN("secrets file %s is owned by uid %u: only a daemon running as that user may use it",
+               path.c_str(), static_cast<unsigned>(st.st_uid));
+    }
     if (problem.empty() && st.st_size > 64 * 1024) problem = "larger than a secrets file can be";
   }
   if (!problem.empty()) {

@@ -216,6 +216,7 @@ class CliTest(TimedTestCase):
         r = run("--check-config", "--listen", "127.0.0.1:1", "--secrets", path)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("configuration OK", r.stdout)
+        self.assertIn("owned by uid 65534: only a daemon running as that user", r.stderr)
         # Still private, whoever owns it.
         os.chmod(path, 0o640)
         r = run("--check-config", "--listen", "127.0.0.1:1", "--secrets", path)
@@ -249,6 +250,21 @@ class CliTest(TimedTestCase):
         finally:
             subprocess.run(["umount", d], check=True)
             os.rmdir(d)
+
+    def test_a_secrets_path_that_links_to_nothing_is_refused(self):
+        # Regression (review of the change that writes the file whole): a
+        # symbolic link to a missing file at the secrets path made the
+        # daemon take the name for another process's and try again,
+        # without end, until its stack overflowed.
+        d = tempfile.mkdtemp(prefix="xdpq-link-")
+        path = os.path.join(d, "secrets")
+        os.symlink(os.path.join(d, "not-there"), path)
+        r = run("--listen", f"127.0.0.1:{free_udp_port()}", "--no-tcp", "--secrets", path)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("a symbolic link to a file that does not exist", r.stderr)
+        self.assertEqual(sorted(os.listdir(d)), ["secrets"])
+        os.unlink(path)
+        os.rmdir(d)
 
     def test_bad_config_file_exits_2_naming_file_and_line(self):
         d = tempfile.mkdtemp(prefix="xdpq-config-")

@@ -80,8 +80,6 @@ class PackageTest(TimedTestCase):
             unit = f.read()
         self.assertRegex(unit, r"(?m)^User=xdpq$")
         self.assertRegex(unit, r"(?m)^ExecStart=/usr/sbin/xdpqd --config /etc/xdpq/xdpq.toml$")
-        # A configuration error (exit 2) is not retried once a second.
-        self.assertRegex(unit, r"(?m)^RestartPreventExitStatus=2$")
         # The kernel-socket dataplane (the packaged configuration's) needs
         # one capability; the AF_XDP ones come from a drop-in.
         caps = self.caps_of(unit_file)

@@ -577,6 +577,15 @@ class TcpTest(TimedTestCase):
         self.assertEqual((sep, rest), (b"\r\n\r\n", b""), got)
         self.assertEqual(stats["tcp_requests"], 1, stats)
         self.assertEqual(stats["tcp_bad_requests"], 1, stats)
+        # A method that only begins like HEAD (http-parser guesses HEAD from
+        # the "H") is no HEAD: its answer has a body.
+        with self.serve() as srv:
+            s = self.tls_http1(srv)
+            s.sendall(b"HELP / HTTP/1.1\r\nHost: a\r\n\r\n")
+            got = read_to_end(s)
+            s.close()
+        self.assertTrue(got.startswith(b"HTTP/1.1 400 "), got)
+        self.assertNotEqual(got.partition(b"\r\n\r\n")[2], b"", got)
 
     def test_a_client_that_leaves_mid_request_is_let_go_at_once(self):
         # Regression: a client that half-closed with a request short of its
