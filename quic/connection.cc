@@ -633,6 +633,7 @@ void Connection::send_close_packet() {
 void Connection::enter_draining() {
   state_ = State::draining;
   ep_.app_finished(this);
+  if (handshake_done_) ep_.source_left(this);
   ep_.timers().schedule(timer_, ep_.clock().now() + 3 * ngtcp2_conn_get_pto(conn_));
 }
 

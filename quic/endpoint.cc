@@ -156,6 +156,12 @@ void Endpoint::handshake_done(Connection *) {
   if (handshakes_in_progress_ > 0) --handshakes_in_progress_;
 }
 
+void Endpoint::source_left(Connection *c) {
+  if (c->source_unproven) return; // forged Initials can close too: theirs stays until retired
+  sources_.release(c->source_slot);
+  c->source_slot = dataplane::SourceLimiter::NONE;
+}
+
 void Endpoint::source_proven(Connection *c) {
   if (!c->source_unproven) return;
   c->source_unproven = false;

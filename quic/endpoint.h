@@ -251,6 +251,9 @@ public:
   void handshake_done(Connection *c);
   // c's handshake completed: its address is proven (per-source caps).
   void source_proven(Connection *c);
+  // c's client closed it after its handshake: its draining period holds no
+  // place under its source's connection cap.
+  void source_left(Connection *c);
 
 private:
   void drop_routes(Connection *c);

@@ -902,6 +902,34 @@ TEST_F(QuicPipe, PerSourceConnectionCap) {
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
 }
 
+// Regression: a connection its client had closed held its place under the
+// source's connection cap for its draining period (three probe timeouts).
+// One host opening connections fast (h3load, a new connection per request
+// at 2,400 a second) filled the cap with them, and got Retries, then
+// CONNECTION_REFUSED. A proven connection the client closed leaves the cap
+// as it starts draining; one that never finished its handshake still holds
+// its place (forged Initials can close too).
+TEST_F(QuicPipe, AConnectionItsClientClosedLeavesTheSourcesCap) {
+  quic::EndpointConfig cfg;
+  cfg.per_source = {2, 0, 0};
+  start(cfg);
+  EXPECT_EQ(fetch("GET", "/healthz").status, 200);
+  server_->deliver(client_->close_connection(NGHTTP3_H3_NO_ERROR));
+  EXPECT_EQ(stats().conns_closed, 0u) << "still in its draining period";
+  const auto source = make_test_path().remote;
+  EXPECT_EQ(server_->endpoint->source_connections(source), 0u);
+  TestClient a(clock_, make_test_path(50001)), b(clock_, make_test_path(50002));
+  ASSERT_TRUE(run_until(a, *server_, clock_, [&] { return a.handshake_completed(); }));
+  ASSERT_TRUE(run_until(b, *server_, clock_, [&] { return b.handshake_completed(); }));
+  EXPECT_EQ(stats().retries_source_limit, 0u);
+  EXPECT_EQ(server_->endpoint->source_connections(source), 2u);
+  // The draining period ends: its place is not given back twice.
+  clock_.set(clock_.now() + 10'000'000'000ull);
+  server_->tick();
+  EXPECT_EQ(stats().conns_closed, 1u);
+  EXPECT_EQ(server_->endpoint->source_connections(source), 2u);
+}
+
 // Regression: handshakes started in a victim's name that never finish
 // (forged Initials) filled its connection cap for the handshake timeout,
 // and the victim could not connect at all.
