@@ -79,6 +79,7 @@ H3ClientConn::H3ClientConn(const Options &opts, Events &events)
   p.initial_max_data = opts.max_data;
   p.initial_max_streams_uni = 3;
   p.max_idle_timeout = opts.idle_timeout;
+  if (opts.max_ack_delay) p.max_ack_delay = opts.max_ack_delay;
   if (ngtcp2_conn_client_new(&conn_, &dcid, &scid, &opts.path, NGTCP2_PROTO_VER_V1, &cb, &s, &p,
                              nullptr, this) != 0) {
     throw std::runtime_error("ngtcp2_conn_client_new failed");

@@ -58,6 +58,7 @@ public:
     uint64_t max_window = 0;        // 0: ngtcp2's default
     uint64_t max_stream_window = 0; // 0: ngtcp2's default
     uint64_t idle_timeout = 30'000'000'000ull;
+    uint64_t max_ack_delay = 0;   // advertised, nanoseconds (0: ngtcp2's, 25 ms)
     uint64_t max_data = 16 << 20; // the connection's flow-control window
     uint64_t stream_window = 4 << 20; // each response stream's (0: shut until extended)
     bool grant_data = true;       // false: never extended (a client that stops reading)

@@ -633,8 +633,14 @@ void Connection::send_close_packet() {
 void Connection::enter_draining() {
   state_ = State::draining;
   ep_.app_finished(this);
-  if (handshake_done_) ep_.source_left(this);
-  ep_.timers().schedule(timer_, ep_.clock().now() + 3 * ngtcp2_conn_get_pto(conn_));
+  const uint64_t period = 3 * ngtcp2_conn_get_pto(conn_);
+  // A client that closed after its handshake leaves its source's connection
+  // cap as it drains (a load generator opens and closes thousands a
+  // second), if the period is short. The client's max_ack_delay counts in
+  // the probe timeout (up to 16 s): a period it stretched keeps its place,
+  // or one host could fill the worker's table with closed connections.
+  if (handshake_done_ && period <= ep_.config().source_free_draining) ep_.source_left(this);
+  ep_.timers().schedule(timer_, ep_.clock().now() + period);
 }
 
 void Connection::retire() {

@@ -74,6 +74,12 @@ struct EndpointConfig {
   // the unvalidated rate a source gets a Retry, over the validated rate
   // (with a Retry token) CONNECTION_REFUSED.
   dataplane::SourceLimits per_source{256, 5000, 10000, 5000};
+  // The longest draining period (three probe timeouts) in which a
+  // connection its client closed after its handshake holds no place under
+  // its source's connection cap. Those are bounded by the source's rate
+  // (5000/s for 250 ms: 1250); a longer period (the client's max_ack_delay
+  // counts in it, up to 16 s) keeps the place.
+  uint64_t source_free_draining = 250'000'000; // ns
   uint64_t idle_timeout = 30'000'000'000ull;
   uint64_t handshake_timeout = 10'000'000'000ull;
   uint64_t retry_token_lifetime = 10'000'000'000ull;

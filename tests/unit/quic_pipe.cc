@@ -52,7 +52,8 @@ ngtcp2_path to_np(const dataplane::Path &p) {
 TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
                        uint64_t fixed_window, bool shut_streams, size_t qpack_table_capacity,
                        size_t hello_padding, std::span<const uint8_t> token,
-                       uint64_t stream_window, std::span<const uint8_t> dcid)
+                       uint64_t stream_window, std::span<const uint8_t> dcid,
+                       uint64_t max_ack_delay)
     : clock_(clock), path_(path) {
   gnutls_certificate_allocate_credentials(&cred_);
   http::H3ClientConn::Options o;
@@ -73,6 +74,7 @@ TestClient::TestClient(quic::ManualClock &clock, const dataplane::Path &path,
   o.qpack_table_capacity = qpack_table_capacity;
   o.token = token;
   o.dcid = dcid;
+  o.max_ack_delay = max_ack_delay;
   try {
     h3c_ = std::make_unique<http::H3ClientConn>(o, *this);
   } catch (...) {

@@ -79,7 +79,8 @@ public:
   TestClient(quic::ManualClock &clock, const dataplane::Path &path, uint64_t fixed_window = 0,
              bool shut_streams = false, size_t qpack_table_capacity = 0,
              size_t hello_padding = 0, std::span<const uint8_t> token = {},
-             uint64_t stream_window = 0, std::span<const uint8_t> dcid = {});
+             uint64_t stream_window = 0, std::span<const uint8_t> dcid = {},
+             uint64_t max_ack_delay = 0);
   ~TestClient();
   TestClient(const TestClient &) = delete;
   TestClient &operator=(const TestClient &) = delete;

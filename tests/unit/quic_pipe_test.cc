@@ -912,22 +912,43 @@ TEST_F(QuicPipe, PerSourceConnectionCap) {
 TEST_F(QuicPipe, AConnectionItsClientClosedLeavesTheSourcesCap) {
   quic::EndpointConfig cfg;
   cfg.per_source = {2, 0, 0};
+  // This pipe's clock leaps to the next timer when nothing moves, which
+  // its round-trip samples see: probe timeouts of a few hundred ms here.
+  cfg.source_free_draining = 2'000'000'000;
   start(cfg);
   EXPECT_EQ(fetch("GET", "/healthz").status, 200);
   server_->deliver(client_->close_connection(NGHTTP3_H3_NO_ERROR));
   EXPECT_EQ(stats().conns_closed, 0u) << "still in its draining period";
   const auto source = make_test_path().remote;
   EXPECT_EQ(server_->endpoint->source_connections(source), 0u);
+  // A request answered: the handshake is confirmed on both sides (the
+  // client's close goes in a 1-RTT packet).
+  auto served = [&](TestClient &c) {
+    const int64_t sid = c.request("GET", "/healthz");
+    return sid >= 0 && run_until(c, *server_, clock_, [&] { return c.responses[sid].done; });
+  };
   TestClient a(clock_, make_test_path(50001)), b(clock_, make_test_path(50002));
   ASSERT_TRUE(run_until(a, *server_, clock_, [&] { return a.handshake_completed(); }));
   ASSERT_TRUE(run_until(b, *server_, clock_, [&] { return b.handshake_completed(); }));
   EXPECT_EQ(stats().retries_source_limit, 0u);
   EXPECT_EQ(server_->endpoint->source_connections(source), 2u);
-  // The draining period ends: its place is not given back twice.
+  ASSERT_TRUE(served(a));
+  server_->deliver(a.close_connection(NGHTTP3_H3_NO_ERROR));
+  EXPECT_EQ(server_->endpoint->source_connections(source), 1u);
+  // A client that stretches its draining period (a max_ack_delay of 1 s in
+  // the probe timeout: over 3 s of state after its close) keeps its place:
+  // one host closing such connections fast would fill the worker's table.
+  TestClient slow(clock_, make_test_path(50003), 0, false, 0, 0, {}, 0, {}, 1'000'000'000ull);
+  ASSERT_TRUE(run_until(slow, *server_, clock_, [&] { return slow.handshake_completed(); }));
+  EXPECT_EQ(server_->endpoint->source_connections(source), 2u);
+  ASSERT_TRUE(served(slow));
+  server_->deliver(slow.close_connection(NGHTTP3_H3_NO_ERROR));
+  EXPECT_EQ(server_->endpoint->source_connections(source), 2u) << "a stretched draining period";
+  // The draining periods end: no place is given back twice (b holds one).
   clock_.set(clock_.now() + 10'000'000'000ull);
   server_->tick();
-  EXPECT_EQ(stats().conns_closed, 1u);
-  EXPECT_EQ(server_->endpoint->source_connections(source), 2u);
+  EXPECT_EQ(stats().conns_closed, 3u);
+  EXPECT_EQ(server_->endpoint->source_connections(source), 1u);
 }
 
 // Regression: handshakes started in a victim's name that never finish
