@@ -159,8 +159,9 @@ public:
           // A request refused before its head ended counts as one, as do
           // those refused at its end, with its method for the log (and a
           // HEAD's answer without a body). A method not read whole is none:
-          // http-parser guesses one from the first byte ("H": HEAD).
-          const bool method_read = HTTP_PARSER_ERRNO(&parser_) != HPE_INVALID_METHOD;
+          // http-parser guesses one from the first byte ("H": HEAD), and
+          // only the target's start says the method and its space were read.
+          const bool method_read = !req_.path.empty();
           req_.method =
               method_read ? http_method_str(static_cast<http_method>(parser_.method)) : "";
           env_.stats->requests += 1;
