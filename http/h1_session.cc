@@ -159,9 +159,13 @@ public:
           // A request refused before its head ended counts as one, as do
           // those refused at its end, with its method for the log (and a
           // HEAD's answer without a body). A method not read whole is none:
-          // http-parser guesses one from the first byte ("H": HEAD), and
-          // only the target's start says the method and its space were read.
-          const bool method_read = !req_.path.empty();
+          // http-parser guesses one from the first byte ("H": HEAD). It was
+          // read if the target began, or if the parser itself found an
+          // error past it; where the framing check stopped the parser
+          // (errno still OK) before any target, it may not have been.
+          const auto parser_error = HTTP_PARSER_ERRNO(&parser_);
+          const bool method_read = parser_error != HPE_INVALID_METHOD &&
+                                   (!req_.path.empty() || parser_error != HPE_OK);
           req_.method =
               method_read ? http_method_str(static_cast<http_method>(parser_.method)) : "";
           env_.stats->requests += 1;

@@ -588,9 +588,17 @@ class TcpTest(TimedTestCase):
             s.sendall(b"H\n")  # a bare LF after the first byte: the framing check's refusal
             got2 = read_to_end(s)
             s.close()
+            # A HEAD whose target holds a control byte (the parser's own
+            # error, before the target reached us) is still a HEAD.
+            s = self.tls_http1(srv)
+            s.sendall(b"HEAD /a\x01 HTTP/1.1\r\nHost: a\r\n\r\n")
+            got3 = read_to_end(s)
+            s.close()
         for g in (got, got2):
             self.assertTrue(g.startswith(b"HTTP/1.1 400 "), g)
             self.assertNotEqual(g.partition(b"\r\n\r\n")[2], b"", g)
+        self.assertTrue(got3.startswith(b"HTTP/1.1 400 "), got3)
+        self.assertEqual(got3.partition(b"\r\n\r\n")[2], b"", got3)
 
     def test_a_client_that_leaves_mid_request_is_let_go_at_once(self):
         # Regression: a client that half-closed with a request short of its
