@@ -76,9 +76,10 @@ struct EndpointConfig {
   dataplane::SourceLimits per_source{256, 5000, 10000, 5000};
   // The longest draining period (three probe timeouts) in which a
   // connection its client closed after its handshake holds no place under
-  // its source's connection cap. Those are bounded by the source's rate
-  // (5000/s for 250 ms: 1250); a longer period (the client's max_ack_delay
-  // counts in it, up to 16 s) keeps the place.
+  // its source's connection cap. Those are bounded by the source's rates
+  // (at the defaults 2,500 in 250 ms, and up to 20,000 more in a burst);
+  // a longer period (the client's max_ack_delay counts in it, up to 16 s)
+  // keeps the place.
   uint64_t source_free_draining = 250'000'000; // ns
   uint64_t idle_timeout = 30'000'000'000ull;
   uint64_t handshake_timeout = 10'000'000'000ull;
