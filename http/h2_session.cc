@@ -520,17 +520,19 @@ private:
     std::string().swap(st.req.body);
   }
 
+  // A body whose answer is out: the client is told to stop sending it
+  // (RST_STREAM NO_ERROR, RFC 9113 8.1), once.
+  void stop_body(H2Stream &st) {
+    st.ended = true; // nothing more of it is waited for
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_NO_ERROR);
+  }
+
   // The client's RST_STREAMs, limited as nghttp2 is told to limit them (a
   // burst, then a rate per second), here too: nghttp2 stops counting once
   // a GOAWAY is submitted, and a graceful shutdown's notice is one, while
   // new streams are taken until the final GOAWAY, which waits for the
   // client's PING ACK. A client that withheld it could otherwise open and
   // reset streams without limit for the whole drain.
-  void stop_body(H2Stream &st) {
-    st.ended = true; // nothing more of it is waited for
-    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_NO_ERROR);
-  }
-
   void client_reset() {
     if (!resets_.take(1, env_.limits.rst_rate, env_.limits.rst_burst, now_)) calm_down();
   }

@@ -44,9 +44,10 @@ bool line_token(std::string_view s) {
 // CF-Connecting-IP, Fastly-Client-IP, X-Cluster-Client-IP, X-Forwarded,
 // Forwarded-For and X-Original-Forwarded-For; proxy-fix middleware reads
 // X-Forwarded-Port, -Prefix, -Scheme, -Ssl and -Server, and X-Host; some
-// routers take X-Original-URL and X-Rewrite-URL for the path. From an untrusted client they are dropped. A
-// spelling with '_' for '-' is a look-alike, which no proxy of ours sends:
-// dropped whoever sends it. (Names are lower case here.)
+// routers take X-Original-URL and X-Rewrite-URL for the path. From an
+// untrusted client they are dropped. A spelling with '_' for '-' is a
+// look-alike, which no proxy of ours sends: dropped whoever sends it.
+// (Names are lower case here.)
 enum class Forwarding { none, field, lookalike };
 Forwarding forwarding_field(std::string_view name) {
   static constexpr std::string_view NAMES[] = {
