@@ -16,6 +16,13 @@ from harness import (XDPQD, Server, TimedTestCase, free_udp_port, gtlsclient,  #
                      require_tools, write_afxdp_config)
 
 
+def write_secrets(path):
+    """A valid, private secrets file (no QUIC-LB key) at path."""
+    with open(path, "w") as f:
+        f.write(f"reset_key={'11' * 32}\ntoken_key={'22' * 32}\nticket_key={'33' * 64}\n")
+    os.chmod(path, 0o600)
+
+
 def run(*args, timeout=10):
     return subprocess.run([XDPQD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, timeout=timeout)
@@ -136,17 +143,20 @@ class CliTest(TimedTestCase):
         d = tempfile.mkdtemp(prefix="xdpq-check-")
         conf = os.path.join(d, "xdpq.toml")
         missing = os.path.join(d, "missing.pem")
-        with open(conf, "w") as f:
-            f.write(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[tls]\ncert = "{missing}"\n'
-                    f'key = "{missing}"\n\n[http]\ndocroot = "{conf}"\n')
-        r = run("--config", conf, "--check-config")
-        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-        self.assertIn(f"{conf}:5: tls.cert: --cert {missing}: cannot read", r.stderr)
-        with open(conf, "w") as f:
-            f.write(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[http]\ndocroot = "{conf}"\n')
-        r = run("--config", conf, "--check-config")
-        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-        self.assertIn(f"{conf}:5: http.docroot: --docroot: ", r.stderr)
+
+        def refused(text, expected, *flags):
+            """conf holding text, run with flags (a check by default): exit 2, naming expected."""
+            with open(conf, "w") as f:
+                f.write(text)
+            r = run("--config", conf, *(flags or ("--check-config",)))
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn(expected, r.stderr)
+
+        refused(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[tls]\ncert = "{missing}"\n'
+                f'key = "{missing}"\n\n[http]\ndocroot = "{conf}"\n',
+                f"{conf}:5: tls.cert: --cert {missing}: cannot read")
+        refused(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[http]\ndocroot = "{conf}"\n',
+                f"{conf}:5: http.docroot: --docroot: ")
         # A QUIC port in use (found at the start, not by the check).
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
             taken.bind(("127.0.0.1", 0))
@@ -159,34 +169,22 @@ class CliTest(TimedTestCase):
         # Regression (review): the QUIC-LB key's absence, the control
         # socket's path and the metrics address named their flag only.
         secrets = os.path.join(d, "secrets")
-        with open(secrets, "w") as f:
-            f.write(f"reset_key={'11' * 32}\ntoken_key={'22' * 32}\nticket_key={'33' * 64}\n")
-        os.chmod(secrets, 0o600)
-        with open(conf, "w") as f:
-            f.write(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[tls]\nsecrets = "{secrets}"\n\n'
-                    f'[quic_lb]\nserver_id = "0a0b"\nmode = "encrypted"\n')
-        r = run("--config", conf, "--check-config")
-        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-        self.assertIn(f"{conf}:9: quic_lb.mode: --quic-lb-mode encrypted: ", r.stderr)
-        with open(conf, "w") as f:
-            f.write(f'[server]\nlisten = ["127.0.0.1:1"]\n'
-                    f'control_socket = "{secrets}/x.sock"\n')  # under a file
-        r = run("--config", conf, "--check-config")
-        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-        self.assertIn(f"{conf}:3: server.control_socket: --control-socket ", r.stderr)
-        r = run("--config", conf, "--no-tcp", "--listen", f"127.0.0.1:{free_udp_port()}")
-        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-        self.assertIn(f"{conf}:3: server.control_socket: --control-socket ", r.stderr)
+        write_secrets(secrets)
+        refused(f'[server]\nlisten = ["127.0.0.1:1"]\n\n[tls]\nsecrets = "{secrets}"\n\n'
+                f'[quic_lb]\nserver_id = "0a0b"\nmode = "encrypted"\n',
+                f"{conf}:9: quic_lb.mode: --quic-lb-mode encrypted: ")
+        under_a_file = (f'[server]\nlisten = ["127.0.0.1:1"]\n'
+                        f'control_socket = "{secrets}/x.sock"\n')
+        refused(under_a_file, f"{conf}:3: server.control_socket: --control-socket ")
+        refused(under_a_file, f"{conf}:3: server.control_socket: --control-socket ",
+                "--no-tcp", "--listen", f"127.0.0.1:{free_udp_port()}")
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
-            with open(conf, "w") as f:
-                f.write(f'[server]\nlisten = ["127.0.0.1:{free_udp_port()}"]\n'
-                        f'control_socket = "{d}/ctl.sock"\n'
-                        f'metrics = "127.0.0.1:{taken.getsockname()[1]}"\n')
-            r = run("--config", conf, "--no-tcp")
-        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-        self.assertIn(f"{conf}:4: server.metrics: --metrics ", r.stderr)
+            refused(f'[server]\nlisten = ["127.0.0.1:{free_udp_port()}"]\n'
+                    f'control_socket = "{d}/ctl.sock"\n'
+                    f'metrics = "127.0.0.1:{taken.getsockname()[1]}"\n',
+                    f"{conf}:4: server.metrics: --metrics ", "--no-tcp")
 
     def test_check_config_writes_nothing(self):
         # Run as root on a service's config, --check-config must not leave a
@@ -208,10 +206,7 @@ class CliTest(TimedTestCase):
         # "owned by uid N, not by us" and exited 2.
         d = tempfile.mkdtemp(prefix="xdpq-check-")
         path = os.path.join(d, "secrets")
-        with open(path, "w") as f:
-            f.write(f"reset_key={'11' * 32}\ntoken_key={'22' * 32}\n"
-                    f"ticket_key={'33' * 64}\n")
-        os.chmod(path, 0o600)
+        write_secrets(path)
         os.chown(path, 65534, 65534)
         r = run("--check-config", "--listen", "127.0.0.1:1", "--secrets", path)
         self.assertEqual(r.returncode, 0, r.stderr)
